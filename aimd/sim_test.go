@@ -1,0 +1,277 @@
+package aimd
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// A deterministic discrete-event simulation of one governed lane: no real
+// time (a simulated clock), a seeded random source.
+//
+//   - Clients closed-loop clients each keep one call outstanding until
+//     Calls calls have been submitted.
+//   - The governor dispatches queued calls while in-flight < Limit();
+//     a 429'd call goes back to the queue ahead of fresh calls and is
+//     retried as soon as the limit allows.
+//   - The provider has a hard concurrency cap: a call arriving while
+//     cap calls are in flight is answered 429 at once (after
+//     rejectLatency, 1µs: "immediately", but strictly after the
+//     dispatch, as any real answer is); otherwise it answers after a
+//     lognormal latency (median Latency, sigma Sigma). A call already
+//     accepted runs to completion even if the cap drops below the
+//     in-flight count.
+//   - The cap can depend on how many calls have completed (CapAt).
+//
+// Goodput ratio = optimum makespan / actual makespan, where the optimum
+// runs every phase at exactly its cap with median latency:
+// sum over phases of ceil(calls in phase / cap) * Latency.
+
+type simParams struct {
+	Clients int
+	Calls   int
+	Latency time.Duration // median
+	Sigma   float64
+	Seed    uint64
+	// Caps and Bounds: the cap is Caps[i] while completed calls <
+	// Bounds[i] (the last cap applies to the rest).
+	Caps   []int
+	Bounds []int
+	Trace  func(t time.Duration, limit, inFlight int, ev Event)
+}
+
+type simResult struct {
+	Makespan time.Duration
+	Optimum  time.Duration
+	Goodput  float64 // optimum / makespan
+	Rejected int     // 429s answered
+	Per100   float64 // 429s per 100 calls
+	Events   [5]int
+	Phases   []time.Duration // time at which each phase's last call completed
+	MaxLimit int
+}
+
+const rejectLatency = time.Microsecond
+
+type simEvent struct {
+	at     time.Duration
+	seq    uint64
+	call   int
+	reject bool
+}
+
+type simHeap []simEvent
+
+func (h simHeap) Len() int { return len(h) }
+func (h simHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
+func (h *simHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func (p simParams) capAt(completed int) int {
+	for i, b := range p.Bounds {
+		if completed < b {
+			return p.Caps[i]
+		}
+	}
+	return p.Caps[len(p.Caps)-1]
+}
+
+func (p simParams) optimum() time.Duration {
+	var rounds int
+	prev := 0
+	for i, c := range p.Caps {
+		end := p.Calls
+		if i < len(p.Bounds) {
+			end = p.Bounds[i]
+		}
+		n := end - prev
+		rounds += (n + c - 1) / c
+		prev = end
+	}
+	return time.Duration(rounds) * p.Latency
+}
+
+func simulate(cfg Config, p simParams) simResult {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ctl := New(cfg, epoch)
+	rng := rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15))
+	var (
+		res       simResult
+		events    simHeap
+		seq       uint64
+		now       time.Duration
+		queue     []int // front = next to dispatch; retries are put at the front
+		dispatch  = map[int]time.Duration{}
+		submitted int
+		completed int
+		inFlight  int // governor's count; equals the provider's
+	)
+	submit := func() {
+		if submitted < p.Calls {
+			queue = append(queue, submitted)
+			submitted++
+		}
+	}
+	pump := func() {
+		for len(queue) > 0 && inFlight < ctl.LimitAt(epoch.Add(now)) {
+			call := queue[0]
+			queue = queue[1:]
+			inFlight++
+			dispatch[call] = now
+			seq++
+			if inFlight > p.capAt(completed) { // provider already at its cap
+				heap.Push(&events, simEvent{at: now + rejectLatency, seq: seq, call: call, reject: true})
+				continue
+			}
+			lat := time.Duration(float64(p.Latency) * math.Exp(p.Sigma*rng.NormFloat64()))
+			heap.Push(&events, simEvent{at: now + lat, seq: seq, call: call})
+		}
+		if l := ctl.Limit(); l > res.MaxLimit {
+			res.MaxLimit = l
+		}
+	}
+	for range p.Clients {
+		submit()
+	}
+	pump()
+	for events.Len() > 0 {
+		e := heap.Pop(&events).(simEvent)
+		now = e.at
+		s := Sample{Outcome: Success, Latency: now - dispatch[e.call], InFlight: inFlight}
+		if e.reject {
+			s.Outcome = RateLimited
+		}
+		ev := ctl.ObserveAt(s, epoch.Add(now))
+		res.Events[ev]++
+		inFlight--
+		if e.reject {
+			res.Rejected++
+			queue = append([]int{e.call}, queue...)
+		} else {
+			completed++
+			res.Makespan = now
+			for i, b := range p.Bounds {
+				if completed == b {
+					res.Phases = append(res.Phases[:i], now)
+				}
+			}
+			submit() // the client sends its next call
+		}
+		if p.Trace != nil {
+			p.Trace(now, ctl.Limit(), inFlight, ev)
+		}
+		pump()
+	}
+	res.Optimum = p.optimum()
+	res.Goodput = float64(res.Optimum) / float64(res.Makespan)
+	res.Per100 = 100 * float64(res.Rejected) / float64(p.Calls)
+	return res
+}
+
+// The scenarios: 64 closed-loop clients, 2000 calls, lognormal latency
+// with a 20% spread (sigma 0.2); a fixed cap of 16, and a cap going
+// 32 -> 8 -> 32 at 1/3 and 2/3 of the calls.
+var simScenarios = []string{"cap16", "cap32-8-32"}
+
+func scenario(name string, latency time.Duration, seed uint64) simParams {
+	p := simParams{Clients: 64, Calls: 2000, Latency: latency, Sigma: 0.2, Seed: seed}
+	switch name {
+	case "cap16":
+		p.Caps = []int{16}
+	case "cap32-8-32":
+		p.Caps = []int{32, 8, 32}
+		p.Bounds = []int{p.Calls / 3, 2 * p.Calls / 3}
+	default:
+		panic("unknown scenario " + name)
+	}
+	return p
+}
+
+// simConfig is the lane configuration of the simulations: Governor's
+// default GOVERNOR_MAX_CONCURRENCY, every other knob at its default.
+func simConfig(p Preset) Config { return Config{Preset: p, Max: 64} }
+
+// TestSimulation runs both presets through both scenarios and asserts
+// loose bounds. The simulation is deterministic (simulated clock, seeded
+// random source), so the bounds catch regressions, not timing noise.
+func TestSimulation(t *testing.T) {
+	for _, name := range simScenarios {
+		t.Run(name, func(t *testing.T) {
+			var got [2]simResult
+			for _, preset := range []Preset{Default, Phoenix} {
+				// The Default preset is clocked by round trips, so its
+				// figures do not depend on the latency; Phoenix's 5s
+				// windows do.
+				for _, lat := range []time.Duration{time.Second, 5 * time.Second} {
+					r := simulate(simConfig(preset), scenario(name, lat, 1))
+					t.Logf("%-8s L=%-3v goodput %.3f, 429s/100 %.2f (makespan %v, optimum %v, decreases %d, collapses %d, max limit %d)",
+						preset, lat, r.Goodput, r.Per100, r.Makespan.Round(time.Millisecond), r.Optimum,
+						r.Events[Decreased], r.Events[Collapsed], r.MaxLimit)
+					if lat == time.Second {
+						got[preset] = r
+					}
+				}
+			}
+			def, phx := got[Default], got[Phoenix]
+			assert.GreaterOrEqual(t, def.Goodput, 0.94, "default goodput, %s", name)
+			assert.LessOrEqual(t, def.Per100, 2.0, "default 429s per 100 calls, %s", name)
+			assert.Zero(t, def.Events[Collapsed], "default must not collapse against a hard cap, %s", name)
+			assert.LessOrEqual(t, def.MaxLimit, 33, "default overshoot, %s", name)
+			assert.Less(t, phx.Goodput, def.Goodput-0.3, "phoenix should be far behind, %s", name)
+		})
+	}
+}
+
+// TestSimulationSeeds checks that the default preset's figures hold over
+// many seeds, not just the one reported.
+func TestSimulationSeeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many simulations")
+	}
+	for _, name := range simScenarios {
+		var sumG, sumR, minG float64 = 0, 0, 1
+		const n = 40
+		for seed := uint64(1); seed <= n; seed++ {
+			r := simulate(simConfig(Default), scenario(name, time.Second, seed))
+			sumG += r.Goodput
+			sumR += r.Per100
+			minG = math.Min(minG, r.Goodput)
+		}
+		t.Logf("%-10s default over %d seeds: mean goodput %.3f (min %.3f), mean 429s/100 %.2f", name, n, sumG/n, minG, sumR/n)
+		assert.GreaterOrEqual(t, sumG/n, 0.945, "mean goodput, %s", name)
+		assert.GreaterOrEqual(t, minG, 0.92, "min goodput, %s", name)
+		assert.LessOrEqual(t, sumR/n, 2.0, "mean 429s per 100 calls, %s", name)
+	}
+}
+
+// BenchmarkSimulation reports the simulation's figures as metrics:
+// goodput (optimum makespan / makespan) and 429s per 100 calls.
+func BenchmarkSimulation(b *testing.B) {
+	for _, preset := range []Preset{Default, Phoenix} {
+		for _, name := range simScenarios {
+			b.Run(preset.String()+"/"+name, func(b *testing.B) {
+				var r simResult
+				for b.Loop() {
+					r = simulate(simConfig(preset), scenario(name, time.Second, 1))
+				}
+				b.ReportMetric(r.Goodput, "goodput")
+				b.ReportMetric(r.Per100, "429s/100calls")
+			})
+		}
+	}
+}

@@ -1,0 +1,190 @@
+// Command governor is a sidecar proxy that governs how fast applications
+// call their LLM providers. Run `governor -h` for its configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/proxy"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise it comes from the module's build information.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2 // bad flag or bad configuration
+)
+
+// run is main with its inputs explicit, so tests can call it.
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("governor", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	demo := fs.Bool("demo", false, "")
+	showVersion := fs.Bool("version", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(stdout)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "governor: %v\n\n", err)
+		writeUsage(stderr)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "governor: unexpected argument %q (configuration is read from GOVERNOR_* variables; see governor -h)\n", fs.Arg(0))
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "governor %s (%s %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return exitOK
+	}
+	cfg, err := loadConfig(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "governor: invalid configuration: %v\n", err)
+		return exitUsage
+	}
+	log := newLogger(stderr, cfg)
+	if err := serve(cfg, *demo, stdout, log); err != nil {
+		log.Error("governor stopped", "err", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func newLogger(w io.Writer, cfg *parsed) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// serve wires Governor together and runs it until a signal, then drains.
+func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
+	if demo {
+		stop, err := startDemo(cfg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	set := metrics.NewSet()
+	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
+		func() float64 { return 1 })
+
+	p, err := proxy.New(proxy.Config{
+		Upstream:          cfg.upstream.URL,
+		Routes:            cfg.routes,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		AttemptTimeout:    cfg.AttemptTimeout,
+		StreamIdleTimeout: cfg.StreamIdleTimeout,
+		ConnectTimeout:    cfg.ConnectTimeout,
+		Metrics:           set,
+		Logger:            log,
+	})
+	if err != nil {
+		return err
+	}
+
+	mainLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("main listener (GOVERNOR_LISTEN): %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		mainLn.Close()
+		return fmt.Errorf("admin listener (GOVERNOR_ADMIN_LISTEN): %w", err)
+	}
+
+	var ready atomic.Bool
+	adminSrv := &fasthttp.Server{
+		Handler:               (&admin{set: set, ready: &ready}).handler,
+		NoDefaultServerHeader: true,
+		CloseOnShutdown:       true,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- serveListener("admin", adminSrv.Serve, adminLn) }()
+	go func() { errc <- serveListener("main", p.Serve, mainLn) }()
+
+	routes := make([]string, 0, len(cfg.routes))
+	for _, r := range cfg.routes {
+		routes = append(routes, r.Name+"="+r.URL.Redacted())
+	}
+	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
+		"admin_listen", adminLn.Addr().String(), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo)
+	if demo {
+		printDemo(stdout, mainLn.Addr().String())
+	}
+	ready.Store(true)
+
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigc)
+
+	var serveErr error
+	select {
+	case sig := <-sigc:
+		log.Info("draining", "signal", sig.String(), "timeout", cfg.DrainTimeout.String())
+	case serveErr = <-errc:
+	}
+	ready.Store(false)
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	go func() {
+		// A second signal ends the drain at once.
+		select {
+		case sig := <-sigc:
+			log.Warn("second signal: stopping now", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := p.Shutdown(ctx); err != nil {
+		log.Warn("drain incomplete", "err", err)
+	}
+	_ = adminSrv.Shutdown()
+	log.Info("stopped")
+	return serveErr
+}
+
+func serveListener(name string, serve func(net.Listener) error, ln net.Listener) error {
+	if err := serve(ln); err != nil {
+		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+module github.com/llmgovernor/governor
+
+go 1.26.0
+
+require (
+	github.com/VictoriaMetrics/metrics v1.44.0
+	github.com/caarlos0/env/v11 v11.4.2
+	github.com/stretchr/testify v1.12.1
+	github.com/valyala/fasthttp v1.74.0
+)
+
+require (
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/molecule-man/go-brrr v1.0.1 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fastrand v1.1.0 // indirect
+	github.com/valyala/histogram v1.2.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

@@ -1,0 +1,71 @@
+// Package mockllm simulates an LLM provider: OpenAI's chat completions,
+// embeddings and models endpoints and Anthropic's messages endpoint, JSON and
+// streamed, behind the limits and failures that Governor exists to absorb.
+//
+// Governor's worth shows only against a provider that pushes back: one that
+// caps concurrency, refills a token bucket, changes its capacity mid-run,
+// answers 429 and 529 with retry hints, fails with 5xx, resets connections
+// and hangs. Real providers do all of that, but not on demand, not
+// reproducibly and not for free. This package does it in-process for unit
+// tests (New and ServeHTTP, or Start for a real listener), for `governor
+// -demo`, for end-to-end tests with the official openai and
+// @anthropic-ai/sdk SDKs, and for load benchmarks (cmd/mockllm).
+//
+// # Answers
+//
+// An answer depends only on the request body: ids are hashes of the body,
+// `created` is fixed, and the text is "Simulated answer to: " followed by the
+// first 40 characters of the last user message. The same body therefore gives
+// the same bytes whether sent directly or through a proxy. Streams split the
+// same text into Config.StreamChunks chunks and flush each one.
+//
+// # Limits
+//
+// Config.MaxConcurrency caps the requests being served at once (a stream
+// counts until its last event); a request beyond the cap gets 429 with
+// `retry-after: 1` at once. Config.Rate and Config.Burst define a token
+// bucket; a request that finds no token gets 429 with `retry-after-ms` and
+// `retry-after`. While a bucket is in force every answer of the API carries
+// `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and
+// `x-ratelimit-reset-requests`, and on /v1/messages also
+// `anthropic-ratelimit-requests-limit`, `-remaining` and `-reset`.
+// Config.Schedule changes these limits at given offsets. Config.Faults adds
+// random 500s, 529s, resets and hangs.
+//
+// # Request headers
+//
+// A test can steer one request with these headers:
+//
+//   - X-Mock-Fault: a comma-separated list of faults applied to successive
+//     attempts of the same X-Request-Id (attempt n gets entry n; attempts
+//     past the list are normal). Without X-Request-Id the first entry
+//     applies to every request. Values: ok, 400, 401, 429, 429-quota (OpenAI
+//     insufficient_quota), 500, 502, 503, 504, 529, reset (TCP RST, no
+//     answer), hang (no answer until the client leaves or the server
+//     closes), reset-mid-stream and hang-mid-stream (half of the answer,
+//     then a reset or a stall). 400, 401, 429, 503 and 529 are answered at
+//     once; 500, 502, 504 and reset after the latency wait. A forced fault
+//     replaces random faults; it applies only to requests the limits admit.
+//     An unknown value gets 400.
+//   - X-Request-Id: the id that ties attempts together; counted in
+//     Stats.ByRequestID.
+//   - X-Mock-Latency: this request's latency, such as 250ms, instead of
+//     Config.Latency and its spread.
+//   - X-Mock-Retry-After, X-Mock-Retry-After-Ms: the verbatim value of the
+//     Retry-After and Retry-After-Ms headers of a forced 429, 503 or 529
+//     (forced faults carry no retry hint otherwise).
+//
+// The SDKs' x-stainless-retry-count header is tracked in Stats.
+//
+// # Endpoints
+//
+//	POST /v1/chat/completions   OpenAI chat, "stream": true for SSE
+//	POST /v1/embeddings         float or base64 vectors, "dimensions" (default 8)
+//	GET  /v1/models, /v1/models/{id}
+//	POST /v1/messages           Anthropic messages, "stream": true for SSE
+//	GET  /stats                 Stats as JSON
+//	POST /stats/reset, DELETE /stats   Reset
+//
+// Anything else gets 404 in OpenAI's error shape (Anthropic's under
+// /v1/messages).
+package mockllm

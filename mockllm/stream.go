@@ -1,0 +1,173 @@
+package mockllm
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// waitResult is how a wait ended.
+type waitResult int
+
+const (
+	waitElapsed waitResult = iota
+	waitClientGone
+	waitClosed
+)
+
+// waiter pauses a request, one timer reused across its pauses.
+type waiter struct {
+	s     *Server
+	timer *time.Timer
+}
+
+func (wt *waiter) stop() {
+	if wt.timer != nil {
+		wt.timer.Stop()
+	}
+}
+
+// pause waits for d, unless the client goes away or the server closes first.
+func (wt *waiter) pause(ctx context.Context, d time.Duration) waitResult {
+	if d <= 0 {
+		select {
+		case <-ctx.Done():
+			return waitClientGone
+		case <-wt.s.done:
+			return waitClosed
+		default:
+			return waitElapsed
+		}
+	}
+	if wt.timer == nil {
+		wt.timer = time.NewTimer(d)
+	} else {
+		wt.timer.Reset(d)
+	}
+	select {
+	case <-wt.timer.C:
+		return waitElapsed
+	case <-ctx.Done():
+		return waitClientGone
+	case <-wt.s.done:
+		return waitClosed
+	}
+}
+
+// hang waits until the client goes away or the server releases hung requests.
+func (s *Server) hang(ctx context.Context) waitResult {
+	s.stats.hangs.Add(1)
+	select {
+	case <-ctx.Done():
+		return waitClientGone
+	case <-s.release:
+		return waitClosed
+	}
+}
+
+// resetConn closes the connection under w with a TCP RST (SO_LINGER 0). It
+// reports false when w cannot be hijacked (HTTP/2, a ResponseRecorder).
+func resetConn(w http.ResponseWriter) bool {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return false
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close() // the point is to break the connection; nothing to report
+	return true
+}
+
+// reset breaks the connection on purpose. Where the connection cannot be
+// hijacked it aborts the handler, which net/http turns into a broken
+// connection or stream.
+func (s *Server) reset(w http.ResponseWriter) {
+	s.stats.resets.Add(1)
+	if !resetConn(w) {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// midStreamFault strikes a started answer: a reset, or a hang until the
+// client leaves or the server closes. It reports how a hang ended.
+func (s *Server) midStreamFault(ctx context.Context, w http.ResponseWriter, f fault) waitResult {
+	if f.kind == faultResetMidStream {
+		s.reset(w)
+		return waitElapsed
+	}
+	res := s.hang(ctx)
+	if res == waitClosed {
+		resetConn(w)
+	}
+	return res
+}
+
+// isMidStream reports whether f strikes after the answer has started.
+func (f fault) isMidStream() bool {
+	return f.kind == faultResetMidStream || f.kind == faultHangMidStream
+}
+
+// stream writes events as a server-sent event stream, flushing each one and
+// pausing ChunkDelay between them. A mid-stream fault strikes after half of
+// the events. A stream that does not reach its last event counts as aborted.
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, events [][]byte, f fault) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	s.stats.answer(http.StatusOK)
+	s.stats.streamsStarted.Add(1)
+	rc := http.NewResponseController(w)
+
+	strike := -1
+	if f.isMidStream() {
+		strike = max(1, len(events)/2)
+	}
+	for i, ev := range events {
+		if i == strike {
+			s.stats.streamsAborted.Add(1)
+			s.midStreamFault(ctx, w, f)
+			return
+		}
+		if i > 0 {
+			if res := wt.pause(ctx, s.cfg.ChunkDelay); res != waitElapsed {
+				s.stats.streamsAborted.Add(1)
+				if res == waitClosed {
+					resetConn(w)
+				}
+				return
+			}
+		}
+		if _, err := w.Write(ev); err != nil {
+			s.stats.streamsAborted.Add(1)
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			s.stats.streamsAborted.Add(1)
+			return
+		}
+	}
+	s.stats.streamsCompleted.Add(1)
+}
+
+// writeJSONAnswer writes a complete JSON answer; a mid-stream fault strikes
+// after half of the body has been sent.
+func (s *Server) writeJSONAnswer(ctx context.Context, w http.ResponseWriter, body []byte, f fault) {
+	s.stats.answer(http.StatusOK)
+	if !f.isMidStream() {
+		writeBody(w, http.StatusOK, body)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body[:len(body)/2]) // the fault below breaks the answer anyway
+	_ = http.NewResponseController(w).Flush()
+	if s.midStreamFault(ctx, w, f) == waitClientGone {
+		s.stats.clientGone.Add(1)
+	}
+}

@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// outcome is what one upstream attempt came to, for the retry loop and the
+// lane's controller.
+type outcome uint8
+
+const (
+	outcomeAnswered    outcome = iota // 1xx-3xx, or a 4xx that retrying cannot fix: passed back
+	outcomeRateLimited                // 429 or 529: back off, slow the lane, retry
+	outcomeQuota                      // 429 for exhausted quota or spend limit: final
+	outcomeServerError                // 500, 502, 503, 504: retry
+	outcomeTimeout                    // no answer within the attempt timeout: retry
+	outcomeConnError                  // no answer at all (refused, reset): retry
+)
+
+var outcomeNames = [...]string{"answered", "rate_limited", "quota_exhausted", "server_error", "timeout", "connection_error"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// retryable reports whether another attempt may succeed.
+func (o outcome) retryable() bool {
+	switch o {
+	case outcomeRateLimited, outcomeServerError, outcomeTimeout, outcomeConnError:
+		return true
+	}
+	return false
+}
+
+// statusOverloaded is Anthropic's 529 "overloaded".
+const statusOverloaded = 529
+
+// classifyStatus classifies an answer by its status code and, for a 429,
+// its error body.
+func classifyStatus(status int, body []byte) outcome {
+	switch status {
+	case http.StatusTooManyRequests:
+		if isQuotaError(body) {
+			return outcomeQuota
+		}
+		return outcomeRateLimited
+	case statusOverloaded:
+		return outcomeRateLimited
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return outcomeServerError
+	}
+	return outcomeAnswered
+}
+
+// classifyErr classifies an attempt that got no answer.
+func classifyErr(err error) outcome {
+	var netErr net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout() {
+		return outcomeTimeout
+	}
+	return outcomeConnError
+}
+
+// quotaMarkers are error codes and types that providers use for a 429 that
+// waiting will not fix: the account is out of credit or over its spend
+// limit. OpenAI: insufficient_quota, billing_hard_limit_reached;
+// Azure/OpenAI: enforced_spend_limit_reached; Google: RESOURCE_EXHAUSTED
+// with a quota message is transient and not listed.
+var quotaMarkers = [][]byte{
+	[]byte("insufficient_quota"),
+	[]byte("enforced_spend_limit_reached"),
+	[]byte("billing_hard_limit_reached"),
+	[]byte("billing_not_active"),
+	[]byte("spend_limit_reached"),
+}
+
+func isQuotaError(body []byte) bool {
+	for _, m := range quotaMarkers {
+		if bytes.Contains(body, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// errorCode extracts a short code from a provider's error body: OpenAI's
+// error.code (or error.type), Anthropic's error.type. Empty if none.
+func errorCode(body []byte) string {
+	if len(body) == 0 || len(body) > 64<<10 {
+		return ""
+	}
+	var e struct {
+		Error struct {
+			Code any    `json:"code"`
+			Type string `json:"type"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	switch c := e.Error.Code.(type) {
+	case string:
+		if c != "" {
+			return truncate(c, 64)
+		}
+	case float64:
+		return strconv.FormatFloat(c, 'f', -1, 64)
+	}
+	return truncate(e.Error.Type, 64)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// attemptError is the short string a failed attempt leaves in its
+// execution details: "429 rate_limit_exceeded", "timeout after 30s".
+func attemptError(o outcome, status int, body []byte, err error, timeout time.Duration) string {
+	switch o {
+	case outcomeTimeout:
+		return "timeout after " + timeout.String()
+	case outcomeConnError:
+		return "connection error: " + truncate(err.Error(), 200)
+	}
+	if code := errorCode(body); code != "" {
+		return strconv.Itoa(status) + " " + code
+	}
+	return strconv.Itoa(status) + " " + http.StatusText(status)
+}
+
+// retryAfter reads a provider's back-off hint from an answer: retry-after-ms
+// (milliseconds, OpenAI and Anthropic), else retry-after (seconds or an HTTP
+// date, RFC 9110 §10.2.3). It returns 0 when there is no usable hint.
+// Nonsense values (negative, not a number, absurdly large) are ignored; the
+// caller caps the result.
+func retryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {
+	if v := h.Peek("Retry-After-Ms"); len(v) > 0 {
+		if d, ok := parseRetryAfterMs(v); ok {
+			return d
+		}
+	}
+	if v := h.Peek(fasthttp.HeaderRetryAfter); len(v) > 0 {
+		if d, ok := parseRetryAfter(v, now); ok {
+			return d
+		}
+	}
+	return 0
+}
+
+// maxHint bounds any parsed hint before the caller's own cap, so that
+// arithmetic on it cannot overflow.
+const maxHint = 24 * time.Hour
+
+func parseRetryAfterMs(v []byte) (time.Duration, bool) {
+	ms, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+	if err != nil || math.IsNaN(ms) || ms < 0 {
+		return 0, false
+	}
+	if ms > float64(maxHint/time.Millisecond) {
+		return maxHint, true
+	}
+	return time.Duration(ms * float64(time.Millisecond)), true
+}
+
+func parseRetryAfter(v []byte, now time.Time) (time.Duration, bool) {
+	s := string(bytes.TrimSpace(v))
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(secs) || secs < 0 {
+			return 0, false
+		}
+		if secs > maxHint.Seconds() {
+			return maxHint, true
+		}
+		return time.Duration(secs * float64(time.Second)), true
+	}
+	t, err := http.ParseTime(s)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		return 0, true // a date in the past: retry now
+	}
+	return min(d, maxHint), true
+}
+
+// describe renders an outcome for logs.
+func describe(o outcome, status int) string {
+	if o == outcomeTimeout || o == outcomeConnError {
+		return o.String()
+	}
+	return fmt.Sprintf("%s (%d)", o, status)
+}

@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llmgovernor/governor/aimd"
+)
+
+// Config configures a Proxy. The zero value of every field but Upstream and
+// Metrics is a documented default.
+type Config struct {
+	// Upstream is the default upstream: every path that no route claims
+	// goes there. Required.
+	Upstream *url.URL
+	// Routes are named prefix routes (see Route).
+	Routes []Route
+
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	// Default 32 MiB.
+	MaxBodyBytes int
+	// MaxResponseBytes bounds an upstream answer that Governor buffers (a
+	// non-streamed answer of known length up to BufferResponseBytes is
+	// buffered; anything else is streamed through). Default 64 MiB.
+	MaxResponseBytes int
+	// AttemptTimeout bounds one attempt from dispatch until its response
+	// headers arrive and, for a buffered answer, until its body is read.
+	// Default 10m.
+	AttemptTimeout time.Duration
+	// StreamIdleTimeout ends a streamed answer whose upstream sends nothing
+	// for this long. A stream has no overall time limit. Default 5m.
+	StreamIdleTimeout time.Duration
+	// ConnectTimeout bounds dialing an upstream and waiting for a free
+	// connection to it. Default 10s.
+	ConnectTimeout time.Duration
+	// IdleConnTimeout closes upstream keep-alive connections idle this long.
+	// Default 60s.
+	IdleConnTimeout time.Duration
+	// MaxConnsPerUpstream bounds the connections to one upstream.
+	// Default 1024.
+	MaxConnsPerUpstream int
+	// ReadTimeout bounds reading one client request, headers and body.
+	// Default 60s.
+	ReadTimeout time.Duration
+	// ClientIdleTimeout closes client keep-alive connections idle this long.
+	// Default 120s.
+	ClientIdleTimeout time.Duration
+
+	// MaxRetries is the retry budget of a call after its first attempt;
+	// a call may lower or raise it with X-Governor-Max-Retries (at most
+	// MaxRetriesCeiling). Zero means no retries; negative means the
+	// default, 10.
+	MaxRetries int
+	// QueueTimeout bounds one wait in a lane's queue; a call still waiting
+	// then gets 504. Default 10m.
+	QueueTimeout time.Duration
+	// QueueCapacity bounds the calls waiting in one lane; beyond it, 503
+	// with Retry-After. Default 10000.
+	QueueCapacity int
+	// MaxPause caps the pause a provider's Retry-After imposes on a lane.
+	// Default 60s.
+	MaxPause time.Duration
+	// BackoffBase and BackoffMax shape the exponential backoff with full
+	// jitter used when the provider gives no hint: the n-th retry waits a
+	// random time in [0, min(BackoffMax, BackoffBase·2^(n-1))].
+	// Defaults 500ms and 30s.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// MaxLanes bounds the lanes (and their metric series); once reached,
+	// new models share one lane per upstream and credential. Default 256.
+	MaxLanes int
+	// AIMD configures every lane's controller. Max defaults to 64.
+	AIMD aimd.Config
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+
+	// TLSConfig, if set, is used for HTTPS upstreams (custom roots in tests).
+	TLSConfig *tls.Config
+	// Metrics receives Governor's metrics. Required; owned by the caller.
+	Metrics *metrics.Set
+	// Logger receives operational logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Defaults of the Config fields.
+const (
+	DefaultMaxBodyBytes        = 32 << 20
+	DefaultMaxResponseBytes    = 64 << 20
+	DefaultAttemptTimeout      = 10 * time.Minute
+	DefaultStreamIdleTimeout   = 5 * time.Minute
+	DefaultConnectTimeout      = 10 * time.Second
+	DefaultIdleConnTimeout     = 60 * time.Second
+	DefaultMaxConnsPerUpstream = 1024
+	DefaultReadTimeout         = 60 * time.Second
+	DefaultClientIdleTimeout   = 120 * time.Second
+	DefaultMaxRetries          = 10
+	DefaultQueueTimeout        = 10 * time.Minute
+	DefaultQueueCapacity       = 10000
+	DefaultMaxPause            = 60 * time.Second
+	DefaultBackoffBase         = 500 * time.Millisecond
+	DefaultBackoffMax          = 30 * time.Second
+	DefaultMaxLanes            = 256
+	DefaultMaxConcurrency      = 64
+
+	// MaxRetriesCeiling bounds a call's X-Governor-Max-Retries.
+	MaxRetriesCeiling = 100
+)
+
+// bufferResponseBytes is the largest answer of known length that is read
+// whole before it is forwarded; larger ones, and answers of unknown length,
+// are streamed through.
+const bufferResponseBytes = 1 << 20
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.Upstream == nil {
+		return out, errors.New("proxy: no upstream")
+	}
+	if out.Metrics == nil {
+		return out, errors.New("proxy: no metrics set")
+	}
+	setDefault(&out.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&out.MaxResponseBytes, DefaultMaxResponseBytes)
+	setDefault(&out.AttemptTimeout, DefaultAttemptTimeout)
+	setDefault(&out.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	setDefault(&out.ConnectTimeout, DefaultConnectTimeout)
+	setDefault(&out.IdleConnTimeout, DefaultIdleConnTimeout)
+	setDefault(&out.MaxConnsPerUpstream, DefaultMaxConnsPerUpstream)
+	setDefault(&out.ReadTimeout, DefaultReadTimeout)
+	setDefault(&out.ClientIdleTimeout, DefaultClientIdleTimeout)
+	if out.MaxRetries < 0 {
+		out.MaxRetries = DefaultMaxRetries
+	}
+	out.MaxRetries = min(out.MaxRetries, MaxRetriesCeiling)
+	setDefault(&out.QueueTimeout, DefaultQueueTimeout)
+	setDefault(&out.QueueCapacity, DefaultQueueCapacity)
+	setDefault(&out.MaxPause, DefaultMaxPause)
+	setDefault(&out.BackoffBase, DefaultBackoffBase)
+	setDefault(&out.BackoffMax, DefaultBackoffMax)
+	setDefault(&out.MaxLanes, DefaultMaxLanes)
+	setDefault(&out.AIMD.Max, DefaultMaxConcurrency)
+	if err := out.AIMD.Validate(); err != nil {
+		return out, fmt.Errorf("proxy: aimd: %w", err)
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range out.Routes {
+		if r.URL == nil {
+			return out, fmt.Errorf("proxy: route %q has no url", r.Name)
+		}
+		if err := validRouteName(r.Name); err != nil {
+			return out, fmt.Errorf("proxy: route: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}

@@ -1,0 +1,158 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"net"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/queue"
+)
+
+// Request headers Governor reads.
+const (
+	// HeaderPriority is RFC 9218's Priority; its urgency u=0..7 orders
+	// the lane's queue.
+	HeaderPriority = "Priority"
+	// HeaderMaxRetries overrides the retry budget of one call.
+	HeaderMaxRetries = "X-Governor-Max-Retries"
+)
+
+// forward sends a call to its upstream under its lane's governance and the
+// answer back.
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
+	p.metrics.inFlight.Add(1)
+	up, path := p.router.resolve(ctx.Path())
+	anthropic := up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
+
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	buildUpstreamRequest(&ctx.Request, up, path, req)
+	opts := callOptions{
+		urgency:        queue.ParsePriority(ctx.Request.Header.Peek(HeaderPriority)),
+		maxRetries:     maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries),
+		attemptTimeout: p.cfg.AttemptTimeout,
+		client:         ctx.Conn(),
+	}
+	l := p.lanes.forRequest(up, req)
+	res := p.roundTrip(p.ctx, l, req, opts)
+	p.cfg.Logger.Debug("call", "lane", l.id, "status", res.details.Status, "attempts", res.details.Attempts,
+		"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
+	if res.err != nil {
+		writeError(ctx, anthropic, *res.err)
+		setDetailHeaders(&ctx.Response.Header, &res.details)
+		p.finish(up, ctx)
+		return
+	}
+	p.respond(ctx, up, res)
+}
+
+// finish accounts for a call whose answer is complete (not streaming).
+func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx) {
+	p.metrics.countRequest(up.name, ctx.Response.StatusCode())
+	p.metrics.inFlight.Add(-1)
+}
+
+// buildUpstreamRequest fills out with the request to send upstream: the
+// client's method, path (route prefix stripped, upstream base path
+// prepended), query, headers and body, without hop-by-hop headers, without
+// Governor's own headers, and with the upstream's Host.
+func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *fasthttp.Request) {
+	in.Header.CopyTo(&out.Header)
+	stripHopHeaders(&out.Header)
+	// The body is already buffered, so an interim 100 Continue from the
+	// upstream would only cost a round trip.
+	out.Header.Del(fasthttp.HeaderExpect)
+	out.Header.Del(HeaderMaxRetries)
+	out.Header.SetHost(up.host)
+
+	uri := out.URI()
+	uri.SetScheme(up.scheme)
+	uri.SetHost(up.host)
+	if up.basePath != "" {
+		full := make([]byte, 0, len(up.basePath)+len(path))
+		uri.SetPathBytes(append(append(full, up.basePath...), path...))
+	} else {
+		uri.SetPathBytes(path)
+	}
+	uri.SetQueryStringBytes(in.URI().QueryString())
+	out.SetBody(in.Body())
+}
+
+// respond copies an upstream answer to the client. It takes ownership of
+// res.resp and res.release: a buffered answer is copied and released here;
+// a streamed one is handed to fasthttp, which closes it after writing it,
+// and closing it releases the response and the lane's slot.
+func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) {
+	resp := res.resp
+	stripHopHeaders(&resp.Header)
+	resp.Header.CopyTo(&ctx.Response.Header)
+	setDetailHeaders(&ctx.Response.Header, &res.details)
+
+	if resp.BodyStream() == nil { // buffered in the round trip
+		ctx.Response.SetBody(resp.Body())
+		fasthttp.ReleaseResponse(resp)
+		if res.release != nil {
+			res.release()
+		}
+		p.finish(up, ctx)
+		return
+	}
+
+	if isEventStream(resp.Header.ContentType()) {
+		// Send the headers before the first event, which may be minutes away.
+		ctx.Response.ImmediateHeaderFlush = true
+	}
+	p.metrics.countRequest(up.name, resp.StatusCode())
+	body := &streamBody{
+		resp:   resp,
+		stream: resp.BodyStream(),
+		conn:   connOf(resp),
+		idle:   p.cfg.StreamIdleTimeout,
+		done: func() {
+			if res.release != nil {
+				res.release()
+			}
+			p.metrics.inFlight.Add(-1)
+		},
+		client:     ctx.Conn(),
+		checkEvery: clientCheckInterval,
+	}
+	body.watchClient()
+	size := resp.Header.ContentLength()
+	if size < 0 {
+		size = -1 // chunked: -2 (read until close) is not a size we can send
+	}
+	ctx.Response.SetBodyStream(body, size)
+}
+
+// clientCheckInterval is how often a waiting or streaming call checks that
+// its client is still connected.
+const clientCheckInterval = 250 * time.Millisecond
+
+// isEventStream reports whether a Content-Type is text/event-stream.
+func isEventStream(contentType []byte) bool {
+	if len(contentType) == 0 {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(string(contentType))
+	return err == nil && mt == "text/event-stream"
+}
+
+// upstreamError turns a failed attempt into Governor's error.
+func upstreamError(up *upstream, err error) apiError {
+	var netErr net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout() {
+		return apiError{Status: fasthttp.StatusGatewayTimeout, Code: CodeUpstreamTimeout, Final: true,
+			Message: fmt.Sprintf("upstream %s (%s) did not answer in time: %v", up.name, up.url.Redacted(), err)}
+	}
+	if errors.Is(err, errResponseTooLarge) {
+		return apiError{Status: fasthttp.StatusBadGateway, Code: CodeUpstreamBadResponse, Final: true,
+			Message: fmt.Sprintf("upstream %s (%s): %v", up.name, up.url.Redacted(), err)}
+	}
+	return apiError{Status: fasthttp.StatusBadGateway, Code: CodeUpstreamUnreachable, Final: true,
+		Message: fmt.Sprintf("upstream %s (%s) unreachable: %v", up.name, up.url.Redacted(), err)}
+}

@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+)
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 plus the
+// historical ones that Go's httputil.ReverseProxy also strips. They describe
+// one connection, not the message, so a proxy must not forward them in
+// either direction. Headers named in Connection are removed too (see
+// stripHopHeaders).
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection", // non-standard, sent by old clients
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// header is the subset of fasthttp.RequestHeader and fasthttp.ResponseHeader
+// that hop-by-hop stripping needs, so one function serves both directions.
+type header interface {
+	Peek(key string) []byte
+	PeekAll(key string) [][]byte
+	Del(key string)
+	DelBytes(key []byte)
+}
+
+var (
+	_ header = (*fasthttp.RequestHeader)(nil)
+	_ header = (*fasthttp.ResponseHeader)(nil)
+)
+
+// stripHopHeaders removes the hop-by-hop headers from h: every header named
+// in a Connection header's comma-separated tokens, then the fixed list.
+// The tokens are read before Connection itself is deleted (RFC 9110 §7.6.1).
+//
+// The Connection values are copied first: fasthttp's Peek results alias the
+// header's storage, which Del rearranges.
+func stripHopHeaders(h header) {
+	var buf [256]byte
+	named := buf[:0]
+	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+		named = append(append(named, v...), ',')
+	}
+	for len(named) > 0 {
+		var tok []byte
+		tok, named, _ = bytes.Cut(named, []byte{','})
+		tok = bytes.TrimSpace(tok)
+		if len(tok) == 0 || bytes.EqualFold(tok, []byte("close")) || bytes.EqualFold(tok, []byte("keep-alive")) {
+			continue
+		}
+		h.DelBytes(tok)
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}

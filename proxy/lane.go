@@ -1,0 +1,317 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/queue"
+)
+
+// A lane is the unit Governor governs: one upstream, one credential, one
+// model, because providers limit per account and per model. Each lane has
+// its own queue and controller, so a 429 for one model or key never slows
+// another. The lane feeds each attempt's outcome to its controller and sets
+// its queue's limit from the controller's.
+type lane struct {
+	id       string // upstream/model/credential-hash; safe to show and to use as a label
+	upstream *upstream
+	model    string
+	credHash string // short hash of the credential, never the credential
+
+	q *queue.Queue
+
+	mu   sync.Mutex // orders ObserveAt with the SetLimit that follows it
+	ctrl *aimd.Controller
+
+	pausedUntil time.Time // guarded by mu; also kept by q
+	m           *laneMetrics
+}
+
+// laneKey identifies a lane. cred is the full hash, so that two keys whose
+// short hashes collide still get separate lanes.
+type laneKey struct {
+	upstream *upstream
+	cred     [sha256.Size]byte
+	model    string
+}
+
+// credentialHeaders identify the account a call is billed to.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "Openai-Organization", "Openai-Project"}
+
+// credentialHash hashes the credential headers of a request. The hash is
+// shown shortened; the credential itself is never stored.
+func credentialHash(h *fasthttp.RequestHeader) [sha256.Size]byte {
+	d := sha256.New()
+	for _, name := range credentialHeaders {
+		d.Write([]byte(name))
+		d.Write([]byte{0})
+		d.Write(h.Peek(name))
+		d.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	d.Sum(sum[:0])
+	return sum
+}
+
+// modelOf reads the "model" field of a JSON request body; empty if there is
+// none.
+func modelOf(body []byte) string {
+	i := 0
+	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n') {
+		i++
+	}
+	if i == len(body) || body[i] != '{' {
+		return ""
+	}
+	var v struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	return v.Model
+}
+
+// labelSafe maps a model name to the characters that are safe in a lane id
+// and a metric label, bounded in length.
+func labelSafe(s string) string {
+	if s == "" {
+		return "none"
+	}
+	b := []byte(s[:min(len(s), 64)])
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-@/", c) >= 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// otherModel groups the models of new lanes once MaxLanes lanes exist.
+const otherModel = "other"
+
+// lanes holds every lane, created on first use.
+type lanes struct {
+	cfg *Config
+	set *metrics.Set
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	byKey   map[laneKey]*lane
+	ordered []*lane // in creation order, for /governor/lanes
+}
+
+func newLanes(cfg *Config) *lanes {
+	return &lanes{cfg: cfg, set: cfg.Metrics, log: cfg.Logger, byKey: map[laneKey]*lane{}}
+}
+
+// forRequest returns the lane of a request to up.
+func (ls *lanes) forRequest(up *upstream, req *fasthttp.Request) *lane {
+	return ls.get(up, credentialHash(&req.Header), modelOf(req.Body()))
+}
+
+func (ls *lanes) get(up *upstream, cred [sha256.Size]byte, model string) *lane {
+	key := laneKey{up, cred, model}
+	ls.mu.RLock()
+	l := ls.byKey[key]
+	ls.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l = ls.byKey[key]; l != nil {
+		return l
+	}
+	if len(ls.byKey) >= ls.cfg.MaxLanes {
+		// Bound the lanes (and metric series) that request bodies can
+		// create: new models share one lane per upstream and credential.
+		key.model = otherModel
+		if l = ls.byKey[key]; l != nil {
+			return l
+		}
+	}
+	l = ls.newLane(key)
+	ls.byKey[key] = l
+	ls.ordered = append(ls.ordered, l)
+	return l
+}
+
+// newLane requires ls.mu to be held.
+func (ls *lanes) newLane(key laneKey) *lane {
+	now := ls.cfg.Now()
+	credHash := hex.EncodeToString(key.cred[:6])
+	l := &lane{
+		id:       fmt.Sprintf("%s/%s/%s", key.upstream.name, labelSafe(key.model), credHash),
+		upstream: key.upstream,
+		model:    key.model,
+		credHash: credHash,
+		ctrl:     aimd.New(ls.cfg.AIMD, now),
+	}
+	l.q = queue.New(queue.Config{Capacity: ls.cfg.QueueCapacity, Limit: l.ctrl.Limit(), Now: ls.cfg.Now})
+	l.m = newLaneMetrics(ls.set, l)
+	ls.log.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", ls.cfg.AIMD.Preset.String())
+	return l
+}
+
+// all returns the lanes in creation order.
+func (ls *lanes) all() []*lane {
+	ls.mu.RLock()
+	defer ls.mu.RUnlock()
+	return append([]*lane(nil), ls.ordered...)
+}
+
+// close closes every lane's queue: waiting calls get queue.ErrClosed.
+func (ls *lanes) close() {
+	for _, l := range ls.all() {
+		l.q.Close()
+	}
+}
+
+// aimdOutcome maps an attempt's outcome to the controller's vocabulary:
+// only 429/529 and timeouts are congestion signals.
+func aimdOutcome(o outcome) aimd.Outcome {
+	switch o {
+	case outcomeAnswered:
+		return aimd.Success
+	case outcomeRateLimited:
+		return aimd.RateLimited
+	case outcomeTimeout:
+		return aimd.Timeout
+	}
+	return aimd.Failure
+}
+
+// observe feeds one attempt to the controller and applies the new limit.
+// inFlight counts the lane's calls in flight, this one included.
+func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.Time, log *slog.Logger) {
+	l.mu.Lock()
+	before := l.ctrl.Limit()
+	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight}, now)
+	limit := l.ctrl.Limit()
+	l.q.SetLimit(limit)
+	l.mu.Unlock()
+
+	switch ev {
+	case aimd.Decreased:
+		l.m.decreases.Inc()
+		log.Info("lane limit decreased", "lane", l.id, "from", before, "to", limit, "cause", o.String())
+	case aimd.Collapsed:
+		l.m.collapses.Inc()
+		log.Info("lane collapsed", "lane", l.id, "from", before, "to", limit, "cause", o.String())
+	case aimd.Recovered:
+		log.Info("lane recovered", "lane", l.id, "limit", limit)
+	}
+}
+
+// pause holds the lane's dispatches until t (the provider said Retry-After).
+func (l *lane) pause(t time.Time, log *slog.Logger) {
+	l.mu.Lock()
+	extended := t.After(l.pausedUntil)
+	if extended {
+		l.pausedUntil = t
+	}
+	l.mu.Unlock()
+	if extended {
+		l.q.PauseUntil(t)
+		l.m.pauses.Inc()
+		log.Info("lane paused", "lane", l.id, "until", t.Format(time.RFC3339Nano))
+	}
+}
+
+// LaneInfo is one lane as GET /governor/lanes shows it.
+type LaneInfo struct {
+	ID              string         `json:"id"`
+	Upstream        string         `json:"upstream"`
+	Model           string         `json:"model"`
+	Credential      string         `json:"credential"` // a short hash, never the key
+	Target          float64        `json:"target"`
+	Limit           int            `json:"limit"`
+	InFlight        int            `json:"in_flight"`
+	Queued          int            `json:"queued"`
+	QueuedByUrgency map[string]int `json:"queued_by_urgency"`
+	LatencyEWMAMs   float64        `json:"latency_ewma_ms"`
+	LastDecrease    *time.Time     `json:"last_decrease"`
+	Collapsed       bool           `json:"collapsed"`
+	Decreases       uint64         `json:"decreases"`
+	Collapses       uint64         `json:"collapses"`
+	PausedUntil     *time.Time     `json:"paused_until"`
+}
+
+func (l *lane) info(now time.Time) LaneInfo {
+	st := l.ctrl.State()
+	qs := l.q.Stats()
+	li := LaneInfo{
+		ID:              l.id,
+		Upstream:        l.upstream.name,
+		Model:           l.model,
+		Credential:      l.credHash,
+		Target:          st.Target,
+		Limit:           st.Limit,
+		InFlight:        qs.InFlight,
+		Queued:          qs.Waiting,
+		QueuedByUrgency: map[string]int{},
+		LatencyEWMAMs:   float64(st.LatencyEWMA) / float64(time.Millisecond),
+		Collapsed:       st.Collapsed,
+		Decreases:       st.Decreases,
+		Collapses:       st.Collapses,
+	}
+	for u, n := range qs.WaitingByUrgency {
+		if n > 0 {
+			li.QueuedByUrgency[fmt.Sprintf("u=%d", u)] = n
+		}
+	}
+	if !st.LastDecrease.IsZero() {
+		t := st.LastDecrease
+		li.LastDecrease = &t
+	}
+	if qs.PausedUntil.After(now) {
+		t := qs.PausedUntil
+		li.PausedUntil = &t
+	}
+	return li
+}
+
+// laneMetrics are one lane's series, labelled by its id (bounded by
+// Config.MaxLanes, and free of credentials).
+type laneMetrics struct {
+	attempts  [len(outcomeNames)]*metrics.Counter
+	retries   [len(outcomeNames)]*metrics.Counter
+	decreases *metrics.Counter
+	collapses *metrics.Counter
+	pauses    *metrics.Counter
+	queueWait *metrics.PrometheusHistogram
+	upstream  *metrics.PrometheusHistogram
+}
+
+func newLaneMetrics(set *metrics.Set, l *lane) *laneMetrics {
+	lbl := fmt.Sprintf("lane=%q", l.id)
+	m := &laneMetrics{
+		decreases: set.NewCounter("governor_lane_decreases_total{" + lbl + "}"),
+		collapses: set.NewCounter("governor_lane_collapses_total{" + lbl + "}"),
+		pauses:    set.NewCounter("governor_lane_pauses_total{" + lbl + "}"),
+		queueWait: set.NewPrometheusHistogramExt("governor_queue_wait_seconds{"+lbl+"}", latencyBuckets),
+		upstream:  set.NewPrometheusHistogramExt("governor_lane_upstream_latency_seconds{"+lbl+"}", latencyBuckets),
+	}
+	for i, name := range outcomeNames {
+		m.attempts[i] = set.NewCounter(fmt.Sprintf("governor_attempts_total{%s,outcome=%q}", lbl, name))
+		if outcome(i).retryable() {
+			m.retries[i] = set.NewCounter(fmt.Sprintf("governor_retries_total{%s,reason=%q}", lbl, name))
+		}
+	}
+	set.NewGauge("governor_lane_target{"+lbl+"}", func() float64 { return l.ctrl.State().Target })
+	set.NewGauge("governor_lane_limit{"+lbl+"}", func() float64 { return float64(l.ctrl.Limit()) })
+	set.NewGauge("governor_lane_in_flight{"+lbl+"}", func() float64 { return float64(l.q.Stats().InFlight) })
+	set.NewGauge("governor_lane_queued{"+lbl+"}", func() float64 { return float64(l.q.Len()) })
+	return m
+}

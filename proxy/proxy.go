@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Proxy is Governor's main listener: it forwards every call whose path is
+// not under /governor/ to its upstream and serves Governor's own API under
+// /governor/.
+type Proxy struct {
+	cfg     Config
+	lanes   *lanes
+	// ctx ends when the Proxy stops for good; calls in the queue see it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	router  router
+	metrics *proxyMetrics
+	server  *fasthttp.Server
+
+	apiExact  map[string]fasthttp.RequestHandler
+	apiPrefix []apiRoutePrefix
+}
+
+type apiRoutePrefix struct {
+	prefix string
+	h      fasthttp.RequestHandler
+}
+
+// APIPrefix is the path prefix of Governor's own API on the main listener.
+const APIPrefix = "/governor/"
+
+// New returns a Proxy for cfg. It registers its metrics on cfg.Metrics.
+func New(cfg Config) (*Proxy, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		cfg:      c,
+		apiExact: map[string]fasthttp.RequestHandler{},
+		router: router{
+			def:    newUpstream("default", c.Upstream, &c),
+			byName: map[string]*upstream{},
+		},
+	}
+	names := []string{"default"}
+	for _, r := range c.Routes {
+		if r.Name == "default" {
+			return nil, errors.New(`proxy: route name "default" is taken by the default upstream`)
+		}
+		p.router.byName[r.Name] = newUpstream(r.Name, r.URL, &c)
+		names = append(names, r.Name)
+	}
+	p.metrics = newProxyMetrics(c.Metrics, names)
+	p.lanes = newLanes(&p.cfg)
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.HandleAPI(APIPrefix+"lanes", p.serveLanes)
+	p.server = &fasthttp.Server{
+		Handler:                      p.Handler,
+		ErrorHandler:                 p.serverError,
+		MaxRequestBodySize:           c.MaxBodyBytes,
+		ReadTimeout:                  c.ReadTimeout,
+		IdleTimeout:                  c.ClientIdleTimeout,
+		ReadBufferSize:               16 << 10, // bounds request headers
+		NoDefaultServerHeader:        true,     // the upstream's Server header passes through
+		NoDefaultDate:                true,     // so does its Date
+		NoDefaultContentType:         true,     // and the absence of a Content-Type
+		DisablePreParseMultipartForm: true,     // bodies are forwarded, never parsed as forms
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{c.Logger},
+	}
+	return p, nil
+}
+
+// HandleAPI registers h for a path under APIPrefix. A path ending in "/"
+// matches every path it prefixes; other paths match exactly. HandleAPI must
+// be called before Serve.
+func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
+	if !strings.HasPrefix(path, APIPrefix) {
+		panic(fmt.Sprintf("proxy: API path %q is not under %s", path, APIPrefix))
+	}
+	if strings.HasSuffix(path, "/") {
+		p.apiPrefix = append(p.apiPrefix, apiRoutePrefix{path, h})
+		return
+	}
+	p.apiExact[path] = h
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (p *Proxy) Serve(ln net.Listener) error {
+	return p.server.Serve(ln)
+}
+
+// Shutdown stops accepting connections, closes idle ones and waits for the
+// calls in progress, queued ones included, to end or ctx to be done. When
+// ctx ends first, the calls still waiting get Governor's "draining" error
+// instead of a dropped connection.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.server.ShutdownWithContext(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-done:
+		p.cancel()
+		p.lanes.close()
+		return err
+	case <-ctx.Done():
+	}
+	// Out of time: answer whatever still waits, then let handlers finish.
+	p.cancel()
+	p.lanes.close()
+	<-done
+	return ctx.Err()
+}
+
+// serveLanes answers GET /governor/lanes.
+func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() {
+		writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
+		return
+	}
+	now := p.cfg.Now()
+	all := p.lanes.all()
+	out := struct {
+		Lanes []LaneInfo `json:"lanes"`
+	}{Lanes: make([]LaneInfo, 0, len(all))}
+	for _, l := range all {
+		out.Lanes = append(out.Lanes, l.info(now))
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// Handler serves one request on the main listener.
+func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	if bytes.HasPrefix(path, []byte(APIPrefix)) || bytes.Equal(path, []byte("/governor")) {
+		p.serveAPI(ctx, path)
+		p.metrics.countRequest(apiRoute, ctx.Response.StatusCode())
+		return
+	}
+	p.forward(ctx)
+}
+
+func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
+	if h, ok := p.apiExact[string(path)]; ok {
+		h(ctx)
+		return
+	}
+	for _, r := range p.apiPrefix {
+		if bytes.HasPrefix(path, []byte(r.prefix)) {
+			r.h(ctx)
+			return
+		}
+	}
+	writeError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
+		Message: fmt.Sprintf("no Governor endpoint %s", path)})
+}
+
+// serverError answers requests fasthttp could not read.
+func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, false, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
+			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
+		return
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		writeError(ctx, false, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest,
+			Message: "timed out reading the request"})
+		return
+	}
+	writeError(ctx, false, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
+		Message: "malformed HTTP request"})
+}
+
+// fasthttpLogger sends fasthttp's own messages (mostly connection errors of
+// clients) to the debug level: they are noise at info.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, false, apiError{Status: fasthttp.StatusInternalServerError, Code: "internal", Message: err.Error()})
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}

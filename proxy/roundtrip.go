@@ -1,0 +1,294 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/queue"
+)
+
+// callOptions are how one call is governed.
+type callOptions struct {
+	urgency        int
+	maxRetries     int
+	attemptTimeout time.Duration
+	// client is the caller's connection, watched while the call waits
+	// so that a caller who leaves takes the call out of the queue; nil for
+	// calls with no connection of their own (batch items).
+	client net.Conn
+}
+
+// callResult is what a governed round trip came to: an upstream answer to
+// pass back (resp, owned by the receiver, with release to be called once
+// it is written) or an error of Governor's own.
+type callResult struct {
+	resp    *fasthttp.Response
+	release func() // gives the lane's slot back; nil when none is held
+	err     *apiError
+	details Details
+}
+
+// errClientLeft is the cause of a call's context ending because its
+// client disconnected.
+var errClientLeft = errors.New("client disconnected")
+
+// roundTrip sends req to l's upstream under the lane's governance: it waits
+// in the lane's queue until the controller's limit lets it out, classifies
+// the answer, feeds the outcome to the controller, and retries what a retry
+// can fix, ahead of fresh calls, after the provider's hint or a jittered
+// backoff, until the budget is spent. A streamed answer is returned as soon
+// as its headers arrive; it is never retried after that.
+func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o callOptions) callResult {
+	if o.client != nil {
+		var stop func()
+		ctx, stop = watchClient(ctx, o.client, clientCheckInterval)
+		defer stop()
+	}
+	var d Details
+	var last *fasthttp.Response // the previous failed answer, returned if we give up
+	// giveUp ends the call: with the provider's last answer when there is
+	// one and someone to read it, else with e.
+	giveUp := func(e *apiError) callResult {
+		d.Status = StatusFailed
+		clientLeft := errors.Is(context.Cause(ctx), errClientLeft)
+		if last != nil && !clientLeft {
+			return callResult{resp: last, details: d}
+		}
+		if last != nil {
+			fasthttp.ReleaseResponse(last)
+		}
+		if e == nil {
+			e = p.waitError(ctx, context.Cause(ctx))
+		}
+		e.Final = true
+		return callResult{err: e, details: d}
+	}
+
+	for attempt := 1; ; attempt++ {
+		if err := p.wait(ctx, l, o, attempt > 1, &d); err != nil {
+			return giveUp(err)
+		}
+
+		resp := fasthttp.AcquireResponse()
+		start := p.cfg.Now()
+		err := l.upstream.client.DoDeadline(req, resp, start.Add(o.attemptTimeout))
+		oc := outcomeAnswered
+		if err != nil {
+			oc = classifyErr(err)
+		} else if needsBuffering(resp) {
+			// Read the body inside the attempt: a body cut short is a
+			// connection error to retry, and a 429's body says whether it
+			// is final.
+			if err = bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
+				oc = classifyErr(err)
+				if errors.Is(err, errResponseTooLarge) {
+					oc = outcomeAnswered // retrying gets the same; passed back cut as a Governor error
+				}
+			}
+		}
+		if err == nil {
+			oc = classifyStatus(resp.StatusCode(), bufferedBody(resp))
+		}
+		now := p.cfg.Now()
+		latency := now.Sub(start)
+		d.Attempts++
+		d.Execution += latency
+		l.m.attempts[oc].Inc()
+		l.m.upstream.Update(latency.Seconds())
+		l.observe(oc, latency, l.q.Stats().InFlight, now, p.cfg.Logger)
+
+		if err == nil && oc == outcomeAnswered || oc == outcomeQuota {
+			if last != nil {
+				fasthttp.ReleaseResponse(last)
+			}
+			d.Status = StatusCompleted
+			switch {
+			case resp.StatusCode() >= 400:
+				d.Status = StatusFailed
+			case attempt > 1:
+				d.Status = StatusCompletedWithRetries
+			}
+			return callResult{resp: resp, release: l.q.Release, details: d}
+		}
+		if err != nil && oc == outcomeAnswered { // response too large
+			l.q.Release()
+			fasthttp.ReleaseResponse(resp)
+			e := upstreamError(l.upstream, err)
+			return giveUp(&e)
+		}
+
+		// A failed attempt.
+		d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
+		hint := time.Duration(0)
+		if err == nil {
+			hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
+			if oc == outcomeRateLimited && hint > 0 {
+				l.pause(now.Add(hint), p.cfg.Logger)
+			}
+		}
+		l.q.Release()
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+		} else {
+			if last != nil {
+				fasthttp.ReleaseResponse(last)
+			}
+			last = resp
+		}
+		if attempt > o.maxRetries || ctx.Err() != nil {
+			if err != nil {
+				e := upstreamError(l.upstream, err)
+				return giveUp(&e)
+			}
+			return giveUp(nil)
+		}
+		l.m.retries[oc].Inc()
+		if err := p.backoff(ctx, attempt, hint, oc); err != nil {
+			return giveUp(p.waitError(ctx, err))
+		}
+	}
+}
+
+// needsBuffering reports whether an answer is read whole before it is
+// passed back: every error answer, and any other answer of known, modest
+// length that is not an event stream.
+func needsBuffering(resp *fasthttp.Response) bool {
+	if resp.StatusCode() >= 400 {
+		return true
+	}
+	size := resp.Header.ContentLength()
+	return !isEventStream(resp.Header.ContentType()) && size >= 0 && size <= bufferResponseBytes
+}
+
+// bufferedBody returns an answer's body if it has been read, else nil. (A
+// streamed body must not be touched here: Body() would read it whole.)
+func bufferedBody(resp *fasthttp.Response) []byte {
+	if resp.BodyStream() != nil {
+		return nil
+	}
+	return resp.Body()
+}
+
+// wait waits for a slot in the lane's queue.
+func (p *Proxy) wait(ctx context.Context, l *lane, o callOptions, retry bool, d *Details) *apiError {
+	qctx, cancel := context.WithTimeoutCause(ctx, p.cfg.QueueTimeout, errQueueTimeout)
+	defer cancel()
+	start := p.cfg.Now()
+	err := l.q.Acquire(qctx, queue.Priority{Urgency: o.urgency, Retry: retry})
+	waited := p.cfg.Now().Sub(start)
+	d.Queue += waited
+	l.m.queueWait.Update(waited.Seconds())
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return p.waitError(qctx, err)
+	}
+	return p.waitError(ctx, err)
+}
+
+var errQueueTimeout = errors.New("queue timeout")
+
+// waitError turns the end of a wait into Governor's error.
+func (p *Proxy) waitError(ctx context.Context, err error) *apiError {
+	switch {
+	case errors.Is(err, queue.ErrFull):
+		return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeQueueFull, RetryAfter: 1,
+			Message: "Governor's queue for this lane is full; retry later"}
+	case errors.Is(err, queue.ErrClosed):
+		return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining, RetryAfter: 1,
+			Message: "Governor is shutting down"}
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errQueueTimeout):
+		return &apiError{Status: fasthttp.StatusGatewayTimeout, Code: CodeQueueTimeout,
+			Message: fmt.Sprintf("waited longer than %s in Governor's queue", p.cfg.QueueTimeout)}
+	case errors.Is(cause, errClientLeft):
+		return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"}
+	default:
+		return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining, Message: cause.Error()}
+	}
+}
+
+// statusClientClosed is nginx's 499: the client left before its answer.
+// Nobody reads it; it shows in metrics.
+const statusClientClosed = 499
+
+// backoff waits before a retry: not at all after a rate limit with a hint
+// (the lane is paused until then, and the retry waits in the queue), the
+// hint after another failure that carried one, else exponential backoff
+// with full jitter.
+func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration, oc outcome) error {
+	d := hint
+	if oc == outcomeRateLimited && hint > 0 {
+		return nil
+	}
+	if d == 0 {
+		ceiling := p.cfg.BackoffBase << min(attempt-1, 30)
+		if ceiling <= 0 || ceiling > p.cfg.BackoffMax {
+			ceiling = p.cfg.BackoffMax
+		}
+		d = rand.N(ceiling + 1)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// watchClient returns a context that ends when the client behind conn
+// disconnects, checked every interval with peerGone. stop ends the watch.
+func watchClient(parent context.Context, conn net.Conn, every time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	check := func() {
+		if peerGone(conn) {
+			cancel(errClientLeft)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
+		}
+	}
+	mu.Lock()
+	t = time.AfterFunc(every, check)
+	mu.Unlock()
+	return ctx, func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// maxRetriesOf reads X-Governor-Max-Retries; absent or malformed means def.
+func maxRetriesOf(v []byte, def int) int {
+	if len(v) == 0 {
+		return def
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < 0 {
+		return def
+	}
+	return min(n, MaxRetriesCeiling)
+}

@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstream is one provider endpoint Governor forwards to: the default
+// upstream or a named prefix route. It owns one fasthttp.HostClient
+// (STYLE.md, fasthttp rule 7) configured to stream response bodies, never to
+// retry on its own (an LLM POST is not idempotent; the retry loop owns
+// retries), and to dial through trackedConn so that the proxy can move a
+// connection's read deadline while it streams a body.
+type upstream struct {
+	name      string // route name, or "default"; used in metric labels
+	url       *url.URL
+	scheme    string
+	host      string // Host header value sent upstream
+	basePath  string // path of the upstream URL without its trailing slash
+	anthropic bool   // Governor's own errors use Anthropic's shape
+	client    *fasthttp.HostClient
+}
+
+func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	var tlsConfig *tls.Config
+	if u.Scheme == "https" {
+		if cfg.TLSConfig != nil {
+			tlsConfig = cfg.TLSConfig.Clone()
+		} else {
+			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = u.Hostname()
+		}
+	}
+	up := &upstream{
+		name:      name,
+		url:       u,
+		scheme:    u.Scheme,
+		host:      u.Host,
+		basePath:  strings.TrimSuffix(u.EscapedPath(), "/"),
+		anthropic: name == "anthropic" || strings.HasSuffix(u.Hostname(), "anthropic.com"),
+	}
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	up.client = &fasthttp.HostClient{
+		Addr:                      addr,
+		IsTLS:                     u.Scheme == "https",
+		TLSConfig:                 tlsConfig,
+		NoDefaultUserAgentHeader:  true, // the client's User-Agent passes through unchanged
+		DisablePathNormalizing:    true, // the front already normalized the path
+		StreamResponseBody:        true,
+		MaxConns:                  cfg.MaxConnsPerUpstream,
+		MaxConnWaitTimeout:        cfg.ConnectTimeout,
+		MaxIdleConnDuration:       cfg.IdleConnTimeout,
+		MaxIdemponentCallAttempts: 1,
+		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		ReadBufferSize:            responseHeaderBufferSize,
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			if timeout <= 0 || timeout > cfg.ConnectTimeout {
+				timeout = cfg.ConnectTimeout
+			}
+			d := *dialer
+			d.Timeout = timeout
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return newTrackedConn(c), nil
+		},
+	}
+	return up
+}
+
+// responseHeaderBufferSize bounds the size of an upstream's response headers.
+// Providers send many rate-limit and tracing headers; fasthttp's 4 KiB
+// default is too tight for some of them.
+const responseHeaderBufferSize = 32 << 10
+
+// trackedConn is an upstream connection whose read deadline the proxy can
+// move after fasthttp has set it.
+//
+// fasthttp applies a request's deadline to the connection and leaves it in
+// force while a streamed body is read (STYLE.md, fasthttp rule 5). That is
+// right for the wait for response headers (the attempt timeout) and wrong for
+// a generation that streams for many minutes. The connection is found from
+// the response through the address fasthttp records with ParseNetConn:
+// LocalAddr returns a connAddr that points back to its connection, which
+// holds for TLS connections too because tls.Conn delegates LocalAddr.
+type trackedConn struct {
+	net.Conn
+	laddr connAddr
+}
+
+type connAddr struct {
+	net.Addr
+	conn *trackedConn
+}
+
+func newTrackedConn(c net.Conn) *trackedConn {
+	tc := &trackedConn{Conn: c}
+	tc.laddr = connAddr{Addr: c.LocalAddr(), conn: tc}
+	return tc
+}
+
+func (c *trackedConn) LocalAddr() net.Addr { return c.laddr }
+
+// connOf returns the upstream connection a response was read from, or nil.
+func connOf(resp *fasthttp.Response) net.Conn {
+	if a, ok := resp.LocalAddr().(connAddr); ok {
+		return a.conn
+	}
+	return nil
+}
+
+// errResponseTooLarge reports an upstream answer larger than Governor buffers.
+var errResponseTooLarge = errors.New("upstream response too large")
+
+// bufferBody reads a streamed response body of at most limit bytes into the
+// response and closes the stream, so the connection goes back to the pool.
+func bufferBody(resp *fasthttp.Response, limit int64) error {
+	stream := resp.BodyStream()
+	if stream == nil {
+		return nil
+	}
+	n, err := io.Copy(resp.BodyWriter(), io.LimitReader(stream, limit+1))
+	if err == nil && n > limit {
+		err = errResponseTooLarge
+	}
+	// CloseBodyStream returns the connection to the pool when the body was
+	// read to its end and closes it otherwise.
+	if cerr := resp.CloseBodyStream(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("read upstream body: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+// Package queue is a lane's waiting room: the calls that Governor has
+// accepted for one upstream, credential and model but may not send yet.
+//
+// A lane may have only so many calls in flight; the limit comes from an
+// AIMD controller elsewhere and is set here with [Queue.SetLimit]. A call
+// asks for a slot with [Queue.Acquire] and gives it back with
+// [Queue.Release]. This package decides who goes next, and why each rule
+// exists:
+//
+//   - Memory is bounded by configuration, not by traffic. At most
+//     [Config.Capacity] fresh calls wait; one more is refused at once with
+//     [ErrFull], so the proxy can answer 503 with Retry-After instead of
+//     holding the request open without limit.
+//
+//   - Urgency comes from the client. The HTTP Priority header of RFC 9218
+//     carries an urgency from 0 (most urgent) to 7; [ParsePriority] reads it
+//     without allocating, and the default is 3. An interactive call (u=0)
+//     overtakes a batch item (u=5) queued long before it; within one urgency
+//     calls go first in, first out.
+//
+//   - Retries cannot starve. A call that failed and is retried has already
+//     waited once and was already accepted: it goes ahead of the fresh calls
+//     of its urgency, and a few waiting places ([Config.RetryReserve]) are
+//     kept for retries only, as Phoenix's executor keeps room for requeued
+//     work, so a full queue of fresh calls does not turn an accepted call
+//     into a lost one.
+//
+//   - A provider that says Retry-After is obeyed. [Queue.PauseUntil] stops
+//     all grants until the given time; when it comes, waiting calls are let
+//     out by a timer, without anyone calling Release.
+//
+//   - A client that leaves takes its call with it. When the context passed
+//     to Acquire ends, the call leaves the queue at once and nothing is sent
+//     upstream on its behalf. If a slot was granted at the same moment, the
+//     slot is given back to the next waiter, so no slot leaks.
+//
+//   - Nothing is lost on shutdown. [Queue.Drain] waits until no call waits
+//     or runs; [Queue.Close] answers every call still waiting with
+//     [ErrClosed].
+//
+// The design follows golang.org/x/sync/semaphore: a mutex around the state
+// and, for each waiting call, a channel on which its answer is delivered.
+// The waiters are kept in a heap (container/heap) ordered by urgency, then
+// retries before fresh calls, then arrival, so a cancelled waiter leaves in
+// O(log n). There is no polling and no goroutine per waiter, and the package
+// starts no goroutine of its own: the end of a pause is a time.AfterFunc
+// timer, stopped by Close.
+//
+// The package knows nothing of HTTP or of the controller that sets the
+// limit.
+package queue
