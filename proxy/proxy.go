@@ -17,11 +17,11 @@ import (
 // not under /governor/ to its upstream and serves Governor's own API under
 // /governor/.
 type Proxy struct {
-	cfg     Config
-	lanes   *lanes
+	cfg   Config
+	lanes *lanes
 	// ctx ends when the Proxy stops for good; calls in the queue see it.
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx     context.Context
+	cancel  context.CancelFunc
 	router  router
 	metrics *proxyMetrics
 	server  *fasthttp.Server
