@@ -54,8 +54,8 @@ type Config struct {
 
 	// MaxRetries is the retry budget of a call after its first attempt;
 	// a call may lower or raise it with X-Governor-Max-Retries (at most
-	// MaxRetriesCeiling). Zero means no retries; negative means the
-	// default, 10.
+	// MaxRetriesCeiling). Zero means the default, 10; negative means no
+	// retries.
 	MaxRetries int
 	// QueueTimeout bounds one wait in a lane's queue; a call still waiting
 	// then gets 504. Default 10m.
@@ -134,8 +134,11 @@ func (c *Config) withDefaults() (Config, error) {
 	setDefault(&out.MaxConnsPerUpstream, DefaultMaxConnsPerUpstream)
 	setDefault(&out.ReadTimeout, DefaultReadTimeout)
 	setDefault(&out.ClientIdleTimeout, DefaultClientIdleTimeout)
-	if out.MaxRetries < 0 {
+	switch {
+	case out.MaxRetries == 0:
 		out.MaxRetries = DefaultMaxRetries
+	case out.MaxRetries < 0:
+		out.MaxRetries = 0
 	}
 	out.MaxRetries = min(out.MaxRetries, MaxRetriesCeiling)
 	setDefault(&out.QueueTimeout, DefaultQueueTimeout)

@@ -109,16 +109,25 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	go func() { done <- p.server.ShutdownWithContext(context.WithoutCancel(ctx)) }()
 	select {
 	case err := <-done:
-		p.cancel()
-		p.lanes.close()
+		p.stop()
 		return err
 	case <-ctx.Done():
 	}
 	// Out of time: answer whatever still waits, then let handlers finish.
-	p.cancel()
-	p.lanes.close()
+	p.stop()
 	<-done
 	return ctx.Err()
+}
+
+// stop ends the calls still waiting and closes idle upstream connections
+// (so fasthttp's connection cleaners end too).
+func (p *Proxy) stop() {
+	p.cancel()
+	p.lanes.close()
+	p.router.def.client.CloseIdleConnections()
+	for _, up := range p.router.byName {
+		up.client.CloseIdleConnections()
+	}
 }
 
 // serveLanes answers GET /governor/lanes.

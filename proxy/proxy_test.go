@@ -186,16 +186,18 @@ func TestUnreachableUpstreamIsOpenAIShaped502(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	_, base := startProxy(t, Config{
+	_, base := startProxy(t, fastRetries(Config{
 		Upstream: mustURL(t, "http://"+addr),
 		Routes:   []Route{{Name: "anthropic", URL: mustURL(t, "http://"+addr)}},
-	})
+	}))
 
 	resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	assert.Equal(t, 502, resp.StatusCode)
 	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Equal(t, "FAILED", resp.Header.Get(HeaderStatus))
+	assert.Equal(t, "11", resp.Header.Get(HeaderAttempts), "first attempt and the default 10 retries")
 	var e struct {
 		Error struct{ Message, Type, Code string } `json:"error"`
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/llmgovernor/governor/aimd"
 	"github.com/llmgovernor/governor/proxy"
 )
 
@@ -28,6 +29,25 @@ type config struct {
 	StreamIdleTimeout time.Duration `env:"GOVERNOR_STREAM_IDLE_TIMEOUT" envDefault:"5m" help:"a streamed answer silent this long is ended"`
 	ConnectTimeout    time.Duration `env:"GOVERNOR_CONNECT_TIMEOUT" envDefault:"10s" help:"dialing an upstream, and waiting for a free connection to it"`
 	DrainTimeout      time.Duration `env:"GOVERNOR_DRAIN_TIMEOUT" envDefault:"30s" help:"after SIGTERM/SIGINT, time to finish queued and in-flight work"`
+	MaxConcurrency    int           `env:"GOVERNOR_MAX_CONCURRENCY" envDefault:"64" help:"upper bound of each lane's concurrency target"`
+	MaxRetries        int           `env:"GOVERNOR_MAX_RETRIES" envDefault:"10" help:"retries after the first attempt (per call: X-Governor-Max-Retries)"`
+	QueueTimeout      time.Duration `env:"GOVERNOR_QUEUE_TIMEOUT" envDefault:"10m" help:"longest wait in a lane's queue before a 504"`
+	QueueCapacity     int           `env:"GOVERNOR_QUEUE_CAPACITY" envDefault:"10000" help:"waiting calls per lane; beyond it, 503 with Retry-After"`
+	MaxPause          time.Duration `env:"GOVERNOR_MAX_PAUSE" envDefault:"60s" help:"longest lane pause a provider's Retry-After can impose"`
+	BackoffBase       time.Duration `env:"GOVERNOR_BACKOFF_BASE" envDefault:"500ms" help:"first retry backoff without a provider hint (exponential, full jitter)"`
+	BackoffMax        time.Duration `env:"GOVERNOR_BACKOFF_MAX" envDefault:"30s" help:"longest retry backoff without a provider hint"`
+	MaxLanes          int           `env:"GOVERNOR_MAX_LANES" envDefault:"256" help:"lanes (upstream, credential, model) before new models share one lane"`
+
+	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
+	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target; 0 = preset default (phoenix: max, default: min(max, 8))"`
+	AIMDWindow              time.Duration `env:"GOVERNOR_AIMD_WINDOW" envDefault:"5s" help:"phoenix: feedback window"`
+	AIMDIncreaseStep        float64       `env:"GOVERNOR_AIMD_INCREASE_STEP" envDefault:"0" help:"0 = preset default (phoenix: +0.5 per clean window; default: +1 first probe per round trip)"`
+	AIMDDecreaseRatio       float64       `env:"GOVERNOR_AIMD_DECREASE_RATIO" envDefault:"0" help:"0 = preset default (phoenix: x0.5 per window with a 429/timeout; default: x0.9 per fresh signal)"`
+	AIMDRepeatDecreaseRatio float64       `env:"GOVERNOR_AIMD_REPEAT_DECREASE_RATIO" envDefault:"0.5" help:"default preset: cut when the previous cut did not help"`
+	AIMDProbeHold           int           `env:"GOVERNOR_AIMD_PROBE_HOLD" envDefault:"3" help:"default preset: clean round trips held below the last decrease level before probing"`
+	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
+	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
+	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
 	LogLevel          string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat         string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"json" help:"json or text (to stderr)"`
 }
@@ -39,6 +59,7 @@ type parsed struct {
 	routes    []proxy.Route
 	logLevel  slog.Level
 	logFormat string
+	aimd      aimd.Config
 }
 
 // configError is an invalid setting; main exits 2 with its message.
@@ -100,6 +121,43 @@ func loadConfig(environ []string) (*parsed, error) {
 		if !v.ok {
 			return nil, &configError{v.name, errors.New("must be greater than zero")}
 		}
+	}
+	for _, v := range []struct {
+		name string
+		ok   bool
+	}{
+		{"GOVERNOR_MAX_CONCURRENCY", c.MaxConcurrency >= 1},
+		{"GOVERNOR_MAX_RETRIES", c.MaxRetries >= 0 && c.MaxRetries <= proxy.MaxRetriesCeiling},
+		{"GOVERNOR_QUEUE_TIMEOUT", c.QueueTimeout > 0},
+		{"GOVERNOR_QUEUE_CAPACITY", c.QueueCapacity >= 1},
+		{"GOVERNOR_MAX_PAUSE", c.MaxPause > 0},
+		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase > 0},
+		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax >= c.BackoffBase},
+		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
+	} {
+		if !v.ok {
+			return nil, &configError{v.name, errors.New("out of range (see governor -h)")}
+		}
+	}
+	preset, err := aimd.ParsePreset(c.AIMDPreset)
+	if err != nil {
+		return nil, &configError{"GOVERNOR_AIMD_PRESET", err}
+	}
+	p.aimd = aimd.Config{
+		Preset:              preset,
+		Max:                 c.MaxConcurrency,
+		Initial:             c.AIMDInitial,
+		Window:              c.AIMDWindow,
+		IncreaseStep:        c.AIMDIncreaseStep,
+		DecreaseRatio:       c.AIMDDecreaseRatio,
+		RepeatDecreaseRatio: c.AIMDRepeatDecreaseRatio,
+		ProbeHold:           c.AIMDProbeHold,
+		CollapseWindow:      c.AIMDCollapseWindow,
+		CollapseThreshold:   c.AIMDCollapseThreshold,
+		LatencyAlpha:        c.AIMDLatencyAlpha,
+	}
+	if err := p.aimd.Validate(); err != nil {
+		return nil, &configError{"GOVERNOR_AIMD_*", err}
 	}
 	if c.Listen == "" {
 		return nil, &configError{"GOVERNOR_LISTEN", errors.New("empty address")}

@@ -113,6 +113,14 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		AttemptTimeout:    cfg.AttemptTimeout,
 		StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ConnectTimeout:    cfg.ConnectTimeout,
+		MaxRetries:        proxyRetries(cfg.MaxRetries),
+		QueueTimeout:      cfg.QueueTimeout,
+		QueueCapacity:     cfg.QueueCapacity,
+		MaxPause:          cfg.MaxPause,
+		BackoffBase:       cfg.BackoffBase,
+		BackoffMax:        cfg.BackoffMax,
+		MaxLanes:          cfg.MaxLanes,
+		AIMD:              cfg.aimd,
 		Metrics:           set,
 		Logger:            log,
 	})
@@ -145,7 +153,8 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		routes = append(routes, r.Name+"="+r.URL.Redacted())
 	}
 	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
-		"admin_listen", adminLn.Addr().String(), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo)
+		"admin_listen", adminLn.Addr().String(), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
+		"aimd_preset", cfg.aimd.Preset.String(), "max_concurrency", cfg.MaxConcurrency, "max_retries", cfg.MaxRetries)
 	if demo {
 		printDemo(stdout, mainLn.Addr().String())
 	}
@@ -187,4 +196,13 @@ func serveListener(name string, serve func(net.Listener) error, ln net.Listener)
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
 	return nil
+}
+
+// proxyRetries maps GOVERNOR_MAX_RETRIES to proxy.Config.MaxRetries, whose
+// zero value means the default: there, no retries is negative.
+func proxyRetries(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

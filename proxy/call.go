@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Call is a governed call made by Governor itself rather than forwarded
+// from a client connection: a batch item. It travels exactly the path of a
+// proxied call (route, lane, queue, controller, retries), so batch items and
+// interactive calls share one governance.
+type Call struct {
+	// Method is the HTTP method; empty means POST.
+	Method string
+	// Path is a path as a client would send it to Governor, query
+	// included: "/v1/chat/completions", "/anthropic/v1/messages".
+	// Prefix routes apply. It must be relative (see ValidatePath).
+	Path string
+	// Header holds the request headers (credentials, content type, …).
+	Header map[string]string
+	// Body is the request body.
+	Body []byte
+	// Urgency is the RFC 9218 urgency, 0 (most urgent) … 7.
+	Urgency int
+	// MaxRetries is the retry budget; negative means the proxy's default.
+	MaxRetries int
+	// AttemptTimeout bounds each attempt; zero means the proxy's default.
+	AttemptTimeout time.Duration
+}
+
+// Result is the answer to a Call. Exactly one of Err or StatusCode is set.
+type Result struct {
+	StatusCode  int
+	ContentType string
+	Body        []byte // the whole answer; a streamed answer is read to its end
+	// Err is an error of Governor's own: no upstream answer to return.
+	Err     *Error
+	Details Details
+}
+
+// Error is an error of Governor's own, as a Result carries it.
+type Error struct {
+	Status  int    // the HTTP status Governor would answer with
+	Code    string // e.g. "queue_full", "upstream_unreachable"
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// ErrBadPath reports a Call path that Governor will not send anywhere.
+var ErrBadPath = errors.New("bad path")
+
+// ValidatePath checks that a Call path is a relative path that Governor
+// routes to a configured upstream: absolute URLs ("https://…", "//host/…")
+// are refused, so a Call can never reach an arbitrary host.
+func (p *Proxy) ValidatePath(path string) error {
+	if !strings.HasPrefix(path, "/") || strings.HasPrefix(path, "//") {
+		return fmt.Errorf("%w %q: want a path such as /v1/chat/completions, not a URL", ErrBadPath, path)
+	}
+	u, err := url.ParseRequestURI(path)
+	if err != nil || u.Host != "" || u.Scheme != "" {
+		return fmt.Errorf("%w %q: not a valid request path", ErrBadPath, path)
+	}
+	if strings.HasPrefix(u.Path, APIPrefix) || u.Path == "/governor" {
+		return fmt.Errorf("%w %q: Governor's own API cannot be called through itself", ErrBadPath, path)
+	}
+	return nil
+}
+
+// Do runs c under governance and returns its answer, read whole. It
+// returns when the call is done or ctx ends (the call then leaves the queue
+// and nothing more is sent for it).
+func (p *Proxy) Do(ctx context.Context, c *Call) Result {
+	if err := p.ValidatePath(c.Path); err != nil {
+		return Result{Err: &Error{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()},
+			Details: Details{Status: StatusDidNotRun}}
+	}
+	in := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(in)
+	in.SetRequestURI(c.Path)
+	in.Header.SetMethod(c.Method)
+	if c.Method == "" {
+		in.Header.SetMethod(fasthttp.MethodPost)
+	}
+	for k, v := range c.Header {
+		in.Header.Set(k, v)
+	}
+	in.SetBody(c.Body)
+
+	// Route on the normalized path, as for a proxied call.
+	up, path := p.router.resolve(in.URI().Path())
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	buildUpstreamRequest(in, up, path, req)
+
+	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout}
+	if opts.maxRetries < 0 {
+		opts.maxRetries = p.cfg.MaxRetries
+	}
+	opts.maxRetries = min(opts.maxRetries, MaxRetriesCeiling)
+	if opts.attemptTimeout <= 0 {
+		opts.attemptTimeout = p.cfg.AttemptTimeout
+	}
+	l := p.lanes.forRequest(up, req)
+	// The proxy stopping for good ends the call like a client leaving.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.ctx, cancel)()
+	res := p.roundTrip(ctx, l, req, opts)
+	if res.err != nil {
+		e := res.err
+		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details}
+	}
+	resp := res.resp
+	defer fasthttp.ReleaseResponse(resp)
+	if res.release != nil {
+		defer res.release()
+	}
+	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()), Details: res.details}
+	if resp.BodyStream() != nil {
+		if conn := connOf(resp); conn != nil {
+			_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
+		}
+		if err := bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
+			e := upstreamError(up, err)
+			out.Details.Status = StatusFailed
+			out.Details.Errors = append(out.Details.Errors, "body: "+truncate(err.Error(), 200))
+			return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: out.Details}
+		}
+	}
+	out.Body = append([]byte(nil), resp.Body()...)
+	return out
+}
+
+// ClientContext returns a context for work done on behalf of the client of
+// ctx (a sync batch): it ends when that client disconnects or the proxy
+// stops for good. Call stop when the work is done.
+func (p *Proxy) ClientContext(ctx *fasthttp.RequestCtx) (context.Context, func()) {
+	return watchClient(p.ctx, ctx.Conn(), clientCheckInterval)
+}
+
+// ClientLeft reports whether a context from ClientContext ended because
+// the client disconnected.
+func ClientLeft(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errClientLeft)
+}
+
+// WriteError answers ctx with Governor's error shape (OpenAI's).
+func WriteError(ctx *fasthttp.RequestCtx, status int, code, message string) {
+	writeError(ctx, false, apiError{Status: status, Code: code, Message: message})
+}
+
+// WriteJSON answers ctx with v as JSON.
+func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) { writeJSON(ctx, status, v) }

@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/valyala/fasthttp"
+)
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		ms, secs string
+		want     time.Duration
+	}{
+		{"", "", 0},
+		{"1500", "", 1500 * time.Millisecond},
+		{"250.5", "9", 250500 * time.Microsecond},
+		{"", "2", 2 * time.Second},
+		{"", "0.5", 500 * time.Millisecond},
+		{"", "Sun, 22 Nov 2026 12:00:30 GMT", 30 * time.Second},
+		{"", "Sun, 22 Nov 2026 11:00:00 GMT", 0}, // in the past
+		{"-5", "3", 3 * time.Second},              // nonsense ms ignored
+		{"abc", "", 0},
+		{"", "-1", 0},
+		{"", "NaN", 0},
+		{"", "1e300", maxHint},
+		{"1e300", "", maxHint},
+		{"", "soon", 0},
+	} {
+		var h fasthttp.ResponseHeader
+		if tc.ms != "" {
+			h.Set("Retry-After-Ms", tc.ms)
+		}
+		if tc.secs != "" {
+			h.Set("Retry-After", tc.secs)
+		}
+		assert.Equal(t, tc.want, retryAfter(&h, now), "retry-after-ms=%q retry-after=%q", tc.ms, tc.secs)
+	}
+}
+
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"1", "1.5", "-1", "Sun, 22 Nov 2026 12:00:30 GMT", "1e309", "NaN", "+Inf", " 3 ", ""} {
+		f.Add(s, s)
+	}
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, ms, secs string) {
+		var h fasthttp.ResponseHeader
+		h.Set("Retry-After-Ms", ms)
+		h.Set("Retry-After", secs)
+		d := retryAfter(&h, now)
+		if d < 0 || d > maxHint {
+			t.Fatalf("retry-after-ms=%q retry-after=%q gave %v", ms, secs, d)
+		}
+	})
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		body   string
+		want   outcome
+	}{
+		{200, "", outcomeAnswered},
+		{400, `{"error":{"code":"invalid"}}`, outcomeAnswered},
+		{404, "", outcomeAnswered},
+		{429, `{"error":{"code":"rate_limit_exceeded"}}`, outcomeRateLimited},
+		{429, `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`, outcomeQuota},
+		{429, `{"error":{"code":"enforced_spend_limit_reached"}}`, outcomeQuota},
+		{529, `{"type":"error","error":{"type":"overloaded_error"}}`, outcomeRateLimited},
+		{500, "", outcomeServerError},
+		{502, "", outcomeServerError},
+		{503, "", outcomeServerError},
+		{504, "", outcomeServerError},
+		{501, "", outcomeAnswered},
+	} {
+		assert.Equal(t, tc.want, classifyStatus(tc.status, []byte(tc.body)), "%d %s", tc.status, tc.body)
+	}
+	assert.Equal(t, outcomeTimeout, classifyErr(fasthttp.ErrTimeout))
+	assert.Equal(t, outcomeConnError, classifyErr(errors.New("connection refused")))
+}
+
+func TestAttemptError(t *testing.T) {
+	assert.Equal(t, "429 rate_limit_exceeded",
+		attemptError(outcomeRateLimited, 429, []byte(`{"error":{"code":"rate_limit_exceeded"}}`), nil, 0))
+	assert.Equal(t, "529 overloaded_error",
+		attemptError(outcomeRateLimited, 529, []byte(`{"type":"error","error":{"type":"overloaded_error"}}`), nil, 0))
+	assert.Equal(t, "500 Internal Server Error", attemptError(outcomeServerError, 500, nil, nil, 0))
+	assert.Equal(t, "timeout after 30s", attemptError(outcomeTimeout, 0, nil, fasthttp.ErrTimeout, 30*time.Second))
+}
+
+func TestMaxRetriesHeader(t *testing.T) {
+	for in, want := range map[string]int{"": 10, "3": 3, "0": 0, "-1": 10, "x": 10, "1000": MaxRetriesCeiling, "99999999999999999999": 10} {
+		assert.Equal(t, want, maxRetriesOf([]byte(in), 10), in)
+	}
+}
+
+func TestModelOf(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"model":"gpt-4o","messages":[]}`:   "gpt-4o",
+		`  {"messages":[],"model":"claude"}`: "claude",
+		`{"model":5}`:                        "",
+		`not json`:                           "",
+		``:                                   "",
+	} {
+		assert.Equal(t, want, modelOf([]byte(in)), in)
+	}
+}
