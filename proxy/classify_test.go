@@ -22,7 +22,7 @@ func TestRetryAfter(t *testing.T) {
 		{"", "0.5", 500 * time.Millisecond},
 		{"", "Sun, 22 Nov 2026 12:00:30 GMT", 30 * time.Second},
 		{"", "Sun, 22 Nov 2026 11:00:00 GMT", 0}, // in the past
-		{"-5", "3", 3 * time.Second},              // nonsense ms ignored
+		{"-5", "3", 3 * time.Second},             // nonsense ms ignored
 		{"abc", "", 0},
 		{"", "-1", 0},
 		{"", "NaN", 0},
