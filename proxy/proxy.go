@@ -113,10 +113,23 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	// Out of time: answer whatever still waits, then let handlers finish.
+	// Out of time: answer whatever still waits with Governor's draining
+	// error, cut the calls still in flight upstream (they get the same
+	// error), then let the handlers write those answers.
 	p.stop()
+	for _, up := range p.upstreams() {
+		up.cutConnections()
+	}
 	<-done
 	return ctx.Err()
+}
+
+func (p *Proxy) upstreams() []*upstream {
+	ups := []*upstream{p.router.def}
+	for _, up := range p.router.byName {
+		ups = append(ups, up)
+	}
+	return ups
 }
 
 // stop ends the calls still waiting and closes idle upstream connections
@@ -124,8 +137,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 func (p *Proxy) stop() {
 	p.cancel()
 	p.lanes.close()
-	p.router.def.client.CloseIdleConnections()
-	for _, up := range p.router.byName {
+	for _, up := range p.upstreams() {
 		up.client.CloseIdleConnections()
 	}
 }

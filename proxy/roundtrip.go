@@ -143,6 +143,11 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 			}
 			last = resp
 		}
+		if p.ctx.Err() != nil && err != nil {
+			// Cut at the end of a drain (resp is already released).
+			return giveUp(&apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining,
+				Message: "Governor shut down before the provider answered"})
+		}
 		if attempt > o.maxRetries || ctx.Err() != nil {
 			if err != nil {
 				e := upstreamError(l.upstream, err)
@@ -214,7 +219,8 @@ func (p *Proxy) waitError(ctx context.Context, err error) *apiError {
 	case errors.Is(cause, errClientLeft):
 		return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"}
 	default:
-		return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining, Message: cause.Error()}
+		return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining, RetryAfter: 1,
+			Message: "Governor is shutting down"}
 	}
 }
 

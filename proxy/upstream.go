@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -27,6 +28,9 @@ type upstream struct {
 	basePath  string // path of the upstream URL without its trailing slash
 	anthropic bool   // Governor's own errors use Anthropic's shape
 	client    *fasthttp.HostClient
+
+	connsMu sync.Mutex
+	conns   map[*trackedConn]struct{} // open connections, to cut them at the end of a drain
 }
 
 func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
@@ -56,6 +60,7 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 		host:      u.Host,
 		basePath:  strings.TrimSuffix(u.EscapedPath(), "/"),
 		anthropic: name == "anthropic" || strings.HasSuffix(u.Hostname(), "anthropic.com"),
+		conns:     map[*trackedConn]struct{}{},
 	}
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
 	up.client = &fasthttp.HostClient{
@@ -81,7 +86,7 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 			if err != nil {
 				return nil, err
 			}
-			return newTrackedConn(c), nil
+			return up.track(newTrackedConn(c)), nil
 		},
 	}
 	return up
@@ -104,7 +109,48 @@ const responseHeaderBufferSize = 32 << 10
 // holds for TLS connections too because tls.Conn delegates LocalAddr.
 type trackedConn struct {
 	net.Conn
-	laddr connAddr
+	laddr   connAddr
+	onClose func(*trackedConn)
+	once    sync.Once
+}
+
+// Close closes the connection and forgets it.
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		if c.onClose != nil {
+			c.onClose(c)
+		}
+	})
+	return c.Conn.Close()
+}
+
+func (up *upstream) track(c *trackedConn) *trackedConn {
+	c.onClose = up.forget
+	up.connsMu.Lock()
+	up.conns[c] = struct{}{}
+	up.connsMu.Unlock()
+	return c
+}
+
+func (up *upstream) forget(c *trackedConn) {
+	up.connsMu.Lock()
+	delete(up.conns, c)
+	up.connsMu.Unlock()
+}
+
+// cutConnections closes every open connection to the upstream, idle or
+// busy: calls in flight end at once with a connection error. Only for the
+// end of a drain that ran out of time.
+func (up *upstream) cutConnections() {
+	up.connsMu.Lock()
+	conns := make([]*trackedConn, 0, len(up.conns))
+	for c := range up.conns {
+		conns = append(conns, c)
+	}
+	up.connsMu.Unlock()
+	for _, c := range conns {
+		_ = c.Conn.Close() // the owner's Close forgets it later
+	}
 }
 
 type connAddr struct {

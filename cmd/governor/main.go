@@ -175,16 +175,18 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
 	go func() {
-		// A second signal ends the drain at once.
+		// A second signal ends the process at once.
 		select {
 		case sig := <-sigc:
-			log.Warn("second signal: stopping now", "signal", sig.String())
-			cancel()
+			log.Warn("second signal: exiting now", "signal", sig.String())
+			os.Exit(exitFailed)
 		case <-ctx.Done():
 		}
 	}()
 	if err := p.Shutdown(ctx); err != nil {
-		log.Warn("drain incomplete", "err", err)
+		log.Warn("drain timed out: calls still waiting got a draining error", "err", err)
+	} else {
+		log.Info("drained")
 	}
 	_ = adminSrv.Shutdown()
 	log.Info("stopped")

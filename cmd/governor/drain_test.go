@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// buildGovernor builds the governor binary once per test binary run.
+var buildGovernor = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "governor-test")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "governor")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// governorProcess is a real governor process for a test.
+type governorProcess struct {
+	cmd         *exec.Cmd
+	base, admin string
+	stderr      *bytes.Buffer
+	exited      chan struct{}
+}
+
+func startGovernor(t *testing.T, env ...string) *governorProcess {
+	t.Helper()
+	bin, err := buildGovernor()
+	require.NoError(t, err)
+	g := &governorProcess{base: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	g.cmd = exec.Command(bin)
+	g.cmd.Env = append(os.Environ(), append(env, "GOVERNOR_LISTEN="+g.base, "GOVERNOR_ADMIN_LISTEN="+g.admin)...)
+	g.cmd.Stderr = &lockedWriter{w: g.stderr}
+	require.NoError(t, g.cmd.Start())
+	go func() { _ = g.cmd.Wait(); close(g.exited) }()
+	t.Cleanup(func() {
+		_ = g.cmd.Process.Kill()
+		<-g.exited
+		if t.Failed() {
+			t.Logf("governor stderr:\n%s", g.stderr.String())
+		}
+	})
+	require.Eventually(t, func() bool { return g.readyz() == 200 }, 20*time.Second, 20*time.Millisecond, "governor never became ready")
+	return g
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (g *governorProcess) readyz() int {
+	resp, err := http.Get("http://" + g.admin + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (g *governorProcess) queued(t *testing.T) int {
+	resp, err := http.Get("http://" + g.base + "/governor/lanes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ Lanes []struct{ Queued int } }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	n := 0
+	for _, l := range out.Lanes {
+		n += l.Queued
+	}
+	return n
+}
+
+func (g *governorProcess) exitCode(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-g.exited:
+		return g.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("governor did not exit within %s", within)
+		return -1
+	}
+}
+
+// answer is what one client got.
+type answer struct {
+	status int
+	body   string
+	err    error
+}
+
+func call(base string, stream bool, i int) answer {
+	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"call %d"}]}`, stream, i)
+	resp, err := http.Post("http://"+base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), err: err}
+}
+
+// complete reports whether a is a whole, successful answer.
+func complete(a answer, stream bool) error {
+	if a.err != nil {
+		return a.err
+	}
+	if a.status != 200 {
+		return fmt.Errorf("status %d: %s", a.status, a.body)
+	}
+	if stream {
+		if !strings.HasSuffix(a.body, "data: [DONE]\n\n") {
+			return fmt.Errorf("stream cut: %q", a.body)
+		}
+		return nil
+	}
+	var v struct{ Choices []any }
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil || len(v.Choices) == 0 {
+		return fmt.Errorf("incomplete body %q", a.body)
+	}
+	return nil
+}
+
+func TestSIGTERMDrainsEveryCall(t *testing.T) {
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 400 * time.Millisecond, ChunkDelay: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=10", "GOVERNOR_DRAIN_TIMEOUT=30s")
+
+	const calls, streams = 50, 5
+	answers := make([]answer, calls+streams)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i] = call(g.base, i >= calls, i) })
+	}
+	require.Eventually(t, func() bool { return mock.Stats().InFlight > 0 && g.queued(t) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"calls must be in flight and queued when the signal comes")
+
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return g.readyz() == 503 || g.readyz() == 0 }, 2*time.Second, 5*time.Millisecond,
+		"/readyz turns 503 at once")
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", g.base, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, 5*time.Second, 5*time.Millisecond, "the main listener stops taking connections")
+
+	wg.Wait()
+	for i, a := range answers {
+		assert.NoError(t, complete(a, i >= calls), "call %d", i)
+	}
+	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
+	assert.Equal(t, int64(calls+streams), mock.Stats().Received, "every call reached the provider exactly once")
+	assert.Contains(t, g.stderr.String(), `"msg":"drained"`)
+}
+
+func TestDrainTimeoutAnswersWhatCannotFinish(t *testing.T) {
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 20 * time.Second})
+	require.NoError(t, err)
+	defer stop()
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=2", "GOVERNOR_AIMD_INITIAL=2", "GOVERNOR_DRAIN_TIMEOUT=500ms")
+
+	answers := make([]answer, 6)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i] = call(g.base, false, i) })
+	}
+	require.Eventually(t, func() bool { return mock.Stats().InFlight == 2 && g.queued(t) == 4 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	wg.Wait()
+	for i, a := range answers {
+		require.NoError(t, a.err, "call %d: an answer, never a dropped connection", i)
+		assert.Equal(t, 503, a.status, "call %d", i)
+		assert.Contains(t, a.body, `"code":"draining"`, "call %d", i)
+	}
+	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
+}
+
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 20 * time.Second})
+	require.NoError(t, err)
+	defer stop()
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=60s")
+	go call(g.base, false, 0)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + g.admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if sc.Text() == "governor_in_flight_requests 1" {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return g.readyz() != 200 }, 2*time.Second, 5*time.Millisecond)
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGINT))
+	assert.Equal(t, exitFailed, g.exitCode(t, 5*time.Second))
+}
