@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/url"
 	"io"
 	"net/http"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,3 +93,13 @@ func fastRetries(cfg Config) Config {
 	cfg.IdleConnTimeout = time.Second
 	return cfg
 }
+
+func mustURLb(b *testing.B, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u
+}
+
+func newSet() *metrics.Set { return metrics.NewSet() }

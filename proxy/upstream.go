@@ -174,6 +174,10 @@ func connOf(resp *fasthttp.Response) net.Conn {
 	return nil
 }
 
+// copyBufs are the buffers bufferBody copies through: io.Copy would
+// allocate 32 KiB per call.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
 // errResponseTooLarge reports an upstream answer larger than Governor buffers.
 var errResponseTooLarge = errors.New("upstream response too large")
 
@@ -184,7 +188,9 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 	if stream == nil {
 		return nil
 	}
-	n, err := io.Copy(resp.BodyWriter(), io.LimitReader(stream, limit+1))
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(resp.BodyWriter(), io.LimitReader(stream, limit+1), *buf)
+	copyBufs.Put(buf)
 	if err == nil && n > limit {
 		err = errResponseTooLarge
 	}
