@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"encoding/json"
-	"net/url"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strings"
 	"testing"
