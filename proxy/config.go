@@ -77,6 +77,11 @@ type Config struct {
 	MaxLanes int
 	// AIMD configures every lane's controller. Max defaults to 64.
 	AIMD aimd.Config
+	// APIToken, if set, is required in the X-Governor-Token header of
+	// every call to Governor's own API (/governor/*); without it they get
+	// 401 and run nothing. Forwarded calls are unaffected: provider
+	// credentials in Authorization pass through untouched.
+	APIToken string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 

@@ -19,6 +19,7 @@ const (
 	CodeQueueFull           = "queue_full"
 	CodeQueueTimeout        = "queue_timeout"
 	CodeDraining            = "draining"
+	CodeUnauthorized        = "unauthorized"
 )
 
 // maxRetryAfterSeconds is the longest Retry-After Governor sends: the

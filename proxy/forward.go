@@ -67,6 +67,7 @@ func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *
 	// upstream would only cost a round trip.
 	out.Header.Del(fasthttp.HeaderExpect)
 	out.Header.Del(HeaderMaxRetries)
+	out.Header.Del(HeaderToken)
 	out.Header.SetHost(up.host)
 
 	uri := out.URI()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,7 +171,16 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	p.forward(ctx)
 }
 
+// HeaderToken carries GOVERNOR_API_TOKEN on calls to Governor's own API.
+const HeaderToken = "X-Governor-Token"
+
 func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
+	if p.cfg.APIToken != "" &&
+		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(HeaderToken), []byte(p.cfg.APIToken)) != 1 {
+		writeError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
+			Message: "Governor's API requires the " + HeaderToken + " header"})
+		return
+	}
 	if h, ok := p.apiExact[string(path)]; ok {
 		h(ctx)
 		return

@@ -48,6 +48,7 @@ type config struct {
 	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
 	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
+	APIToken                string        `env:"GOVERNOR_API_TOKEN" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
 	LogLevel                string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"json" help:"json or text (to stderr)"`
 }

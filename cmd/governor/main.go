@@ -121,6 +121,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		BackoffMax:        cfg.BackoffMax,
 		MaxLanes:          cfg.MaxLanes,
 		AIMD:              cfg.aimd,
+		APIToken:          cfg.APIToken,
 		Metrics:           set,
 		Logger:            log,
 	})
@@ -155,6 +156,10 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
 		"aimd_preset", cfg.aimd.Preset.String(), "max_concurrency", cfg.MaxConcurrency, "max_retries", cfg.MaxRetries)
+	if cfg.APIToken == "" && !isLoopback(mainLn.Addr()) {
+		log.Warn("the main listener is not on loopback and GOVERNOR_API_TOKEN is not set: anyone who reaches it can use /governor/*",
+			"listen", mainLn.Addr().String())
+	}
 	if demo {
 		printDemo(stdout, mainLn.Addr().String())
 	}
@@ -207,4 +212,9 @@ func proxyRetries(n int) int {
 		return -1
 	}
 	return n
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
