@@ -34,6 +34,7 @@ type lane struct {
 	ctrl *aimd.Controller
 
 	pausedUntil time.Time // guarded by mu; also kept by q
+	pace        pacer
 	m           *laneMetrics
 }
 

@@ -77,6 +77,17 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 			return giveUp(err)
 		}
 
+		seq, delay := l.pace.reserve(p.cfg.Now())
+		if delay > 0 {
+			// The provider's budget is spent: wait for its refill while
+			// holding the slot, instead of collecting a 429.
+			if err := sleepCtx(ctx, delay); err != nil {
+				l.q.Release()
+				return giveUp(p.waitError(ctx, err))
+			}
+			d.Queue += delay
+		}
+
 		resp := fasthttp.AcquireResponse()
 		start := p.cfg.Now()
 		err := l.upstream.client.DoDeadline(req, resp, start.Add(o.attemptTimeout))
@@ -99,6 +110,9 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 		}
 		now := p.cfg.Now()
 		latency := now.Sub(start)
+		if err == nil {
+			l.pace.observe(&resp.Header, seq, start, now)
+		}
 		d.Attempts++
 		d.Execution += latency
 		l.m.attempts[oc].Inc()
@@ -244,6 +258,11 @@ func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration, oc
 		}
 		d = rand.N(ceiling + 1)
 	}
+	return sleepCtx(ctx, d)
+}
+
+// sleepCtx waits for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
