@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -141,4 +142,36 @@ func TestPipelinedRequestsAllAnswered(t *testing.T) {
 	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 	out := rawExchange(t, addr, req+req+strings.Replace(req, "Host: x", "Host: x\r\nConnection: close", 1))
 	assert.Equal(t, 3, strings.Count(out, "HTTP/1.1 200"), out)
+}
+
+// A client that never reads its stream is given up after the idle timeout,
+// and the upstream stream is closed.
+func TestClientThatNeverReadsIsGivenUp(t *testing.T) {
+	checkLeaks(t)
+	gone := make(chan struct{}, 1)
+	chunk := strings.Repeat("data: "+strings.Repeat("x", 1000)+"\n\n", 16)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				gone <- struct{}{}
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: 300 * time.Millisecond}))
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	// ... and never read.
+	select {
+	case <-gone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the upstream stream of a client that never reads was never closed")
+	}
 }

@@ -94,6 +94,8 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 	setDetailHeaders(&ctx.Response.Header, &res.details)
 
 	if resp.BodyStream() == nil { // buffered in the round trip
+		// fasthttp writes it after we return: bound that write too.
+		_ = ctx.Conn().SetWriteDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
 		if res.release != nil {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -162,6 +163,9 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 
 // Handler serves one request on the main listener.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	// A previous answer on this keep-alive connection may have left a
+	// write deadline (see streamBody.Read and respond).
+	_ = ctx.Conn().SetWriteDeadline(time.Time{})
 	path := ctx.Path()
 	if bytes.HasPrefix(path, []byte(APIPrefix)) || bytes.Equal(path, []byte("/governor")) {
 		p.serveAPI(ctx, path)

@@ -79,8 +79,14 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if b.conn != nil && b.idle > 0 {
-		if err := b.conn.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
+		now := time.Now()
+		if err := b.conn.SetReadDeadline(now.Add(b.idle)); err != nil {
 			return 0, err
+		}
+		// What this read returns is written to the client next: a client
+		// that stops reading is given up after the same silence.
+		if b.client != nil {
+			_ = b.client.SetWriteDeadline(now.Add(b.idle))
 		}
 	}
 	if b.clientGone.Load() {
