@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"os"
 	"syscall"
 )
 
@@ -34,5 +35,10 @@ func peerGone(c net.Conn) bool {
 		}
 		return true // never wait for readability
 	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A read deadline on the connection (a drain's) says nothing
+		// about the peer.
+		return gone
+	}
 	return gone || err != nil
 }

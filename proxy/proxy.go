@@ -28,6 +28,8 @@ type Proxy struct {
 	metrics *proxyMetrics
 	server  *fasthttp.Server
 
+	conns *connTracker
+
 	apiExact  map[string]fasthttp.RequestHandler
 	apiPrefix []apiRoutePrefix
 }
@@ -49,6 +51,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg:      c,
 		apiExact: map[string]fasthttp.RequestHandler{},
+		conns:    newConnTracker(),
 		router: router{
 			def:    newUpstream("default", c.Upstream, &c),
 			byName: map[string]*upstream{},
@@ -79,6 +82,7 @@ func New(cfg Config) (*Proxy, error) {
 		DisablePreParseMultipartForm: true,     // bodies are forwarded, never parsed as forms
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{c.Logger},
+		ConnState:                    p.conns.state,
 	}
 	return p, nil
 }
@@ -99,7 +103,7 @@ func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
 
 // Serve accepts connections on ln until Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(ln)
+	return p.server.Serve(listenerFor(ln))
 }
 
 // Shutdown stops accepting connections, closes idle ones and waits for the
@@ -109,11 +113,21 @@ func (p *Proxy) Serve(ln net.Listener) error {
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- p.server.ShutdownWithContext(context.WithoutCancel(ctx)) }()
-	select {
-	case err := <-done:
-		p.stop()
-		return err
-	case <-ctx.Done():
+	tick := time.NewTicker(acceptGrace)
+	defer tick.Stop()
+wait:
+	for {
+		// Connections accepted during the listener's grace, and ones
+		// that never sent a request, must not hold the drain.
+		p.conns.nudgeSilent(silentConnGrace)
+		select {
+		case err := <-done:
+			p.stop()
+			return err
+		case <-ctx.Done():
+			break wait
+		case <-tick.C:
+		}
 	}
 	// Out of time: answer whatever still waits with Governor's draining
 	// error, cut the calls still in flight upstream (they get the same
@@ -166,6 +180,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	// A previous answer on this keep-alive connection may have left a
 	// write deadline (see streamBody.Read and respond).
 	_ = ctx.Conn().SetWriteDeadline(time.Time{})
+	// The request is read: a drain's read deadline on this connection
+	// (see connTracker) no longer applies; fasthttp sets its own before
+	// the next request.
+	_ = ctx.Conn().SetReadDeadline(time.Time{})
+	p.conns.busy(ctx.Conn())
 	path := ctx.Path()
 	if bytes.HasPrefix(path, []byte(APIPrefix)) || bytes.Equal(path, []byte("/governor")) {
 		p.serveAPI(ctx, path)

@@ -48,7 +48,7 @@ type config struct {
 	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
 	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
-	APIToken                string        `env:"GOVERNOR_API_TOKEN" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
+	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
 	LogLevel                string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"json" help:"json or text (to stderr)"`
 }
@@ -210,4 +210,27 @@ Configuration (environment variables, with defaults):
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Tag.Get("env"), def, f.Tag.Get("help"))
 	}
 	tw.Flush()
+}
+
+// logAttrs renders the configuration for the start-up log, one attribute
+// per variable, with secrets redacted.
+func (c *config) logAttrs() []any {
+	v := reflect.ValueOf(*c)
+	t := v.Type()
+	attrs := make([]any, 0, t.NumField())
+	for i := range t.NumField() {
+		name := t.Field(i).Tag.Get("env")
+		val := v.Field(i).Interface()
+		if t.Field(i).Tag.Get("secret") == "true" {
+			val = "unset"
+			if v.Field(i).String() != "" {
+				val = "set (redacted)"
+			}
+		}
+		if d, ok := val.(time.Duration); ok {
+			val = d.String()
+		}
+		attrs = append(attrs, slog.Any(name, val))
+	}
+	return attrs
 }

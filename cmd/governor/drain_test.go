@@ -112,7 +112,11 @@ func (g *governorProcess) exitCode(t *testing.T, within time.Duration) int {
 	case <-g.exited:
 		return g.cmd.ProcessState.ExitCode()
 	case <-time.After(within):
-		t.Fatalf("governor did not exit within %s", within)
+		// Ask for a goroutine dump (Go prints one on SIGQUIT) to show
+		// what holds the process.
+		_ = g.cmd.Process.Signal(syscall.SIGQUIT)
+		<-g.exited
+		t.Fatalf("governor did not exit within %s; its stderr:\n%s", within, g.stderr.String())
 		return -1
 	}
 }

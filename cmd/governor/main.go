@@ -155,7 +155,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	}
 	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
-		"aimd_preset", cfg.aimd.Preset.String(), "max_concurrency", cfg.MaxConcurrency, "max_retries", cfg.MaxRetries)
+		slog.Group("config", cfg.config.logAttrs()...))
 	if cfg.APIToken == "" && !isLoopback(mainLn.Addr()) {
 		log.Warn("the main listener is not on loopback and GOVERNOR_API_TOKEN is not set: anyone who reaches it can use /governor/*",
 			"listen", mainLn.Addr().String())

@@ -58,3 +58,16 @@ func TestCanaryKeyNeverLeaks(t *testing.T) {
 		assert.NotContains(t, out, canary[3:], name)
 	}
 }
+
+func TestStartupLogRedactsTheAPIToken(t *testing.T) {
+	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	defer stop()
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_API_TOKEN=tok-canary-77")
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
+	logs := g.stderr.String()
+	assert.Contains(t, logs, `"GOVERNOR_API_TOKEN":"set (redacted)"`)
+	assert.Contains(t, logs, `"GOVERNOR_MAX_CONCURRENCY":64`)
+	assert.NotContains(t, logs, "tok-canary-77")
+}
