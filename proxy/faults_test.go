@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// Each upstream fault ends with an answer within the configured timeouts:
+// a retry that succeeds, or a Governor error that says why.
+func TestUpstreamFaultsAreRetriedToSuccess(t *testing.T) {
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 5 * time.Millisecond})
+	cfg := fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: 300 * time.Millisecond})
+	_, base := startProxy(t, cfg)
+	c := client(t)
+	for _, tc := range []struct {
+		fault    string
+		attempts string
+	}{
+		{"reset", "2"},
+		{"reset-mid-stream", "2"}, // a JSON answer cut half way
+		{"hang", "2"},             // until the attempt timeout
+		{"500,502,503,529", "5"},
+		{"503,503", "3"},
+	} {
+		id := "fault-" + tc.fault
+		resp, body := chat(t, c, base, map[string]string{"X-Request-Id": id, "X-Mock-Fault": tc.fault})
+		assert.Equal(t, 200, resp.StatusCode, "%s: %s", tc.fault, body)
+		assert.Equal(t, "COMPLETED_WITH_RETRIES", resp.Header.Get(HeaderStatus), tc.fault)
+		assert.Equal(t, tc.attempts, resp.Header.Get(HeaderAttempts), tc.fault)
+		assert.Contains(t, body, "Simulated answer", tc.fault)
+		assert.Equal(t, tc.attempts, itoa(mock.Stats().ByRequestID[id]), "%s: the provider saw each attempt once", tc.fault)
+	}
+	resp, err := c.Get(base + "/governor/lanes")
+	require.NoError(t, err, "Governor stays healthy")
+	resp.Body.Close()
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestStreamFaultsCutTheStreamVisibly(t *testing.T) {
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{ChunkDelay: 5 * time.Millisecond, StreamChunks: 20})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), StreamIdleTimeout: 300 * time.Millisecond}))
+	c := client(t)
+	for _, fault := range []string{"reset-mid-stream", "hang-mid-stream"} {
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("X-Mock-Fault", fault)
+		resp, err := c.Do(req)
+		require.NoError(t, err, fault)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Error(t, err, "%s: a cut stream must not end cleanly", fault)
+		assert.Contains(t, string(body), "data: {", "%s: the events before the fault arrived", fault)
+		assert.NotContains(t, string(body), "[DONE]", fault)
+		assert.Equal(t, "1", resp.Header.Get(HeaderAttempts), "%s: no retry after the first byte", fault)
+	}
+	require.Eventually(t, func() bool { return mock.Stats().InFlight == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestSlowTrickleStreamCompletes(t *testing.T) {
+	checkLeaks(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, b := range []byte("data: slow\n\ndata: [DONE]\n\n") {
+			w.Write([]byte{b})
+			w.(http.Flusher).Flush()
+			time.Sleep(5 * time.Millisecond) // the trickle itself
+		}
+	}))
+	defer up.Close()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: 200 * time.Millisecond,
+		AttemptTimeout: 50 * time.Millisecond}))
+	resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, "data: slow\n\ndata: [DONE]\n\n", string(body), "a stream slower than the attempt timeout but never idle completes")
+}
+
+func TestMalformedAnswerAndTLSFailureGiveGovernorErrors(t *testing.T) {
+	checkLeaks(t)
+	// An upstream that answers garbage.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				bufio.NewReader(c).ReadString('\n')
+				io.WriteString(c, "THIS IS NOT HTTP\r\n\r\n")
+			}()
+		}
+	}()
+	// A plain HTTP server addressed as https: the TLS handshake fails.
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer plain.Close()
+
+	_, base := startProxy(t, fastRetries(Config{
+		Upstream:   mustURL(t, "http://"+ln.Addr().String()),
+		Routes:     []Route{{Name: "tls", URL: mustURL(t, strings.Replace(plain.URL, "http://", "https://", 1))}},
+		TLSConfig:  &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the test server has no certificate at all
+		MaxRetries: 2,
+	}))
+	c := client(t)
+	for _, path := range []string{"/v1/chat/completions", "/tls/v1/chat/completions"} {
+		start := time.Now()
+		resp, err := c.Post(base+path, "application/json", strings.NewReader(`{}`))
+		require.NoError(t, err, path)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, 502, resp.StatusCode, "%s: %s", path, body)
+		assert.Contains(t, string(body), "governor_error", path)
+		assert.Equal(t, "3", resp.Header.Get(HeaderAttempts), path)
+		assert.Less(t, time.Since(start), 5*time.Second, path)
+	}
+}
