@@ -84,8 +84,18 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// oneShot is the HTTP client of these tests: one connection per request.
+//
+// A keep-alive connection left idle in a shared pool would race the drain:
+// a draining server closes idle connections, and a POST a client sends on
+// one at that instant is lost in flight (HTTP/1.1 allows the close, and
+// Go's client does not replay a POST). That race belongs to the client's
+// connection reuse, not to Governor's drain, which these tests check: every
+// call here is a client with a connection of its own, as the probes are.
+var oneShot = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func (g *governorProcess) readyz() int {
-	resp, err := http.Get("http://" + g.admin + "/readyz")
+	resp, err := oneShot.Get("http://" + g.admin + "/readyz")
 	if err != nil {
 		return 0
 	}
@@ -94,7 +104,7 @@ func (g *governorProcess) readyz() int {
 }
 
 func (g *governorProcess) queued(t *testing.T) int {
-	resp, err := http.Get("http://" + g.base + "/governor/lanes")
+	resp, err := oneShot.Get("http://" + g.base + "/governor/lanes")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out struct{ Lanes []struct{ Queued int } }
@@ -130,7 +140,7 @@ type answer struct {
 
 func call(base string, stream bool, i int) answer {
 	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"call %d"}]}`, stream, i)
-	resp, err := http.Post("http://"+base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	resp, err := oneShot.Post("http://"+base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		return answer{err: err}
 	}
@@ -224,7 +234,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=60s")
 	go call(g.base, false, 0)
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + g.admin + "/metrics")
+		resp, err := oneShot.Get("http://" + g.admin + "/metrics")
 		if err != nil {
 			return false
 		}
