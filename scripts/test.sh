@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Governor's test command (README): static checks, then every test under
-# the race detector. Runs from any directory.
+# Governor's test command (README): static checks, every Go test under the
+# race detector, then the end-to-end suite with the official SDKs. Runs from
+# any directory; needs Go, and Node.js 20+ with npm for the SDK suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,3 +12,6 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 go test -race -count=1 -timeout 10m ./...
+
+# The official OpenAI and Anthropic Node SDKs against real processes.
+e2e/run.sh
