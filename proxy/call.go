@@ -38,7 +38,10 @@ type Call struct {
 type Result struct {
 	StatusCode  int
 	ContentType string
-	Body        []byte // the whole answer; a streamed answer is read to its end
+	// RequestID is the provider's id for the answer (x-request-id, or
+	// Anthropic's request-id), empty when it sent none.
+	RequestID string
+	Body      []byte // the whole answer; a streamed answer is read to its end
 	// Err is an error of Governor's own: no upstream answer to return.
 	Err     *Error
 	Details Details
@@ -122,7 +125,8 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if res.release != nil {
 		defer res.release()
 	}
-	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()), Details: res.details}
+	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()),
+		RequestID: requestID(&resp.Header), Details: res.details}
 	if resp.BodyStream() != nil {
 		if conn := connOf(resp); conn != nil {
 			_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
@@ -158,3 +162,11 @@ func WriteError(ctx *fasthttp.RequestCtx, status int, code, message string) {
 
 // WriteJSON answers ctx with v as JSON.
 func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) { writeJSON(ctx, status, v) }
+
+// requestID returns the provider's id of an answer.
+func requestID(h *fasthttp.ResponseHeader) string {
+	if v := h.Peek("X-Request-Id"); len(v) > 0 {
+		return string(v)
+	}
+	return string(h.Peek("Request-Id"))
+}

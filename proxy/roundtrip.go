@@ -127,6 +127,7 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 			switch {
 			case resp.StatusCode() >= 400:
 				d.Status = StatusFailed
+				d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), nil, o.attemptTimeout))
 			case attempt > 1:
 				d.Status = StatusCompletedWithRetries
 			}

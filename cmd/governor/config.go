@@ -37,6 +37,10 @@ type config struct {
 	BackoffBase       time.Duration `env:"GOVERNOR_BACKOFF_BASE" envDefault:"500ms" help:"first retry backoff without a provider hint (exponential, full jitter)"`
 	BackoffMax        time.Duration `env:"GOVERNOR_BACKOFF_MAX" envDefault:"30s" help:"longest retry backoff without a provider hint"`
 	MaxLanes          int           `env:"GOVERNOR_MAX_LANES" envDefault:"256" help:"lanes (upstream, credential, model) before new models share one lane"`
+	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`
+	BatchWindow       int           `env:"GOVERNOR_BATCH_WINDOW" envDefault:"0" help:"items of one batch waiting or in flight at once; 0 = twice GOVERNOR_MAX_CONCURRENCY"`
+	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; more gets 503"`
+	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept"`
 
 	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
 	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target; 0 = preset default (phoenix: max, default: min(max, 8))"`
@@ -135,6 +139,10 @@ func loadConfig(environ []string) (*parsed, error) {
 		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase > 0},
 		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax >= c.BackoffBase},
 		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
+		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
+		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
+		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs >= 1},
+		{"GOVERNOR_BATCH_TTL", c.BatchTTL > 0},
 	} {
 		if !v.ok {
 			return nil, &configError{v.name, errors.New("out of range (see governor -h)")}

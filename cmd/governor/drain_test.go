@@ -149,6 +149,49 @@ func call(base string, stream bool, i int) answer {
 	return answer{status: resp.StatusCode, body: string(b), err: err}
 }
 
+// runBatch runs a sync batch of n chat completions.
+func runBatch(base string, n int) answer {
+	var b strings.Builder
+	b.WriteString(`{"requests":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"item %d"}]}}`, i)
+	}
+	b.WriteString(`]}`)
+	resp, err := oneShot.Post("http://"+base+"/governor/batch", "application/json", strings.NewReader(b.String()))
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(body), err: err}
+}
+
+// completeBatch reports whether a is a batch answer with n completed items.
+func completeBatch(a answer, n int) error {
+	if a.err != nil {
+		return a.err
+	}
+	if a.status != 200 {
+		return fmt.Errorf("status %d: %s", a.status, a.body)
+	}
+	var doc struct {
+		Outputs []json.RawMessage
+		Summary struct {
+			Completed int `json:"COMPLETED"`
+		}
+	}
+	if err := json.Unmarshal([]byte(a.body), &doc); err != nil {
+		return fmt.Errorf("%v: %q", err, a.body)
+	}
+	if len(doc.Outputs) != n || doc.Summary.Completed != n {
+		return fmt.Errorf("want %d completed items: %s", n, a.body)
+	}
+	return nil
+}
+
 // complete reports whether a is a whole, successful answer.
 func complete(a answer, stream bool) error {
 	if a.err != nil {
@@ -176,14 +219,18 @@ func TestSIGTERMDrainsEveryCall(t *testing.T) {
 	defer stop()
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=10", "GOVERNOR_DRAIN_TIMEOUT=30s")
 
-	const calls, streams = 50, 5
+	const calls, streams, items = 50, 5, 10
 	answers := make([]answer, calls+streams)
 	var wg sync.WaitGroup
 	for i := range answers {
 		wg.Go(func() { answers[i] = call(g.base, i >= calls, i) })
 	}
-	require.Eventually(t, func() bool { return mock.Stats().InFlight > 0 && g.queued(t) > 0 }, 10*time.Second, 5*time.Millisecond,
-		"calls must be in flight and queued when the signal comes")
+	var batchAnswer answer
+	wg.Go(func() { batchAnswer = runBatch(g.base, items) })
+	require.Eventually(t, func() bool {
+		st := mock.Stats()
+		return st.InFlight > 0 && g.queued(t) > 0 && int(st.Received)+g.queued(t) == calls+streams+items
+	}, 10*time.Second, 5*time.Millisecond, "every call and batch item must be in flight or queued when the signal comes")
 
 	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
 	require.Eventually(t, func() bool { return g.readyz() == 503 || g.readyz() == 0 }, 2*time.Second, 5*time.Millisecond,
@@ -200,8 +247,9 @@ func TestSIGTERMDrainsEveryCall(t *testing.T) {
 	for i, a := range answers {
 		assert.NoError(t, complete(a, i >= calls), "call %d", i)
 	}
+	assert.NoError(t, completeBatch(batchAnswer, items), "the sync batch")
 	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
-	assert.Equal(t, int64(calls+streams), mock.Stats().Received, "every call reached the provider exactly once")
+	assert.Equal(t, int64(calls+streams+items), mock.Stats().Received, "every call and item reached the provider exactly once")
 	assert.Contains(t, g.stderr.String(), `"msg":"drained"`)
 }
 

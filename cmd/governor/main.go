@@ -20,6 +20,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/batch"
 	"github.com/llmgovernor/governor/proxy"
 )
 
@@ -128,6 +129,22 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	window := cfg.BatchWindow
+	if window == 0 {
+		window = 2 * cfg.MaxConcurrency
+	}
+	batches, err := batch.New(p, batch.Config{
+		MaxItems:  cfg.BatchMaxItems,
+		Window:    window,
+		MaxJobs:   cfg.BatchMaxJobs,
+		TTL:       cfg.BatchTTL,
+		WriteIdle: cfg.StreamIdleTimeout,
+		Metrics:   set,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
 
 	mainLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -188,11 +205,17 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		case <-ctx.Done():
 		}
 	}()
+	// Async batch jobs are cancelled at once (nobody could fetch their
+	// results); sync batches and progress streams are calls of connected
+	// clients, which the proxy's drain lets finish.
+	batchesDone := make(chan struct{})
+	go func() { _ = batches.Shutdown(ctx); close(batchesDone) }()
 	if err := p.Shutdown(ctx); err != nil {
 		log.Warn("drain timed out: calls still waiting got a draining error", "err", err)
 	} else {
 		log.Info("drained")
 	}
+	<-batchesDone
 	_ = adminSrv.Shutdown()
 	log.Info("stopped")
 	return serveErr

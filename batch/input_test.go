@@ -1,0 +1,109 @@
+package batch_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/proxy"
+)
+
+func TestBadInputRunsNothing(t *testing.T) {
+	e := newEnv(t, envOptions{
+		proxy: func(c *proxy.Config) { c.MaxBodyBytes = 4096 },
+		batch: func(c *batch.Config) { c.MaxItems = 3 },
+	})
+	item := `{"url":"/v1/chat/completions","body":{"model":"m"}}`
+	line := func(id string) string {
+		return `{"custom_id":"` + id + `","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`
+	}
+	cases := []struct {
+		name, path, contentType, body string
+		status                        int
+		want                          string // in the error message
+	}{
+		{"invalid JSON", batch.PathBatch, "application/json", `{"requests":[` + item + `,}`, 400, "invalid JSON at column"},
+		{"invalid JSONL line", batch.PathBatch, "application/jsonl", line("a") + "\n{nope\n", 400, "line 2"},
+		{"empty batch", batch.PathBatch, "application/json", `{"requests":[]}`, 400, "no requests"},
+		{"no requests", batch.PathBatch, "application/json", `{}`, 400, "no requests"},
+		{"empty JSONL", batch.PathBatch, "application/jsonl", "\n\n", 400, "no requests"},
+		{"empty body", batch.PathBatch, "application/json", ``, 400, "empty body"},
+		{"too many items", batch.PathBatch, "application/json", `{"requests":[` + strings.Repeat(item+",", 3) + item + `]}`, 400, "more than 3 requests"},
+		{"too many lines", batch.PathBatch, "application/jsonl", line("a") + "\n" + line("b") + "\n" + line("c") + "\n" + line("d"), 400, "more than 3"},
+		{"duplicate custom_id", batch.PathBatch, "application/json",
+			`{"requests":[{"custom_id":"x","url":"/v1/a","body":{}},{"custom_id":"x","url":"/v1/a","body":{}}]}`, 400, `requests[1].custom_id: duplicate custom_id "x"`},
+		{"duplicate custom_id in JSONL", batch.PathBatch, "application/jsonl", line("a") + "\n" + line("a"), 400, "line 2.custom_id: duplicate"},
+		{"JSONL line without custom_id", batch.PathBatch, "application/jsonl", item, 400, "missing custom_id"},
+		{"absolute url", batch.PathBatch, "application/json", `{"requests":[{"url":"https://evil.example/v1/x","body":{}}]}`, 400, "requests[0].url"},
+		{"scheme-relative url", batch.PathBatch, "application/json", `{"requests":[{"url":"//evil.example/v1/x","body":{}}]}`, 400, "requests[0].url"},
+		{"url to Governor's API", batch.PathBatch, "application/json", `{"requests":[{"url":"/governor/batch","body":{}}]}`, 400, "Governor's own API"},
+		{"no url", batch.PathBatch, "application/json", `{"requests":[{"body":{}}]}`, 400, "missing url"},
+		{"unsupported method", batch.PathBatch, "application/json", `{"requests":[{"method":"DELETE","url":"/v1/x","body":{}}]}`, 400, `unsupported method "DELETE"`},
+		{"unknown option", batch.PathBatch, "application/json", `{"requests":[` + item + `],"paralelism":4}`, 400, `unknown option "paralelism"`},
+		{"unknown query option", batch.PathBatch + "?retries=2", "application/jsonl", line("a"), 400, "option retries: unknown option"},
+		{"query options on JSON", batch.PathBatch + "?priority=1", "application/json", `{"requests":[` + item + `]}`, 400, "go in its body"},
+		{"unknown item field", batch.PathBatch, "application/json", `{"requests":[{"url":"/v1/x","body":{},"bdy":{}}]}`, 400, `requests[0]: invalid request: unknown field "bdy"`},
+		{"body not an object", batch.PathBatch, "application/json", `{"requests":[{"url":"/v1/x","body":"hi"}]}`, 400, "requests[0].body"},
+		{"header injection", batch.PathBatch, "application/json", `{"requests":[{"url":"/v1/x","body":{},"headers":{"X-A":"a\r\nX-Injected: 1"}}]}`, 400, "line break"},
+		{"header Governor sets", batch.PathBatch, "application/json", `{"requests":[{"url":"/v1/x","body":{},"headers":{"Host":"evil.example"}}]}`, 400, `header "Host"`},
+		{"priority out of range", batch.PathBatch, "application/json", `{"requests":[` + item + `],"priority":9}`, 400, "priority"},
+		{"concurrency zero", batch.PathBatch, "application/json", `{"requests":[` + item + `],"concurrency":0}`, 400, "concurrency"},
+		{"negative timeout", batch.PathBatch, "application/json", `{"requests":[` + item + `],"timeout":"-1s"}`, 400, "timeout"},
+		{"max_retries too high", batch.PathBatch, "application/json", `{"requests":[` + item + `],"max_retries":1000}`, 400, "max_retries"},
+		{"bad exit_on_error", batch.PathBatch + "?exit_on_error=maybe", "application/jsonl", line("a"), 400, "exit_on_error"},
+		{"unsupported content type", batch.PathBatch, "text/csv", "a,b", 415, "Content-Type"},
+		{"body too large", batch.PathBatch, "application/json", `{"requests":[` + item + `],"fallback":"` + strings.Repeat("x", 5000) + `"}`, 413, "larger than"},
+		{"async: invalid", batch.PathBatches, "application/json", `{"requests":[{"url":"https://evil.example/","body":{}}]}`, 400, "requests[0].url"},
+	}
+	for _, c := range cases {
+		resp, out := e.post(t, c.path, c.contentType, c.body)
+		assert.Equal(t, c.status, resp.StatusCode, "%s: %s", c.name, out)
+		var msg struct {
+			Error struct{ Message, Type string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &msg), "%s: %s", c.name, out)
+		assert.Contains(t, msg.Error.Message, c.want, c.name)
+		assert.Equal(t, "governor_error", msg.Error.Type, c.name)
+	}
+	assert.Zero(t, e.mock.Stats().Received, "no bad batch sent anything")
+	resp, out := e.do(t, http.MethodGet, batch.PathBatches, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.JSONEq(t, `{"batches":[]}`, out, "no bad batch became a job")
+}
+
+func TestClientThatLeavesCancelsItsBatch(t *testing.T) {
+	for _, accept := range []string{"application/json", "application/x-ndjson"} {
+		t.Run(accept, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			const n = 20
+			items := make([]any, n)
+			for i := range items {
+				items[i] = chatItem("", fmt.Sprintf("q%d", i), map[string]string{"X-Mock-Latency": "100ms"})
+			}
+			body := mustJSON(t, map[string]any{"requests": items, "concurrency": 1})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+			require.NoError(t, err)
+			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: governor\r\nContent-Type: application/json\r\nAccept: %s\r\nContent-Length: %d\r\n\r\n%s",
+				batch.PathBatch, accept, len(body), body)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return e.mock.Stats().Received >= 1 }, 10*time.Second, time.Millisecond)
+			require.NoError(t, conn.Close())
+
+			didNotRun := `governor_batch_items_total{status="DID_NOT_RUN"}`
+			require.Eventually(t, func() bool { return e.counter(t, didNotRun) > 0 }, 10*time.Second, 5*time.Millisecond,
+				"the batch ends soon after its client leaves")
+			completed := e.counter(t, `governor_batch_items_total{status="COMPLETED"}`)
+			assert.Equal(t, n, completed+e.counter(t, didNotRun), "every item has a row")
+			assert.Equal(t, int64(completed), e.mock.Stats().Received, "nothing more was sent upstream")
+			assert.Less(t, completed, n/2)
+		})
+	}
+}

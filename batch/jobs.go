@@ -1,0 +1,190 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Job states, as GET /governor/batches/{id} shows them.
+const (
+	JobRunning   = "running"
+	JobCompleted = "completed"
+	JobCancelled = "cancelled"
+)
+
+// errTooManyJobs reports a full job store.
+var errTooManyJobs = errors.New("too many batch jobs held")
+
+// job is an async batch: it runs in the background and keeps its results
+// until they expire.
+type job struct {
+	exec    *execution
+	created time.Time
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed when every row is recorded
+
+	mu        sync.Mutex
+	cancelled bool
+}
+
+// JobStatus is a job's progress.
+type JobStatus struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Total  int    `json:"total"`
+	// Counts has one entry per item status, PENDING included while the
+	// job runs.
+	Counts     map[string]int `json:"counts"`
+	CreatedAt  time.Time      `json:"created_at"`
+	StartedAt  *time.Time     `json:"started_at"`
+	FinishedAt *time.Time     `json:"finished_at"`
+	// ExpiresAt is when a finished job's results are forgotten.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Stopped   string     `json:"stopped,omitempty"`
+}
+
+func (j *job) finished() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (j *job) status(now time.Time, ttl time.Duration) JobStatus {
+	_, sum := j.exec.snapshot(now)
+	e := j.exec
+	e.mu.Lock()
+	started, finished := e.started, e.finished
+	e.mu.Unlock()
+	st := JobStatus{
+		ID:        e.id,
+		Status:    JobRunning,
+		Total:     sum.Total,
+		CreatedAt: j.created,
+		Stopped:   sum.Stopped,
+		Counts: map[string]int{
+			"COMPLETED":              sum.Completed,
+			"COMPLETED_WITH_RETRIES": sum.CompletedWithRetries,
+			"FAILED":                 sum.Failed,
+			"DID_NOT_RUN":            sum.DidNotRun,
+		},
+	}
+	if !started.IsZero() {
+		st.StartedAt = &started
+	}
+	if j.finished() {
+		st.Status = JobCompleted
+		j.mu.Lock()
+		if j.cancelled {
+			st.Status = JobCancelled
+		}
+		j.mu.Unlock()
+		st.FinishedAt = &finished
+		exp := finished.Add(ttl)
+		st.ExpiresAt = &exp
+	} else {
+		st.Counts[string(StatusPending)] = sum.Total - sum.Completed - sum.CompletedWithRetries - sum.Failed - sum.DidNotRun
+	}
+	return st
+}
+
+// jobStore holds the async jobs, bounded in number; finished jobs expire
+// ttl after they finish. Expiry is lazy: every access first drops what has
+// expired, so no timer goroutine is needed.
+type jobStore struct {
+	max int
+	ttl time.Duration
+
+	mu   sync.Mutex
+	byID map[string]*job
+}
+
+func newJobStore(max int, ttl time.Duration) *jobStore {
+	return &jobStore{max: max, ttl: ttl, byID: map[string]*job{}}
+}
+
+// expireLocked requires js.mu to be held.
+func (js *jobStore) expireLocked(now time.Time) {
+	for id, j := range js.byID {
+		if !j.finished() {
+			continue
+		}
+		j.exec.mu.Lock()
+		fin := j.exec.finished
+		j.exec.mu.Unlock()
+		if !now.Before(fin.Add(js.ttl)) {
+			delete(js.byID, id)
+		}
+	}
+}
+
+// add stores j, unless max jobs are held already.
+func (js *jobStore) add(j *job, now time.Time) error {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.expireLocked(now)
+	if len(js.byID) >= js.max {
+		return errTooManyJobs
+	}
+	js.byID[j.exec.id] = j
+	return nil
+}
+
+func (js *jobStore) get(id string, now time.Time) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.expireLocked(now)
+	return js.byID[id]
+}
+
+func (js *jobStore) remove(id string) {
+	js.mu.Lock()
+	delete(js.byID, id)
+	js.mu.Unlock()
+}
+
+// list returns the jobs, oldest first.
+func (js *jobStore) list(now time.Time) []*job {
+	js.mu.Lock()
+	js.expireLocked(now)
+	out := make([]*job, 0, len(js.byID))
+	for _, j := range js.byID {
+		out = append(out, j)
+	}
+	js.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool {
+		if !out[a].created.Equal(out[b].created) {
+			return out[a].created.Before(out[b].created)
+		}
+		return out[a].exec.id < out[b].exec.id
+	})
+	return out
+}
+
+// counts returns the number of running and finished jobs held.
+func (js *jobStore) counts() (running, finished int) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for _, j := range js.byID {
+		if j.finished() {
+			finished++
+		} else {
+			running++
+		}
+	}
+	return running, finished
+}
+
+// cancelAll cancels every running job.
+func (js *jobStore) cancelAll(cause error) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for _, j := range js.byID {
+		j.cancel(cause)
+	}
+}

@@ -1,0 +1,156 @@
+package batch_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/proxy"
+)
+
+// createJob posts an async batch and returns its status.
+func (e *env) createJob(t *testing.T, body string) batch.JobStatus {
+	t.Helper()
+	resp, out := e.post(t, batch.PathBatches, "application/json", body)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+	var st batch.JobStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	assert.Equal(t, batch.PathBatches+"/"+st.ID, resp.Header.Get("Location"))
+	return st
+}
+
+func (e *env) jobStatus(t *testing.T, id string) batch.JobStatus {
+	t.Helper()
+	resp, out := e.do(t, http.MethodGet, batch.PathBatches+"/"+id, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	var st batch.JobStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	return st
+}
+
+// waitJob polls a job until it has finished.
+func (e *env) waitJob(t *testing.T, id string) batch.JobStatus {
+	t.Helper()
+	var st batch.JobStatus
+	require.Eventually(t, func() bool {
+		st = e.jobStatus(t, id)
+		return st.FinishedAt != nil
+	}, 20*time.Second, 10*time.Millisecond)
+	return st
+}
+
+func TestAsyncJobCreatePollResults(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	items := []any{
+		chatItem("a", "one", map[string]string{"X-Mock-Latency": "300ms"}),
+		chatItem("b", "two", nil),
+		chatItem("c", "three", map[string]string{"X-Mock-Fault": "400"}),
+	}
+	st := e.createJob(t, mustJSON(t, map[string]any{"requests": items}))
+	assert.True(t, strings.HasPrefix(st.ID, "batch_"), st.ID)
+	assert.Equal(t, batch.JobRunning, st.Status)
+	assert.Equal(t, 3, st.Total)
+
+	// Results are not ready while the slow item runs, unless partial.
+	resp, out := e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, out)
+	assert.Contains(t, out, "partial=true")
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results?partial=true", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	var partial batch.Document
+	require.NoError(t, json.Unmarshal([]byte(out), &partial))
+	require.Len(t, partial.Details, 3)
+	assert.Equal(t, batch.StatusPending, partial.Details[0].Status, "the slow item is still pending")
+
+	st = e.waitJob(t, st.ID)
+	assert.Equal(t, batch.JobCompleted, st.Status)
+	assert.Equal(t, map[string]int{"COMPLETED": 2, "COMPLETED_WITH_RETRIES": 0, "FAILED": 1, "DID_NOT_RUN": 0}, st.Counts)
+	require.NotNil(t, st.StartedAt)
+	require.NotNil(t, st.ExpiresAt)
+	assert.True(t, st.ExpiresAt.After(*st.FinishedAt))
+
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	var doc batch.Document
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Equal(t, "Simulated answer to: one", answerText(t, doc.Outputs[0]))
+	assert.Equal(t, "Simulated answer to: two", answerText(t, doc.Outputs[1]))
+	assert.Equal(t, proxy.StatusFailed, doc.Details[2].Status)
+
+	// The list shows it; DELETE forgets a finished job.
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, out, st.ID)
+	resp, _ = e.do(t, http.MethodDelete, batch.PathBatches+"/"+st.ID, "", "")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+func TestAsyncJobCancel(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	const n = 40
+	items := make([]any, n)
+	for i := range items {
+		items[i] = chatItem("", fmt.Sprintf("q%d", i), map[string]string{"X-Mock-Latency": "50ms"})
+	}
+	st := e.createJob(t, mustJSON(t, map[string]any{"requests": items, "concurrency": 1}))
+	require.Eventually(t, func() bool { return e.mock.Stats().Received >= 2 }, 10*time.Second, time.Millisecond)
+
+	resp, out := e.do(t, http.MethodDelete, batch.PathBatches+"/"+st.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+	st = e.waitJob(t, st.ID)
+	assert.Equal(t, batch.JobCancelled, st.Status)
+	assert.Equal(t, "cancelled", st.Stopped)
+	assert.Positive(t, st.Counts["DID_NOT_RUN"])
+	assert.Equal(t, n, st.Counts["COMPLETED"]+st.Counts["DID_NOT_RUN"], "every item has a row: %v", st.Counts)
+
+	received := e.mock.Stats().Received
+	assert.Equal(t, int64(st.Counts["COMPLETED"]), received, "what did not run was never sent")
+	var doc batch.Document
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Equal(t, proxy.StatusDidNotRun, doc.Details[n-1].Status)
+	assert.JSONEq(t, "null", string(doc.Outputs[n-1]))
+}
+
+func TestJobsAreBoundedAndExpire(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var clock = func() time.Time { return now }
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) {
+		c.MaxJobs = 1
+		c.TTL = time.Minute
+		c.Now = func() time.Time { return clock() }
+	}})
+	body := mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}})
+	st := e.createJob(t, body)
+	e.waitJob(t, st.ID)
+
+	resp, out := e.post(t, batch.PathBatches, "application/json", body)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the store is full")
+	assert.Contains(t, out, "too_many_batches")
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+	now = now.Add(time.Minute) // the finished job expires
+	resp, _ = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	e.createJob(t, body)
+}
+
+func TestUnknownJobAndMethods(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	resp, out := e.do(t, http.MethodGet, batch.PathBatches+"/batch_nope", "", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Contains(t, out, "batch_nope")
+	resp, _ = e.do(t, http.MethodGet, batch.PathBatch, "", "")
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+}

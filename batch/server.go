@@ -1,0 +1,424 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/proxy"
+)
+
+// Config configures a Server. The zero value of every field but Metrics is
+// a documented default.
+type Config struct {
+	// MaxItems bounds the requests of one batch. Default 50000.
+	MaxItems int
+	// Window bounds the items of one batch waiting in a queue or in flight
+	// at once. Default 128.
+	Window int
+	// MaxJobs bounds the async jobs held, running or finished. Default 100.
+	MaxJobs int
+	// TTL is how long a finished async job's results are kept. Default 1h.
+	TTL time.Duration
+	// WriteIdle bounds how long a client may leave a progress line or an
+	// answer unread before it is given up. Default 5m.
+	WriteIdle time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Metrics receives the batch metrics. Required; owned by the caller.
+	Metrics *metrics.Set
+	// Logger receives operational logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Defaults of the Config fields.
+const (
+	DefaultMaxItems  = 50000
+	DefaultWindow    = 128
+	DefaultMaxJobs   = 100
+	DefaultTTL       = time.Hour
+	DefaultWriteIdle = 5 * time.Minute
+)
+
+// Server serves Governor's batch API on a proxy's main listener.
+type Server struct {
+	p      *proxy.Proxy
+	cfg    Config
+	parser parser
+	jobs   *jobStore
+	m      *serverMetrics
+
+	// ctx ends at Shutdown: async jobs see it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup // background runs: async jobs and progress streams
+}
+
+// Paths of the batch API.
+const (
+	PathBatch   = proxy.APIPrefix + "batch"
+	PathBatches = proxy.APIPrefix + "batches"
+)
+
+// New returns a Server that runs batches through p, and registers its
+// endpoints on p.
+func New(p *proxy.Proxy, cfg Config) (*Server, error) {
+	if cfg.Metrics == nil {
+		return nil, errors.New("batch: no metrics set")
+	}
+	setDefault(&cfg.MaxItems, DefaultMaxItems)
+	setDefault(&cfg.Window, DefaultWindow)
+	setDefault(&cfg.MaxJobs, DefaultMaxJobs)
+	setDefault(&cfg.TTL, DefaultTTL)
+	setDefault(&cfg.WriteIdle, DefaultWriteIdle)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		p:      p,
+		cfg:    cfg,
+		parser: parser{maxItems: cfg.MaxItems, checkPath: p.ValidatePath},
+		jobs:   newJobStore(cfg.MaxJobs, cfg.TTL),
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.m = newServerMetrics(cfg.Metrics, s.jobs)
+	p.HandleAPI(PathBatch, s.serveBatch)
+	p.HandleAPI(PathBatches, s.serveBatches)
+	p.HandleAPI(PathBatches+"/", s.serveJob)
+	return s, nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// Shutdown cancels the async jobs (nobody could fetch their results once
+// Governor is gone: what has not started becomes DID_NOT_RUN) and waits for
+// every background run, progress streams included, to end or ctx to be
+// done. Sync batches are calls of the proxy's clients: the proxy's own
+// Shutdown waits for them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.cancel(errShutdown)
+	s.jobs.cancelAll(errShutdown)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// serveBatch answers POST /governor/batch: it runs the batch and answers
+// when it is done, or streams progress lines as items finish.
+func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx, "POST")
+		return
+	}
+	b, ok := s.parse(ctx)
+	if !ok {
+		return
+	}
+	e := newExecution(newID(), b, credentials(&ctx.Request.Header))
+	if wantsProgress(ctx.Request.Header.Peek(fasthttp.HeaderAccept)) {
+		s.streamProgress(ctx, e)
+		return
+	}
+	s.m.batches["sync"].Inc()
+	cctx, stop := s.p.ClientContext(ctx)
+	s.execute(cctx, e)
+	stop()
+	s.finished(e, "sync")
+	s.writeResults(ctx, e, fasthttp.StatusOK)
+}
+
+// streamProgress answers with one NDJSON line per item as it finishes,
+// then a summary line. The batch runs in the background; the client
+// leaving cancels it.
+func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
+	s.m.batches["progress"].Inc()
+	cctx, stopWatch := s.p.ClientContext(ctx)
+	runCtx, cancel := context.WithCancelCause(cctx)
+	ls := newLineStream(ctx.Conn(), s.cfg.WriteIdle, func() { cancel(errClientGone) })
+	fallback := e.batch.Options.Fallback
+	e.onRow = func(i int, r *Row) {
+		line, _ := json.Marshal(progressLine{Index: i, CustomID: e.batch.Items[i].CustomID,
+			Output: r.output(fallback), Detail: r.detail()})
+		ls.push(line)
+	}
+	s.wg.Go(func() {
+		defer stopWatch()
+		defer cancel(nil)
+		s.execute(runCtx, e)
+		_, sum := e.snapshot(s.cfg.Now())
+		line, _ := json.Marshal(summaryLine{Summary: sum})
+		ls.push(line)
+		ls.end()
+		s.finished(e, "progress")
+	})
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("application/x-ndjson")
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.Response.SetBodyStream(ls, -1)
+}
+
+// serveBatches answers POST /governor/batches (start an async job) and GET
+// /governor/batches (list the jobs held).
+func (s *Server) serveBatches(ctx *fasthttp.RequestCtx) {
+	switch {
+	case ctx.IsPost():
+		s.createJob(ctx)
+	case ctx.IsGet():
+		now := s.cfg.Now()
+		out := struct {
+			Batches []JobStatus `json:"batches"`
+		}{Batches: []JobStatus{}}
+		for _, j := range s.jobs.list(now) {
+			out.Batches = append(out.Batches, j.status(now, s.cfg.TTL))
+		}
+		proxy.WriteJSON(ctx, fasthttp.StatusOK, out)
+	default:
+		methodNotAllowed(ctx, "GET, POST")
+	}
+}
+
+func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
+	b, ok := s.parse(ctx)
+	if !ok {
+		return
+	}
+	now := s.cfg.Now()
+	jctx, cancel := context.WithCancelCause(s.ctx)
+	j := &job{exec: newExecution(newID(), b, credentials(&ctx.Request.Header)), created: now,
+		cancel: cancel, done: make(chan struct{})}
+	if err := s.jobs.add(j, now); err != nil {
+		cancel(nil)
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
+		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
+			fmt.Sprintf("%d batch jobs are held already; fetch and DELETE finished ones, or wait for them to expire", s.cfg.MaxJobs))
+		return
+	}
+	s.m.batches["async"].Inc()
+	s.cfg.Logger.Info("batch job created", "batch", j.exec.id, "items", len(b.Items))
+	s.wg.Go(func() {
+		defer close(j.done)
+		defer cancel(nil)
+		s.execute(jctx, j.exec)
+		// The items (and the credentials they inherited) are no longer
+		// needed; the rows stay until the job expires.
+		j.exec.creds = nil
+		s.finished(j.exec, "async")
+	})
+	ctx.Response.Header.Set(fasthttp.HeaderLocation, PathBatches+"/"+j.exec.id)
+	proxy.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
+}
+
+// serveJob answers /governor/batches/{id} and /governor/batches/{id}/results.
+func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
+	rest := strings.TrimPrefix(string(ctx.Path()), PathBatches+"/")
+	id, sub, _ := strings.Cut(rest, "/")
+	now := s.cfg.Now()
+	j := s.jobs.get(id, now)
+	if j == nil || (sub != "" && sub != "results") {
+		proxy.WriteError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound,
+			fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish)", id, s.cfg.TTL))
+		return
+	}
+	switch {
+	case sub == "results" && ctx.IsGet():
+		s.serveJobResults(ctx, j)
+	case sub == "" && ctx.IsGet():
+		proxy.WriteJSON(ctx, fasthttp.StatusOK, j.status(now, s.cfg.TTL))
+	case sub == "" && ctx.IsDelete():
+		s.deleteJob(ctx, j)
+	case sub == "results":
+		methodNotAllowed(ctx, "GET")
+	default:
+		methodNotAllowed(ctx, "GET, DELETE")
+	}
+}
+
+func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
+	partial := false
+	if v := ctx.QueryArgs().Peek("partial"); v != nil {
+		var err error
+		if partial, err = strconv.ParseBool(string(v)); err != nil {
+			proxy.WriteError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, fmt.Sprintf("partial: want true or false, got %q", v))
+			return
+		}
+	}
+	if !j.finished() && !partial {
+		proxy.WriteError(ctx, fasthttp.StatusConflict, codeRunning,
+			"the batch is still running: poll "+PathBatches+"/"+j.exec.id+", or add ?partial=true for the items finished so far")
+		return
+	}
+	s.writeResults(ctx, j.exec, fasthttp.StatusOK)
+}
+
+// deleteJob cancels a running job (what has not started becomes
+// DID_NOT_RUN) or forgets a finished one.
+func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
+	if j.finished() {
+		s.jobs.remove(j.exec.id)
+		proxy.WriteJSON(ctx, fasthttp.StatusOK, j.status(s.cfg.Now(), s.cfg.TTL))
+		return
+	}
+	j.mu.Lock()
+	j.cancelled = true
+	j.mu.Unlock()
+	j.cancel(errCancelled)
+	// Items in the queue leave it at once; those in flight finish their
+	// attempt. Answer without waiting for them.
+	proxy.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(s.cfg.Now(), s.cfg.TTL))
+}
+
+// Codes of the batch API's own errors.
+const (
+	codeTooManyJobs = "too_many_batches"
+	codeRunning     = "batch_running"
+	codeBadBatch    = "invalid_batch"
+	codeMediaType   = "unsupported_media_type"
+)
+
+// parse reads and validates the batch of a request. On failure it has
+// answered with the error and returns false.
+func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
+	format, err := inputFormat(ctx.Request.Header.ContentType())
+	if err != nil {
+		proxy.WriteError(ctx, fasthttp.StatusUnsupportedMediaType, codeMediaType, err.Error())
+		return nil, false
+	}
+	var b *Batch
+	query, qerr := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
+	switch {
+	case qerr != nil:
+		err = &InputError{Where: "query", Err: qerr}
+	case format == FormatJSONL:
+		b, err = s.parser.parseJSONL(ctx.PostBody(), query)
+	case len(query) > 0:
+		err = inputErr("query", "options of a JSON batch go in its body, not in the query")
+	default:
+		b, err = s.parser.parseJSON(ctx.PostBody())
+	}
+	if err != nil {
+		s.m.rejected.Inc()
+		proxy.WriteError(ctx, fasthttp.StatusBadRequest, codeBadBatch, err.Error())
+		return nil, false
+	}
+	return b, true
+}
+
+// inputFormat tells the batch format from a Content-Type.
+func inputFormat(contentType []byte) (Format, error) {
+	if len(bytes.TrimSpace(contentType)) == 0 {
+		return FormatJSON, nil
+	}
+	mt, _, err := mime.ParseMediaType(string(contentType))
+	if err != nil {
+		return 0, fmt.Errorf("unreadable Content-Type %q", contentType)
+	}
+	switch mt {
+	case "application/json",
+		// curl -d sends this unless told otherwise; nothing else would
+		// post a form here.
+		"application/x-www-form-urlencoded":
+		return FormatJSON, nil
+	case "application/jsonl", "application/x-ndjson", "application/x-jsonlines", "application/jsonlines":
+		return FormatJSONL, nil
+	}
+	return 0, fmt.Errorf("unsupported Content-Type %q: send application/json, or application/jsonl for the OpenAI Batch format", mt)
+}
+
+// wantsProgress reports whether an Accept header asks for the progress stream.
+func wantsProgress(accept []byte) bool {
+	for part := range strings.SplitSeq(string(accept), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err == nil && mt == "application/x-ndjson" {
+			return true
+		}
+	}
+	return false
+}
+
+// credentials copies the credential headers of the batch request.
+func credentials(h *fasthttp.RequestHeader) map[string]string {
+	out := map[string]string{}
+	for _, name := range credentialHeaders {
+		if v := h.Peek(name); len(v) > 0 {
+			out[name] = string(v)
+		}
+	}
+	return out
+}
+
+// writeResults answers with a batch's results in its format: the JSON
+// document, or OpenAI Batch output lines.
+func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int) {
+	rows, sum := e.snapshot(s.cfg.Now())
+	var buf bytes.Buffer
+	if e.batch.Format == FormatJSONL {
+		enc := json.NewEncoder(&buf)
+		for i := range rows {
+			_ = enc.Encode(rows[i].openAILine(fmt.Sprintf("batch_req_%s_%d", strings.TrimPrefix(e.id, "batch_"), i), e.batch.Items[i].CustomID))
+		}
+		ctx.SetContentType("application/jsonl")
+	} else {
+		doc := Document{Outputs: make([]json.RawMessage, len(rows)), Details: make([]Detail, len(rows)), Summary: sum}
+		for i := range rows {
+			doc.Outputs[i] = rows[i].output(e.batch.Options.Fallback)
+			doc.Details[i] = rows[i].detail()
+		}
+		_ = json.NewEncoder(&buf).Encode(doc)
+		ctx.SetContentType("application/json")
+	}
+	ctx.Response.Header.Set("X-Governor-Batch-Id", e.id)
+	// A large answer is written after the handler returns: bound that write.
+	_ = ctx.Conn().SetWriteDeadline(time.Now().Add(s.cfg.WriteIdle))
+	ctx.SetStatusCode(status)
+	ctx.SetBody(buf.Bytes())
+}
+
+// finished accounts for a batch that has run.
+func (s *Server) finished(e *execution, mode string) {
+	_, sum := e.snapshot(s.cfg.Now())
+	s.m.items[proxy.StatusCompleted].Add(sum.Completed)
+	s.m.items[proxy.StatusCompletedWithRetries].Add(sum.CompletedWithRetries)
+	s.m.items[proxy.StatusFailed].Add(sum.Failed)
+	s.m.items[proxy.StatusDidNotRun].Add(sum.DidNotRun)
+	s.cfg.Logger.Info("batch finished", "batch", e.id, "mode", mode, "items", sum.Total,
+		"completed", sum.Completed, "completed_with_retries", sum.CompletedWithRetries,
+		"failed", sum.Failed, "did_not_run", sum.DidNotRun, "wall_seconds", sum.WallSeconds, "stopped", sum.Stopped)
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, proxy.CodeMethodNotAllowed, "use "+allow)
+}
+
+// newID returns a fresh batch id.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "batch_" + hex.EncodeToString(b[:])
+}
