@@ -1,0 +1,35 @@
+// Command govbench measures Governor as a user would meet it: real
+// processes on loopback, a load generator that never retries, and a
+// Markdown report with every figure the "Benchmarks" issue asks for.
+//
+// # Why real processes
+//
+// The Go benchmarks of the proxy, queue and aimd packages measure code in
+// one process. They cannot show what an operator pays for a sidecar (CPU
+// per call, memory, latency added on a real socket, compared with the
+// reverse proxy they would otherwise run) nor whether the controller gets
+// the goodput it promises against a provider that pushes back in real
+// time. govbench builds the governor and mockllm binaries (or takes them
+// with -governor and -mockllm), starts them, and Debian's nginx as the
+// comparison peer, on free ports of 127.0.0.1, drives them with closed-loop
+// clients and reads /proc for CPU time and memory. Every process it starts
+// is stopped when it returns, on an error and on Ctrl-C.
+//
+// # Scenarios
+//
+//   - overhead: a provider that answers at once; direct, through Governor
+//     and through nginx, back to back, at each -concurrency, JSON and SSE.
+//     Added latency, throughput, CPU per call, peak RSS, time to first
+//     streamed byte.
+//   - goodput (s1..s4): 64 closed-loop clients push calls through Governor
+//     into a provider that limits them; makespan against the optimum the
+//     limit allows, calls lost and duplicated, 429s, convergence. Each runs
+//     once per -presets entry (default and phoenix), side by side.
+//   - memory: 10,000 calls waiting in one lane; resident memory per waiting
+//     call above idle.
+//
+// BENCHMARKS.md at the repository root holds the results of a full run,
+// the definitions of the figures and the commands to reproduce them.
+// `govbench -smoke` runs every scenario in seconds so that CI keeps the
+// command working; it asserts no thresholds.
+package main

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// governor is a running Governor.
+type governor struct {
+	*process
+	url      string // main listener, http://127.0.0.1:PORT
+	adminURL string
+}
+
+// startGovernor starts Governor in front of upstream with its defaults,
+// free loopback ports, and the extra GOVERNOR_* settings in env, and waits
+// until /readyz answers 200.
+func startGovernor(ctx context.Context, w *workspace, name, upstream string, env ...string) (*governor, error) {
+	full := append(os.Environ(),
+		"GOVERNOR_LISTEN=127.0.0.1:0",
+		"GOVERNOR_ADMIN_LISTEN=127.0.0.1:0",
+		"GOVERNOR_UPSTREAM="+upstream,
+		"GOVERNOR_LOG_FORMAT=json",
+		// Stops are part of govbench's cleanup, not of what it measures.
+		"GOVERNOR_DRAIN_TIMEOUT=5s",
+	)
+	full = append(full, env...)
+	p, err := startProcess(name, w.governorBin, nil, full, filepath.Join(w.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	// Governor logs its addresses when it starts: port 0 picks free ports.
+	var started struct {
+		Msg         string `json:"msg"`
+		Listen      string `json:"listen"`
+		AdminListen string `json:"admin_listen"`
+	}
+	_, err = p.waitForLog(ctx, func(line string) (string, bool) {
+		if !strings.Contains(line, `"governor started"`) {
+			return "", false
+		}
+		return "", json.Unmarshal([]byte(line), &started) == nil && started.Listen != ""
+	})
+	if err != nil {
+		_ = p.stop()
+		return nil, err
+	}
+	g := &governor{process: p, url: "http://" + started.Listen, adminURL: "http://" + started.AdminListen}
+	if err := p.waitHTTP(ctx, g.adminURL+"/readyz"); err != nil {
+		_ = p.stop()
+		return nil, err
+	}
+	return g, nil
+}
+
+// laneInfo is the part of GET /governor/lanes that govbench reads.
+type laneInfo struct {
+	Limit    int `json:"limit"`
+	InFlight int `json:"in_flight"`
+	Queued   int `json:"queued"`
+}
+
+// lanes sums the lanes of Governor (the benchmarks use one lane per
+// process).
+func (g *governor) lanes(ctx context.Context) (laneInfo, error) {
+	var out struct {
+		Lanes []laneInfo `json:"lanes"`
+	}
+	if err := getJSON(ctx, g.url+"/governor/lanes", &out); err != nil {
+		return laneInfo{}, fmt.Errorf("%s lanes: %w", g.name, err)
+	}
+	var sum laneInfo
+	for _, l := range out.Lanes {
+		sum.Limit += l.Limit
+		sum.InFlight += l.InFlight
+		sum.Queued += l.Queued
+	}
+	return sum, nil
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// options are govbench's flags.
+type options struct {
+	scenarios []string // in run order: overhead, s1, s2, s3, s4, memory
+	smoke     bool
+	out       string
+	keep      bool
+
+	governorBin string // empty: build ./cmd/governor
+	mockBin     string // empty: build ./cmd/mockllm
+	nginxBin    string // empty: no nginx
+
+	concurrency      []int
+	overheadDuration time.Duration
+	overheadWarmup   time.Duration
+	overheadRounds   int
+
+	presets         []string
+	goodputDuration time.Duration
+	calls           int
+	seed            int64
+	timeoutFactor   float64
+
+	memoryCalls int
+}
+
+// allScenarios is every scenario in the order govbench runs them.
+var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "memory"}
+
+// smokeDefaults replace the defaults of flags not given on the command line
+// when -smoke is set: every scenario runs, each in a second or two.
+var smokeDefaults = map[string]string{
+	"concurrency":       "16",
+	"overhead-duration": "300ms",
+	"overhead-warmup":   "100ms",
+	"overhead-rounds":   "1",
+	"presets":           "default",
+	"goodput-duration":  "1s",
+	"calls":             "96",
+	"memory-calls":      "500",
+}
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("govbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var scenarios, concurrency, presets string
+	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory")
+	fs.BoolVar(&o.smoke, "smoke", false, "a run of a few seconds that exercises every scenario (for CI; figures are meaningless)")
+	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this `file`")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs)")
+	fs.StringVar(&o.governorBin, "governor", "", "governor `binary` (default: build ./cmd/governor)")
+	fs.StringVar(&o.mockBin, "mockllm", "", "mockllm `binary` (default: build ./cmd/mockllm)")
+	fs.StringVar(&o.nginxBin, "nginx", "nginx", "nginx `binary` for the overhead comparison; empty, or not found, skips nginx")
+	fs.StringVar(&concurrency, "concurrency", "1,16,64", "overhead: concurrent clients, comma-separated")
+	fs.DurationVar(&o.overheadDuration, "overhead-duration", 2*time.Second, "overhead: measured time per target, level, mode and round")
+	fs.DurationVar(&o.overheadWarmup, "overhead-warmup", 500*time.Millisecond, "overhead: unmeasured load before each measurement")
+	fs.IntVar(&o.overheadRounds, "overhead-rounds", 3, "overhead: rounds; each measures every target once, in rotating order")
+	fs.StringVar(&presets, "presets", "default,phoenix", "goodput: GOVERNOR_AIMD_PRESET values, comma-separated")
+	fs.DurationVar(&o.goodputDuration, "goodput-duration", time.Minute, "goodput: optimum makespan of each scenario; the provider latency follows from it")
+	fs.IntVar(&o.calls, "calls", 2000, "goodput: calls in S1 and S2 (S3 runs 1.5 times as many; S4 is bounded by time)")
+	fs.Int64Var(&o.seed, "seed", 1, "mockllm -seed (latency draws), the same for every preset")
+	fs.Float64Var(&o.timeoutFactor, "timeout-factor", 8, "goodput: a run is cut off after this many times its optimum (plus 10s)")
+	fs.IntVar(&o.memoryCalls, "memory-calls", 10000, "memory: calls waiting in the lane")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: govbench [flags]
+
+Starts mockllm, Governor and nginx as real processes on loopback, runs the
+benchmark scenarios and prints a Markdown report (see BENCHMARKS.md).
+Run it from inside the Governor module unless -governor and -mockllm are given.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.smoke {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for name, v := range smokeDefaults {
+			if !given[name] {
+				if err := fs.Set(name, v); err != nil {
+					panic(err) // the smoke defaults are constants that parse
+				}
+			}
+		}
+		concurrency, presets = fs.Lookup("concurrency").Value.String(), fs.Lookup("presets").Value.String()
+	}
+	var err error
+	if o.scenarios, err = parseScenarios(scenarios); err != nil {
+		return nil, fmt.Errorf("-scenarios: %w", err)
+	}
+	if o.concurrency, err = parseInts(concurrency); err != nil {
+		return nil, fmt.Errorf("-concurrency: %w", err)
+	}
+	o.presets = splitList(presets)
+	for _, p := range o.presets {
+		if p != "default" && p != "phoenix" {
+			return nil, fmt.Errorf("-presets: unknown preset %q (want default or phoenix)", p)
+		}
+	}
+	switch {
+	case len(o.presets) == 0:
+		return nil, errors.New("-presets: empty")
+	case o.overheadDuration <= 0 || o.overheadWarmup < 0 || o.overheadRounds < 1:
+		return nil, errors.New("-overhead-duration must be positive, -overhead-warmup not negative, -overhead-rounds at least 1")
+	case o.goodputDuration <= 0:
+		return nil, errors.New("-goodput-duration must be positive")
+	case o.calls < 64:
+		return nil, errors.New("-calls must be at least 64 (one per client)")
+	case o.timeoutFactor < 1:
+		return nil, errors.New("-timeout-factor must be at least 1")
+	case o.memoryCalls < 2:
+		return nil, errors.New("-memory-calls must be at least 2")
+	}
+	return o, nil
+}
+
+// parseScenarios expands and orders a scenario list.
+func parseScenarios(s string) ([]string, error) {
+	want := map[string]bool{}
+	for _, name := range splitList(s) {
+		switch name {
+		case "goodput":
+			for _, g := range []string{"s1", "s2", "s3", "s4"} {
+				want[g] = true
+			}
+		case "overhead", "s1", "s2", "s3", "s4", "memory":
+			want[name] = true
+		default:
+			return nil, fmt.Errorf("unknown scenario %q", name)
+		}
+	}
+	if len(want) == 0 {
+		return nil, errors.New("no scenario")
+	}
+	var out []string
+	for _, name := range allScenarios {
+		if want[name] {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty")
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.ToLower(strings.TrimSpace(f)); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

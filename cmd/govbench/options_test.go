@@ -1,0 +1,49 @@
+package main
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions(nil, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, allScenarios, o.scenarios)
+	assert.Equal(t, []int{1, 16, 64}, o.concurrency)
+	assert.Equal(t, []string{"default", "phoenix"}, o.presets)
+	assert.Equal(t, time.Minute, o.goodputDuration)
+
+	o, err = parseOptions([]string{"-smoke", "-calls", "128", "-scenarios", "memory,s2,overhead"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"overhead", "s2", "memory"}, o.scenarios, "run order, not flag order")
+	assert.Equal(t, []int{16}, o.concurrency, "smoke default")
+	assert.Equal(t, []string{"default"}, o.presets, "smoke default")
+	assert.Equal(t, 128, o.calls, "a flag given wins over the smoke default")
+
+	for _, args := range [][]string{
+		{"-scenarios", "s5"},
+		{"-presets", "aggressive"},
+		{"-concurrency", "0"},
+		{"-calls", "10"},
+		{"extra"},
+	} {
+		_, err := parseOptions(args, io.Discard)
+		assert.Error(t, err, "%q", args)
+	}
+}
+
+func TestGoodputSpecs(t *testing.T) {
+	o, err := parseOptions(nil, io.Discard)
+	require.NoError(t, err)
+	specs := goodputSpecs(o)
+	assert.Equal(t, 480*time.Millisecond, goodputLatency(o))
+	for _, name := range []string{"s1", "s2", "s3"} {
+		assert.InDelta(t, time.Minute.Seconds(), specs[name].optimum.Seconds(), 0.01, "%s is sized to -goodput-duration", name)
+	}
+	assert.Equal(t, 3000, specs["s3"].calls)
+	assert.Equal(t, "20s:cap=8,40s:cap=32", specs["s3"].mock.schedule)
+}
