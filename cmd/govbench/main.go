@@ -58,7 +58,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	res := &results{}
 	err = runScenarios(ctx, w, o, res, stderr)
 	defer adminClient.CloseIdleConnections()
-	if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		notes = append(notes, "the run was interrupted: the scenario in progress is missing")
+	case err != nil:
 		notes = append(notes, "the run stopped early: "+firstLine(err.Error()))
 	}
 
