@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -80,4 +83,68 @@ func (g *governor) lanes(ctx context.Context) (laneInfo, error) {
 		sum.Queued += l.Queued
 	}
 	return sum, nil
+}
+
+// laneEvents counts what the controllers of Governor's lanes did, from its
+// /metrics: limit decreases, collapses to 1, and lane pauses on a
+// provider's Retry-After.
+type laneEvents struct {
+	decreases, collapses, pauses int64
+}
+
+func (e laneEvents) add(o laneEvents) laneEvents {
+	return laneEvents{e.decreases + o.decreases, e.collapses + o.collapses, e.pauses + o.pauses}
+}
+
+// events reads the lane counters from the admin listener's /metrics.
+func (g *governor) events(ctx context.Context) (laneEvents, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.adminURL+"/metrics", nil)
+	if err != nil {
+		return laneEvents{}, err
+	}
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return laneEvents{}, fmt.Errorf("%s metrics: %w", g.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return laneEvents{}, fmt.Errorf("%s metrics: status %d", g.name, resp.StatusCode)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return laneEvents{}, fmt.Errorf("%s metrics: %w", g.name, err)
+	}
+	return parseLaneEvents(string(b)), nil
+}
+
+// parseLaneEvents sums the lane counters of a Prometheus text exposition.
+func parseLaneEvents(text string) laneEvents {
+	var e laneEvents
+	for _, line := range strings.Split(text, "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			continue
+		}
+		_, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "governor_lane_decreases_total":
+			e.decreases += int64(v)
+		case "governor_lane_collapses_total":
+			e.collapses += int64(v)
+		case "governor_lane_pauses_total":
+			e.pauses += int64(v)
+		}
+	}
+	return e
+}
+
+func (e laneEvents) String() string {
+	return fmt.Sprintf("%d / %d / %d", e.decreases, e.collapses, e.pauses)
 }

@@ -103,12 +103,12 @@ func (r *overheadResult) clientLevels(mode string) []int {
 
 func writeGoodput(w io.Writer, runs []goodputRun) {
 	t := table{
-		header: []string{"scenario", "preset", "L", "calls", "optimum", "makespan", "goodput", "lost", "duplicated", "429s/100 calls", "convergence"},
-		align:  "lllrrrrrrrl",
+		header: []string{"scenario", "preset", "L", "calls", "optimum", "makespan", "goodput", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence"},
+		align:  "lllrrrrrrrrl",
 	}
 	s4 := table{
-		header: []string{"preset", "calls", "aggregate goodput", "Jain (all four)", "calls/s per process (all four)", "lost", "duplicated", "429s/100 calls", "convergence"},
-		align:  "lrrrlrrrl",
+		header: []string{"preset", "calls", "aggregate goodput", "Jain (all four)", "calls/s per process (all four)", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence"},
+		align:  "lrrrlrrrrl",
 	}
 	for _, r := range runs {
 		if r.s4 != nil {
@@ -120,7 +120,7 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 			s4.add(r.preset, fmt.Sprint(r.tally.calls),
 				fmt.Sprintf("%.3f (%d / %.0f)", r.goodput(), s.completed, s.optimum),
 				fmt.Sprintf("%.3f", s.fairness()), strings.Join(per, " · "),
-				r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), convText(r.conv))
+				r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv))
 			continue
 		}
 		makespan, good := secs(r.makespan), fmt.Sprintf("%.3f", r.goodput())
@@ -132,7 +132,7 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 			calls += fmt.Sprintf(" (%d unfinished)", r.tally.unfinished)
 		}
 		t.add(r.title, r.preset, millis(r.latency), calls, secs(r.optimum), makespan, good,
-			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), convText(r.conv))
+			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv))
 	}
 	if len(t.rows) > 0 {
 		fmt.Fprintf(w, "\n## Goodput\n\n%s", t.markdown())

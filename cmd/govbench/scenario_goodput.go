@@ -85,6 +85,7 @@ type goodputRun struct {
 	makespan time.Duration
 	cutOff   bool // the run hit its time limit: makespan is a lower bound
 	tally    tally
+	events   laneEvents
 	conv     []convergence
 	s4       *sharedRun // S4 only
 }
@@ -158,10 +159,14 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	if err != nil {
 		return run, err
 	}
+	ev, err := gov.events(ctx)
+	if err != nil {
+		return run, err
+	}
 	run = goodputRun{
 		scenario: spec.name, title: spec.title, preset: preset,
 		latency: l, optimum: spec.optimum, cutOff: cutOff,
-		tally: tallyCalls(results, st),
+		tally: tallyCalls(results, st), events: ev,
 	}
 	for _, r := range results {
 		if r.Sent {

@@ -110,6 +110,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 		wg      sync.WaitGroup
 		govs    [sharedProcs]*governor
 		results [sharedProcs][]callResult
+		events  [sharedProcs]laneEvents
 	)
 	defer func() { // a process whose goroutine failed to stop it
 		for _, gv := range govs {
@@ -142,6 +143,12 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 				cancel(err)
 				return
 			}
+			ev, err := gov.events(rctx)
+			if err != nil {
+				cancel(err)
+				return
+			}
+			events[i] = ev
 			if err := gov.stop(); err != nil {
 				cancel(err)
 			}
@@ -181,6 +188,9 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 		all = append(all, rs...)
 	}
 	run = goodputRun{scenario: "s4", title: title, preset: preset, latency: l, tally: tallyCalls(all, st), s4: s}
+	for _, ev := range events {
+		run.events = run.events.add(ev)
+	}
 	for _, r := range all {
 		run.makespan = max(run.makespan, r.End)
 	}
