@@ -36,6 +36,13 @@ type pacer struct {
 	lowRateAt time.Time // when it was seen
 }
 
+// paceMargin is the share of the provider's refill rate the pacer spends.
+// A call reaches the provider some time after its dispatch, and that delay
+// varies (scheduling, connection reuse), so dispatches spaced exactly at the
+// refill rate arrive bunched now and then and find the bucket empty. Spending
+// a little less lets the bucket keep a few tokens for that jitter.
+const paceMargin = 0.95
+
 // rateMemory is how long a lower bound on the refill rate stands, so that
 // the pacer follows a provider whose rate changes.
 const rateMemory = 10 * time.Second
@@ -49,12 +56,13 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	if p.rate <= 0 {
 		return p.seq, 0
 	}
-	tokens := p.remaining - float64(p.seq-1-p.reportSeq) + p.rate*now.Sub(p.reportedAt).Seconds()
+	rate := p.rate * paceMargin
+	tokens := p.remaining - float64(p.seq-1-p.reportSeq) + rate*now.Sub(p.reportedAt).Seconds()
 	tokens = min(tokens, p.capacity)
 	if tokens >= 1 {
 		return p.seq, 0
 	}
-	return p.seq, time.Duration((1 - tokens) / p.rate * float64(time.Second))
+	return p.seq, time.Duration((1 - tokens) / rate * float64(time.Second))
 }
 
 // observe takes the budget an answer reports. seq and dispatched are those
