@@ -255,3 +255,28 @@ func TestProgressLinesArriveWhileLaterItemsRun(t *testing.T) {
 	_, err = r.ReadString('\n')
 	assert.ErrorIs(t, err, io.EOF, "the summary is the last line")
 }
+
+func TestInteractiveCallsOvertakeBatchItems(t *testing.T) {
+	// One call at a time in the lane: what goes next is the queue's choice.
+	e := newEnv(t, envOptions{proxy: func(c *proxy.Config) { c.AIMD.Max = 1 }})
+	const n = 4
+	items := make([]any, n)
+	for i := range items {
+		items[i] = chatItem("", fmt.Sprintf("background %d", i), map[string]string{"X-Mock-Latency": "300ms"})
+	}
+	batchDone := make(chan batch.Document, 1)
+	go func() { batchDone <- e.runBatch(t, mustJSON(t, map[string]any{"requests": items})) }()
+	require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond,
+		"the first batch item is in flight, the others wait")
+
+	// An interactive call (default urgency 3) to the same lane.
+	resp, out := e.post(t, "/v1/chat/completions", "application/json", mustJSON(t, chatItem("", "interactive", nil)["body"]))
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	// Answered, not received: the next batch item may already be on its
+	// way, but it takes 300ms to answer.
+	assert.Equal(t, int64(2), e.mock.Stats().Answered[200],
+		"the interactive call went right after the item in flight, ahead of the batch's waiting items")
+
+	doc := <-batchDone
+	assert.Equal(t, n, doc.Summary.Completed)
+}
