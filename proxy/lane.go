@@ -172,6 +172,15 @@ func (ls *lanes) all() []*lane {
 	return append([]*lane(nil), ls.ordered...)
 }
 
+// queued counts the calls waiting in every lane.
+func (ls *lanes) queued() int {
+	n := 0
+	for _, l := range ls.all() {
+		n += l.q.Len()
+	}
+	return n
+}
+
 // close closes every lane's queue: waiting calls get queue.ErrClosed.
 func (ls *lanes) close() {
 	for _, l := range ls.all() {

@@ -115,6 +115,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	go func() { done <- p.server.ShutdownWithContext(context.WithoutCancel(ctx)) }()
 	tick := time.NewTicker(acceptGrace)
 	defer tick.Stop()
+	lastReport := p.cfg.Now()
 wait:
 	for {
 		// Connections accepted during the listener's grace, and ones
@@ -128,6 +129,10 @@ wait:
 			break wait
 		case <-tick.C:
 		}
+		if now := p.cfg.Now(); now.Sub(lastReport) >= drainReportEvery {
+			lastReport = now
+			p.cfg.Logger.Info("drain in progress", "calls_in_progress", p.metrics.inFlight.Load(), "queued", p.lanes.queued())
+		}
 	}
 	// Out of time: answer whatever still waits with Governor's draining
 	// error, cut the calls still in flight upstream (they get the same
@@ -139,6 +144,9 @@ wait:
 	<-done
 	return ctx.Err()
 }
+
+// drainReportEvery is how often a drain logs what it still waits for.
+const drainReportEvery = time.Second
 
 func (p *Proxy) upstreams() []*upstream {
 	ups := []*upstream{p.router.def}

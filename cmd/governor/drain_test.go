@@ -250,6 +250,7 @@ func TestSIGTERMDrainsEveryCall(t *testing.T) {
 	assert.NoError(t, completeBatch(batchAnswer, items), "the sync batch")
 	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
 	assert.Equal(t, int64(calls+streams+items), mock.Stats().Received, "every call and item reached the provider exactly once")
+	assert.Contains(t, g.stderr.String(), `"msg":"drain in progress"`, "the drain reports what it waits for")
 	assert.Contains(t, g.stderr.String(), `"msg":"drained"`)
 }
 
