@@ -280,3 +280,16 @@ func TestInteractiveCallsOvertakeBatchItems(t *testing.T) {
 	doc := <-batchDone
 	assert.Equal(t, n, doc.Summary.Completed)
 }
+
+func TestTimeoutBoundsEachAttempt(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{
+		chatItem("", "slow", map[string]string{"X-Mock-Latency": "5s"}),
+	}, "timeout": "100ms", "max_retries": 1, "fallback": "timed out"}))
+	d := doc.Details[0]
+	assert.Equal(t, proxy.StatusFailed, d.Status)
+	assert.Equal(t, 2, d.Attempts)
+	assert.Equal(t, []string{"timeout after 100ms", "timeout after 100ms"}, d.Errors)
+	assert.Less(t, d.ExecutionSeconds, 5.0, "no attempt ran to the provider's answer")
+	assert.JSONEq(t, `"timed out"`, string(doc.Outputs[0]))
+}
