@@ -243,6 +243,42 @@ func TestRetriesUntilSuccessOrBudget(t *testing.T) {
 	assert.Empty(t, mock.Stats().LastHeaders["x-governor-max-retries"], "Governor's own headers stay with Governor")
 }
 
+// Under a concurrency cap a call that completes frees a slot: a success
+// ends a Retry-After pause of the lane at once, while the call that was told
+// to wait still waits.
+func TestASuccessEndsALanePause(t *testing.T) {
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
+	c := client(t)
+
+	slow := make(chan *http.Response, 1)
+	go func() {
+		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "500ms"})
+		slow <- resp
+	}()
+	require.Eventually(t, func() bool { return mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+	resp, _ := chat(t, c, base, map[string]string{"X-Mock-Fault": "429", "X-Mock-Retry-After": "30", "X-Governor-Max-Retries": "0"})
+	require.Equal(t, 429, resp.StatusCode)
+	lanes := lanesOf(t, c, base)
+	require.Len(t, lanes, 1)
+	require.NotNil(t, lanes[0].PausedUntil, "the 429 paused the lane")
+
+	queued := make(chan *http.Response, 1)
+	go func() {
+		resp, _ := chat(t, c, base, nil)
+		queued <- resp
+	}()
+	waitQueued(t, c, base, 1)
+	assert.Equal(t, 200, (<-slow).StatusCode)
+	resp = <-queued
+	assert.Equal(t, 200, resp.StatusCode)
+	ms, err := strconv.Atoi(resp.Header.Get(HeaderQueueMs))
+	require.NoError(t, err)
+	assert.Less(t, ms, 10_000, "dispatched when the slow call succeeded, not 30s later")
+	assert.Nil(t, lanesOf(t, c, base)[0].PausedUntil, "the pause is over")
+}
+
 func TestAPIKeysGetIndependentLanes(t *testing.T) {
 	checkLeaks(t)
 	const canary = "sk-canary-0123456789abcdef"

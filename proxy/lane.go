@@ -224,7 +224,8 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 	}
 }
 
-// pause holds the lane's dispatches until t (the provider said Retry-After).
+// pause holds the lane's dispatches until t (the provider said Retry-After),
+// or until a call of the lane succeeds (see answered), whichever is first.
 func (l *lane) pause(t time.Time, log *slog.Logger) {
 	l.mu.Lock()
 	extended := t.After(l.pausedUntil)
@@ -236,6 +237,30 @@ func (l *lane) pause(t time.Time, log *slog.Logger) {
 		l.q.PauseUntil(t)
 		l.m.pauses.Inc()
 		log.Info("lane paused", "lane", l.id, "until", t.Format(time.RFC3339Nano))
+	}
+}
+
+// answered lifts a pause when a call of the lane has just succeeded.
+//
+// A Retry-After says when the provider expects to take that call again;
+// whether it speaks for the whole lane depends on the limit behind it. Under
+// a request budget the lane should wait, and the pacer, which reads the
+// budget headers, already makes it wait. Under a concurrency cap a call that
+// completes frees a slot at once, and holding the lane for the rest of the
+// hint (a whole second, typically) would leave that slot idle: the
+// controller's decrease is the right answer to a cap. So a pause holds only
+// while nothing succeeds; the call that was told to wait still waits out its
+// own hint (see Proxy.backoff).
+func (l *lane) answered(now time.Time, log *slog.Logger) {
+	l.mu.Lock()
+	lifted := l.pausedUntil.After(now)
+	if lifted {
+		l.pausedUntil = time.Time{}
+	}
+	l.mu.Unlock()
+	if lifted {
+		l.q.Resume()
+		log.Debug("lane resumed: a call succeeded", "lane", l.id)
 	}
 }
 

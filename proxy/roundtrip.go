@@ -120,6 +120,9 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 		l.observe(oc, latency, l.q.Stats().InFlight, now, p.cfg.Logger)
 
 		if err == nil && oc == outcomeAnswered || oc == outcomeQuota {
+			if resp.StatusCode() < 400 {
+				l.answered(now, p.cfg.Logger)
+			}
 			if last != nil {
 				fasthttp.ReleaseResponse(last)
 			}
@@ -171,7 +174,7 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 			return giveUp(nil)
 		}
 		l.m.retries[oc].Inc()
-		if err := p.backoff(ctx, attempt, hint, oc); err != nil {
+		if err := p.backoff(ctx, attempt, hint); err != nil {
 			return giveUp(p.waitError(ctx, err))
 		}
 	}
@@ -243,15 +246,11 @@ func (p *Proxy) waitError(ctx context.Context, err error) *apiError {
 // Nobody reads it; it shows in metrics.
 const statusClientClosed = 499
 
-// backoff waits before a retry: not at all after a rate limit with a hint
-// (the lane is paused until then, and the retry waits in the queue), the
-// hint after another failure that carried one, else exponential backoff
-// with full jitter.
-func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration, oc outcome) error {
+// backoff waits before a retry: the provider's hint when it gave one (the
+// lane may resume earlier, see lane.answered, but the call that was told to
+// wait does), else exponential backoff with full jitter.
+func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration) error {
 	d := hint
-	if oc == outcomeRateLimited && hint > 0 {
-		return nil
-	}
 	if d == 0 {
 		ceiling := p.cfg.BackoffBase << min(attempt-1, 30)
 		if ceiling <= 0 || ceiling > p.cfg.BackoffMax {

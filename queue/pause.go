@@ -45,3 +45,17 @@ func (q *Queue) resume() {
 	q.pausedUntil = time.Time{}
 	q.grantLocked()
 }
+
+// Resume ends a pause now: waiting calls are granted the free slots at once.
+// It does nothing when the queue is not paused.
+func (q *Queue) Resume() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.paused {
+		return
+	}
+	q.paused = false
+	q.pausedUntil = time.Time{}
+	q.timer.Stop()
+	q.grantLocked()
+}

@@ -98,3 +98,26 @@ func TestPauseAfterClose(t *testing.T) {
 	assert.True(t, q.Stats().PausedUntil.IsZero())
 	assert.Nil(t, q.timer, "no timer for a closed queue")
 }
+
+func TestResumeEndsAPauseEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(Config{Limit: 1})
+		begin := time.Now()
+		q.PauseUntil(begin.Add(30 * time.Second))
+		a := start(t, q, "a", fresh(3))
+		synctest.Wait()
+		_, ok := a.finished()
+		require.False(t, ok, "granted during the pause")
+
+		time.Sleep(time.Second) // the fake clock of the bubble
+		q.Resume()
+		require.NoError(t, <-a.done)
+		assert.Equal(t, time.Second, time.Since(begin), "granted when the pause was lifted")
+		assert.True(t, q.Stats().PausedUntil.IsZero())
+
+		q.Resume() // not paused: nothing happens
+		q.Release()
+		assert.True(t, q.TryAcquire(fresh(3)))
+		q.Release()
+	})
+}

@@ -1,0 +1,62 @@
+// Package proxy is Governor's front: a fasthttp server that forwards an
+// application's LLM calls to their provider under governance, and the
+// governed round trip that the batch API shares.
+//
+// # Why a proxy
+//
+// Every process of a pod that calls a provider carries its own retry loop
+// and concurrency knob, and none of them can see the others. The proxy is
+// the one place that sees every call, in every language: applications point
+// their SDK's base URL at it and change nothing else. So the forwarding is
+// transparent (method, path, query, headers and body pass unchanged, bar
+// hop-by-hop headers and Host; a streamed answer passes event by event),
+// and governance is added around it, not inside it.
+//
+// # Lanes
+//
+// A lane is what is governed: one upstream, one credential (a hash of the
+// Authorization, x-api-key, OpenAI-Organization and OpenAI-Project headers,
+// never the key) and one model (the JSON body's "model"), because providers
+// limit per account and per model. Each lane has a queue.Queue ordered by
+// RFC 9218 urgency and an aimd.Controller; the queue lets a call out only
+// while the lane has fewer calls in flight than the controller's limit, and
+// every attempt's outcome feeds the controller, which sets the next limit.
+// A 429 for one model or key never slows another. MaxLanes bounds the lanes
+// (and their metric series) that request bodies can create.
+//
+// # The round trip
+//
+// A call is buffered once (retries need its body), waits in its lane's
+// queue, and is sent when let out; its attempt timeout starts then, not at
+// enqueue. The answer is classified: success; rate-limited (429 and 529,
+// with any retry-after-ms / retry-after hint); quota exhausted (a final
+// 429); server error (500/502/503/504); timeout; connection error; or final
+// (other 4xx, passed straight back). What a retry can fix is retried ahead
+// of fresh calls, after the provider's hint or an exponential backoff with
+// full jitter, until the budget is spent; then the provider's last answer
+// goes back with x-should-retry: false, so the official SDKs do not
+// multiply retries Governor already made. A streamed answer is returned as
+// soon as its headers arrive and is never retried after its first byte.
+//
+// A Retry-After also pauses the lane, until the hint or until a call of the
+// lane succeeds, whichever is first: under a request budget the lane waits
+// (and the pacer, which reads the provider's x-ratelimit-* headers, spaces
+// dispatches so that the budget is met by waiting rather than by 429s);
+// under a concurrency cap a completed call frees a slot at once.
+//
+// # fasthttp
+//
+// fasthttp was chosen for its allocation-free request handling; its
+// contracts shape the code (see STYLE.md): nothing from a RequestCtx
+// outlives its handler; a client that disconnects is invisible to fasthttp,
+// so a waiting call peeks at its client's socket (MSG_PEEK) to notice;
+// upstream bodies are streamed with our own bounds and idle timeouts, and
+// only the goroutine that reads a body stream closes it.
+//
+// # Governor's own API
+//
+// Paths under /governor/ are Governor's, not forwarded: GET /governor/lanes
+// here, the batch API through HandleAPI and Do. GOVERNOR_API_TOKEN guards
+// them with a header of their own, X-Governor-Token, so that provider
+// credentials in Authorization pass through untouched.
+package proxy
