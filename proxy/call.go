@@ -66,6 +66,11 @@ func (p *Proxy) ValidatePath(path string) error {
 	if !strings.HasPrefix(path, "/") || strings.HasPrefix(path, "//") {
 		return fmt.Errorf("%w %q: want a path such as /v1/chat/completions, not a URL", ErrBadPath, path)
 	}
+	if strings.ContainsRune(path, ' ') {
+		// url.ParseRequestURI accepts a space in the query, which would
+		// end the request target of the line sent upstream.
+		return fmt.Errorf("%w %q: escape spaces as %%20", ErrBadPath, path)
+	}
 	u, err := url.ParseRequestURI(path)
 	if err != nil || u.Host != "" || u.Scheme != "" {
 		return fmt.Errorf("%w %q: not a valid request path", ErrBadPath, path)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"mime"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -73,15 +74,41 @@ func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *
 	uri := out.URI()
 	uri.SetScheme(up.scheme)
 	uri.SetHost(up.host)
-	if up.basePath != "" {
-		full := make([]byte, 0, len(up.basePath)+len(path))
-		uri.SetPathBytes(append(append(full, up.basePath...), path...))
-	} else {
-		uri.SetPathBytes(path)
-	}
+	// path is decoded; the upstream client sends the path as it is given
+	// (DisablePathNormalizing), so escape it again. Sent decoded, an
+	// escaped "?", "#", space or CR LF would become syntax of the request
+	// line, and "%252e%252e" would reach the upstream as "%2e%2e", which it
+	// decodes to a ".." that climbs out of the route's base path.
+	var buf [256]byte
+	full := appendEscapedPath(append(buf[:0], up.basePath...), path)
+	uri.SetPathBytes(full)
 	uri.SetQueryStringBytes(in.URI().QueryString())
 	out.SetBody(in.Body())
 }
+
+// appendEscapedPath appends path to dst with every byte that is not a
+// path character of RFC 3986 (unreserved, sub-delims, ':', '@', '/')
+// percent-encoded.
+func appendEscapedPath(dst, path []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	for _, c := range path {
+		if pathChar[c] {
+			dst = append(dst, c)
+		} else {
+			dst = append(dst, '%', hex[c>>4], hex[c&0xf])
+		}
+	}
+	return dst
+}
+
+// pathChar marks the bytes that appendEscapedPath leaves as they are.
+var pathChar = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("-._~!$&'()*+,;=:@/", byte(c)) >= 0
+	}
+	return t
+}()
 
 // respond copies an upstream answer to the client. It takes ownership of
 // res.resp and res.release: a buffered answer is copied and released here;
