@@ -160,6 +160,7 @@ func (ls *lanes) newLane(key laneKey) *lane {
 		ctrl:     aimd.New(ls.cfg.AIMD, now),
 	}
 	l.q = queue.New(queue.Config{Capacity: ls.cfg.QueueCapacity, Limit: l.ctrl.Limit(), Now: ls.cfg.Now})
+	l.pace.maxGap = ls.cfg.MaxPause
 	l.m = newLaneMetrics(ls.set, l)
 	ls.log.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", ls.cfg.AIMD.Preset.String())
 	return l

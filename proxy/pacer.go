@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -34,6 +35,11 @@ type pacer struct {
 
 	lowRate   float64   // the largest lower bound on the rate seen lately
 	lowRateAt time.Time // when it was seen
+
+	// maxGap bounds the wait for one token, as MaxPause bounds a
+	// Retry-After: a budget that refills in hours, or a nonsense one,
+	// cannot stall the lane. Zero: no bound. Set before the pacer is used.
+	maxGap time.Duration
 }
 
 // paceMargin is the share of the provider's refill rate the pacer spends.
@@ -53,16 +59,22 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq++
-	if p.rate <= 0 {
+	if !(p.rate > 0) || math.IsInf(p.rate, 0) {
 		return p.seq, 0
 	}
 	rate := p.rate * paceMargin
+	if p.maxGap > 0 {
+		rate = max(rate, 1/p.maxGap.Seconds())
+	}
 	tokens := p.remaining - float64(p.seq-1-p.reportSeq) + rate*now.Sub(p.reportedAt).Seconds()
 	tokens = min(tokens, p.capacity)
-	if tokens >= 1 {
+	if !(tokens < 1) {
 		return p.seq, 0
 	}
-	return p.seq, time.Duration((1 - tokens) / rate * float64(time.Second))
+	// A refill rate read from nonsense can make the wait overflow a
+	// Duration: no wait exceeds the longest hint Governor accepts.
+	wait := min((1-tokens)/rate, maxHint.Seconds())
+	return p.seq, time.Duration(wait * float64(time.Second))
 }
 
 // observe takes the budget an answer reports. seq and dispatched are those
@@ -105,7 +117,7 @@ func rateLimitHeaders(h *fasthttp.ResponseHeader, now time.Time) (limit, remaini
 		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
 		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
 		reset, err3 := time.ParseDuration(string(bytes.TrimSpace(h.Peek("X-Ratelimit-Reset-Requests"))))
-		if err1 != nil || err2 != nil || limit <= 0 || remaining < 0 {
+		if err1 != nil || err2 != nil || !validBudget(limit, remaining) {
 			return 0, 0, 0, false
 		}
 		if err3 != nil || reset < 0 {
@@ -116,7 +128,7 @@ func rateLimitHeaders(h *fasthttp.ResponseHeader, now time.Time) (limit, remaini
 	if l, r := h.Peek("Anthropic-Ratelimit-Requests-Limit"), h.Peek("Anthropic-Ratelimit-Requests-Remaining"); len(l) > 0 && len(r) > 0 {
 		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
 		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
-		if err1 != nil || err2 != nil || limit <= 0 || remaining < 0 {
+		if err1 != nil || err2 != nil || !validBudget(limit, remaining) {
 			return 0, 0, 0, false
 		}
 		var reset time.Duration
@@ -126,4 +138,10 @@ func rateLimitHeaders(h *fasthttp.ResponseHeader, now time.Time) (limit, remaini
 		return limit, min(remaining, limit), reset, true
 	}
 	return 0, 0, 0, false
+}
+
+// validBudget reports whether a reported limit and remaining count are
+// numbers a budget can have (ParseFloat accepts NaN and Inf).
+func validBudget(limit, remaining float64) bool {
+	return limit > 0 && !math.IsInf(limit, 0) && remaining >= 0
 }

@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// Malformed Priority and X-Governor-Max-Retries values are ignored: the call
+// runs with the defaults, and an absurd retry budget is capped.
+func TestMalformedGovernorHeadersFallBackToDefaults(t *testing.T) {
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), MaxRetries: 2}))
+	c := client(t)
+	for i, tc := range []struct {
+		priority, maxRetries string
+		attempts             string // with every attempt answered 500
+	}{
+		{"u=99", "", "3"},
+		{"u=-1, i", "-4", "3"},
+		{`u="1"`, "abc", "3"},
+		{"u=1.5;x", "99999999999999999999999", "3"},
+		{strings.Repeat("u=1,", 2000), "1e3", "3"},
+		{"u=\t\xff", "0x10", "3"},
+		{"u=0", "0", "1"},
+		{"u=7", "1", "2"},
+	} {
+		id := fmt.Sprintf("malformed-%d", i)
+		resp, body := chat(t, c, base, map[string]string{"X-Request-Id": id, "Priority": tc.priority,
+			HeaderMaxRetries: tc.maxRetries, "X-Mock-Fault": strings.TrimSuffix(strings.Repeat("500,", 4), ",")})
+		assert.Equal(t, 500, resp.StatusCode, "Priority %q, max retries %q: %s", tc.priority, tc.maxRetries, body)
+		assert.Equal(t, tc.attempts, resp.Header.Get(HeaderAttempts), "Priority %q, max retries %q", tc.priority, tc.maxRetries)
+		assert.Equal(t, tc.attempts, itoa(mock.Stats().ByRequestID[id]), "Priority %q, max retries %q", tc.priority, tc.maxRetries)
+	}
+	// A huge budget is capped: the call ends, it does not retry forever.
+	resp, _ := chat(t, c, base, map[string]string{"X-Request-Id": "huge", HeaderMaxRetries: "1000000", "X-Mock-Fault": "500,500,ok"})
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "3", resp.Header.Get(HeaderAttempts))
+}
+
+// A provider's nonsense Retry-After or retry-after-ms never pauses a lane
+// beyond MaxPause, and never crashes or stalls the call.
+func TestAbsurdRetryHintsPauseAtMostMaxPause(t *testing.T) {
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{})
+	const maxPause = 100 * time.Millisecond
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), MaxPause: maxPause}))
+	c := client(t)
+	for i, tc := range []struct{ retryAfter, retryAfterMs string }{
+		{"99999999999", ""},
+		{"1e308", ""},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", ""},
+		{"", "1e308"},
+		{"", "9223372036854775807"},
+		{"-5", "-5"},
+		{"NaN", "NaN"},
+		{"Inf", "+Inf"},
+		{"soon", "later"},
+		{"1, 2", "3 4"},
+	} {
+		key := fmt.Sprintf("Bearer key-%d", i) // a lane of its own, so each pause is seen alone
+		before := time.Now()
+		resp, body := chat(t, c, base, map[string]string{"Authorization": key, "X-Request-Id": fmt.Sprintf("hint-%d", i),
+			"X-Mock-Fault": "429", mockllm.HeaderRetryAfter: tc.retryAfter, mockllm.HeaderRetryAfterMs: tc.retryAfterMs,
+			HeaderMaxRetries: "0"})
+		assert.Equal(t, 429, resp.StatusCode, "%+v: %s", tc, body)
+		for _, l := range lanesOf(t, c, base) {
+			if l.PausedUntil != nil {
+				assert.LessOrEqual(t, l.PausedUntil.Sub(before), maxPause+time.Second, "%+v: lane %s paused until %v", tc, l.ID, l.PausedUntil)
+			}
+		}
+		// The call told to wait retries after at most MaxPause and
+		// succeeds.
+		resp, body = chat(t, c, base, map[string]string{"Authorization": key, "X-Request-Id": fmt.Sprintf("hint-retry-%d", i),
+			"X-Mock-Fault": "429,ok", mockllm.HeaderRetryAfter: tc.retryAfter, mockllm.HeaderRetryAfterMs: tc.retryAfterMs})
+		assert.Equal(t, 200, resp.StatusCode, "%+v: %s", tc, body)
+	}
+	assert.Equal(t, int64(30), mock.Stats().Received)
+}
+
+// A provider whose request-budget headers announce a refill a day away (or
+// nonsense) cannot hold the next call longer than MaxPause.
+func TestAbsurdRequestBudgetPausesAtMostMaxPause(t *testing.T) {
+	checkLeaks(t)
+	for _, budget := range [][3]string{{"1", "0", "24h"}, {"1e-300", "0", "1s"}, {"NaN", "NaN", "1s"}, {"2", "1", "2562047h"}} {
+		rec, up := newRecorder(t)
+		rec.answer = func(w http.ResponseWriter, r *http.Request, _ int) {
+			w.Header().Set("X-Ratelimit-Limit-Requests", budget[0])
+			w.Header().Set("X-Ratelimit-Remaining-Requests", budget[1])
+			w.Header().Set("X-Ratelimit-Reset-Requests", budget[2])
+			io.WriteString(w, `{"ok":true}`)
+		}
+		_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxPause: 50 * time.Millisecond}))
+		c := client(t)
+		for i := range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			require.NoError(t, err)
+			resp, err := c.Do(req)
+			require.NoError(t, err, "budget %v, call %d: held far beyond MaxPause", budget, i)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			cancel()
+			assert.Equal(t, 200, resp.StatusCode, "budget %v, call %d", budget, i)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Fuzz targets for every parser of input that reaches Governor from a
+// client or a provider. Seed corpora live in testdata/fuzz; `go test` runs
+// them as ordinary tests.
+
+func FuzzMaxRetries(f *testing.F) {
+	for _, s := range []string{"", "0", "3", "-1", "x", "1000", "99999999999999999999", "+5", " 2", "0x10", "1e3", "٣"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		const def = 7
+		n := maxRetriesOf([]byte(v), def)
+		if n < 0 || n > MaxRetriesCeiling {
+			t.Fatalf("X-Governor-Max-Retries %q gave %d", v, n)
+		}
+		if parsed, err := strconv.Atoi(v); err != nil || parsed < 0 {
+			if n != def {
+				t.Fatalf("malformed X-Governor-Max-Retries %q gave %d, want the default %d", v, n, def)
+			}
+		}
+	})
+}
+
+func FuzzModelOf(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"gpt-4o","messages":[]}`, `  {"messages":[],"model":"claude"}`, `{"model":5}`, `not json`, ``,
+		`{"model":"a\"b\\u0000c/../d e"}`, `{"model":"` + strings.Repeat("x", 200) + `"}`, `[{"model":"x"}]`,
+		`{"model":"m","model":"n"}`, `{"Model":"M"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		m := modelOf(body)
+		var v struct {
+			Model string `json:"model"`
+		}
+		if err := json.Unmarshal(body, &v); err == nil && m != "" && m != v.Model {
+			t.Fatalf("%q: model %q, JSON says %q", body, m, v.Model)
+		}
+		// Whatever the model, the lane id and metric label built from it
+		// are short and plain.
+		l := labelSafe(m)
+		if len(l) == 0 || len(l) > 64 {
+			t.Fatalf("%q: label %q", body, l)
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-@/", c) >= 0) {
+				t.Fatalf("%q: label %q has %q", body, l, c)
+			}
+		}
+	})
+}
+
+// FuzzRateLimitHeaders feeds a provider's request-budget headers, however
+// malformed, to a lane's pacer: the budget read is sane and no dispatch is
+// ever held longer than any hint Governor accepts.
+func FuzzRateLimitHeaders(f *testing.F) {
+	for _, s := range [][4]string{
+		{"10", "0", "900ms", ""}, {"10000", "9999", "6ms", ""}, {"1", "0", "24h", ""}, {"1e-300", "0", "1s", ""},
+		{"1e308", "0", "1ns", ""}, {"NaN", "NaN", "NaN", ""}, {"-1", "5", "1s", ""}, {"5", "10", "-1s", ""},
+		{"lots", "", "", ""}, {"", "", "", "2026-01-01T00:00:10Z"}, {"Inf", "0", "1s", ""}, {"10", "0", "2562047h", ""},
+	} {
+		f.Add(s[0], s[1], s[2], s[3])
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, limit, remaining, reset, anthropicReset string) {
+		for _, anthropic := range []bool{false, true} {
+			var h fasthttp.ResponseHeader
+			if anthropic {
+				h.Set("Anthropic-Ratelimit-Requests-Limit", limit)
+				h.Set("Anthropic-Ratelimit-Requests-Remaining", remaining)
+				h.Set("Anthropic-Ratelimit-Requests-Reset", anthropicReset)
+			} else {
+				h.Set("X-Ratelimit-Limit-Requests", limit)
+				h.Set("X-Ratelimit-Remaining-Requests", remaining)
+				h.Set("X-Ratelimit-Reset-Requests", reset)
+			}
+			l, r, d, ok := rateLimitHeaders(&h, now)
+			if ok && !(l > 0 && r >= 0 && r <= l && d >= 0 && d <= maxHint) {
+				t.Fatalf("%q %q %q %q: limit %v remaining %v reset %v", limit, remaining, reset, anthropicReset, l, r, d)
+			}
+			for _, maxGap := range []time.Duration{0, time.Second} {
+				p := pacer{maxGap: maxGap}
+				seq, _ := p.reserve(now)
+				p.observe(&h, seq, now, now)
+				for i := range 3 {
+					_, delay := p.reserve(now.Add(time.Duration(i) * time.Millisecond))
+					// With a bound, the i-th call after the report waits
+					// for at most i+1 tokens, each at most maxGap away.
+					if delay < 0 || delay > maxHint || maxGap > 0 && delay > time.Duration(i+1)*maxGap {
+						t.Fatalf("%q %q %q %q: dispatch %d held %v (max gap %v)", limit, remaining, reset, anthropicReset, i, delay, maxGap)
+					}
+				}
+			}
+		}
+	})
+}
+
+func FuzzParseRoutes(f *testing.F) {
+	for _, s := range []string{
+		"", "anthropic=https://api.anthropic.com", "a=http://x, b=https://y:8443/base/", "a", "Bad=http://x",
+		"a=http://x,a=http://y", "governor=http://x", "a=ftp://x", "a=http://user:sk-secret@x", "a=http://x?q=1",
+		"a=http://", "a=http://[::1]:80/p", "a=http://x#f", ",,a=http://x,,",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		routes, err := ParseRoutes(s)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, r := range routes {
+			if validRouteName(r.Name) != nil || seen[r.Name] {
+				t.Fatalf("%q: accepted route name %q", s, r.Name)
+			}
+			seen[r.Name] = true
+			u := r.URL
+			if u.Scheme != "http" && u.Scheme != "https" || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+				t.Fatalf("%q: accepted route url %q", s, u)
+			}
+		}
+	})
+}
+
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{
+		`{"error":{"code":"rate_limit_exceeded"}}`, `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`,
+		`{"type":"error","error":{"type":"overloaded_error"}}`, `{"error":{"code":5}}`, `{"error":{"code":1e400}}`,
+		`{"error":"x"}`, `not json`, ``, `{"error":{"code":"` + strings.Repeat("c", 100) + `"}}`,
+	} {
+		f.Add(429, []byte(s))
+		f.Add(500, []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		o := classifyStatus(status, body)
+		if int(o) >= len(outcomeNames) {
+			t.Fatalf("%d %q: outcome %d", status, body, o)
+		}
+		if status != 429 && status != 529 && status < 500 && o != outcomeAnswered {
+			t.Fatalf("%d %q: %s", status, body, o)
+		}
+		e := attemptError(o, status, body, nil, time.Second)
+		if len(e) > 300 || strings.ContainsAny(e, "\r\n") && !strings.ContainsAny(string(body), "\r\n") {
+			t.Fatalf("%d %q: attempt error %q", status, body, e)
+		}
+	})
+}
