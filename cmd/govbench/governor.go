@@ -96,55 +96,66 @@ func (e laneEvents) add(o laneEvents) laneEvents {
 	return laneEvents{e.decreases + o.decreases, e.collapses + o.collapses, e.pauses + o.pauses}
 }
 
-// events reads the lane counters from the admin listener's /metrics.
+func (e laneEvents) String() string {
+	return fmt.Sprintf("%d / %d / %d", e.decreases, e.collapses, e.pauses)
+}
+
+// events reads the lane counters of every lane.
 func (g *governor) events(ctx context.Context) (laneEvents, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.adminURL+"/metrics", nil)
+	m, err := g.metrics(ctx)
 	if err != nil {
 		return laneEvents{}, err
 	}
+	return laneEvents{
+		decreases: int64(m["governor_lane_decreases_total"]),
+		collapses: int64(m["governor_lane_collapses_total"]),
+		pauses:    int64(m["governor_lane_pauses_total"]),
+	}, nil
+}
+
+// metrics reads the admin listener's /metrics: each series' value, summed
+// over the labels of a metric name.
+func (g *governor) metrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.adminURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := adminClient.Do(req)
 	if err != nil {
-		return laneEvents{}, fmt.Errorf("%s metrics: %w", g.name, err)
+		return nil, fmt.Errorf("%s metrics: %w", g.name, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return laneEvents{}, fmt.Errorf("%s metrics: status %d", g.name, resp.StatusCode)
+		return nil, fmt.Errorf("%s metrics: status %d", g.name, resp.StatusCode)
 	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return laneEvents{}, fmt.Errorf("%s metrics: %w", g.name, err)
+		return nil, fmt.Errorf("%s metrics: %w", g.name, err)
 	}
-	return parseLaneEvents(string(b)), nil
+	return parseMetrics(string(b)), nil
 }
 
-// parseLaneEvents sums the lane counters of a Prometheus text exposition.
-func parseLaneEvents(text string) laneEvents {
-	var e laneEvents
+// parseMetrics sums a Prometheus text exposition by metric name. Comments
+// and lines it cannot read are skipped.
+func parseMetrics(text string) map[string]float64 {
+	m := map[string]float64{}
 	for _, line := range strings.Split(text, "\n") {
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok {
+		if line == "" || line[0] == '#' {
 			continue
 		}
-		_, value, ok := strings.Cut(rest, "} ")
-		if !ok {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
 			continue
 		}
-		switch name {
-		case "governor_lane_decreases_total":
-			e.decreases += int64(v)
-		case "governor_lane_collapses_total":
-			e.collapses += int64(v)
-		case "governor_lane_pauses_total":
-			e.pauses += int64(v)
+		name := line[:i]
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
 		}
+		m[strings.TrimSpace(name)] += v
 	}
-	return e
-}
-
-func (e laneEvents) String() string {
-	return fmt.Sprintf("%d / %d / %d", e.decreases, e.collapses, e.pauses)
+	return m
 }

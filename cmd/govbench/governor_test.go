@@ -6,14 +6,20 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestParseLaneEvents(t *testing.T) {
+func TestParseMetrics(t *testing.T) {
 	text := `# HELP ignored
+# TYPE governor_lane_decreases_total counter
 governor_lane_decreases_total{lane="a"} 3
-governor_lane_decreases_total{lane="b"} 2
-governor_lane_collapses_total{lane="a"} 1
-governor_lane_pauses_total{lane="a"} 7
+governor_lane_decreases_total{lane="b",x="{ }"} 2
 governor_lane_target{lane="a"} 15.5
-governor_requests_total{route="default",code="2xx"} 100
+go_goroutines 12
+go_memstats_stack_inuse_bytes 1.048576e+06
+malformed
 `
-	assert.Equal(t, laneEvents{decreases: 5, collapses: 1, pauses: 7}, parseLaneEvents(text))
+	assert.Equal(t, map[string]float64{
+		"governor_lane_decreases_total": 5,
+		"governor_lane_target":          15.5,
+		"go_goroutines":                 12,
+		"go_memstats_stack_inuse_bytes": 1 << 20,
+	}, parseMetrics(text))
 }

@@ -18,9 +18,10 @@ type options struct {
 	out       string
 	keep      bool
 
-	governorBin string // empty: build ./cmd/governor
-	mockBin     string // empty: build ./cmd/mockllm
-	nginxBin    string // empty: no nginx
+	governorBin string   // empty: build ./cmd/governor
+	governorEnv []string // KEY=VALUE, given to every Governor last
+	mockBin     string   // empty: build ./cmd/mockllm
+	nginxBin    string   // empty: no nginx
 
 	concurrency      []int
 	overheadDuration time.Duration
@@ -63,6 +64,14 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs)")
 	fs.StringVar(&o.governorBin, "governor", "", "governor `binary` (default: build ./cmd/governor)")
 	fs.StringVar(&o.mockBin, "mockllm", "", "mockllm `binary` (default: build ./cmd/mockllm)")
+	fs.Func("governor-env", "a `GOVERNOR_KEY=value` setting for every Governor started, after govbench's own (repeat the flag for more; for experiments such as a controller constant)", func(v string) error {
+		key, _, ok := strings.Cut(v, "=")
+		if !ok || !strings.HasPrefix(key, "GOVERNOR_") {
+			return errors.New("want GOVERNOR_KEY=value")
+		}
+		o.governorEnv = append(o.governorEnv, v)
+		return nil
+	})
 	fs.StringVar(&o.nginxBin, "nginx", "nginx", "nginx `binary` for the overhead comparison; empty, or not found, skips nginx")
 	fs.StringVar(&concurrency, "concurrency", "1,16,64", "overhead: concurrent clients, comma-separated")
 	fs.DurationVar(&o.overheadDuration, "overhead-duration", 2*time.Second, "overhead: measured time per target, level, mode and round")

@@ -24,12 +24,17 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, []string{"default"}, o.presets, "smoke default")
 	assert.Equal(t, 128, o.calls, "a flag given wins over the smoke default")
 
+	o, err = parseOptions([]string{"-governor-env", "GOVERNOR_MAX_PAUSE=1ms", "-governor-env", "GOVERNOR_ROUTES=a=http://x,b=http://y"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"GOVERNOR_MAX_PAUSE=1ms", "GOVERNOR_ROUTES=a=http://x,b=http://y"}, o.governorEnv)
+
 	for _, args := range [][]string{
 		{"-scenarios", "s5"},
 		{"-presets", "aggressive"},
 		{"-concurrency", "0"},
 		{"-calls", "10"},
 		{"extra"},
+		{"-governor-env", "PATH=/bin"},
 	} {
 		_, err := parseOptions(args, io.Discard)
 		assert.Error(t, err, "%q", args)

@@ -160,10 +160,12 @@ func convText(cs []convergence) string {
 
 func writeMemory(w io.Writer, r memoryResult) {
 	t := table{
-		header: []string{"calls waiting", "RSS at start", "idle RSS", "RSS with calls waiting", "peak RSS", "per waiting call"},
-		align:  "rrrrrr",
+		header: []string{"calls waiting", "RSS at start", "idle RSS", "RSS with calls waiting", "peak RSS", "per waiting call", "Go heap in use per call", "Go stacks per call", "goroutines per call"},
+		align:  "rrrrrrrrr",
 	}
-	t.add(fmt.Sprint(r.waiting), mib(r.startRSS), mib(r.idleRSS), mib(r.heldRSS), mib(r.heldHWM), fmt.Sprintf("%.1f KiB", r.perCall()/1024))
+	g := r.perCallGo()
+	t.add(fmt.Sprint(r.waiting), mib(r.startRSS), mib(r.idleRSS), mib(r.heldRSS), mib(r.heldHWM), fmt.Sprintf("%.1f KiB", r.perCall()/1024),
+		fmt.Sprintf("%.1f KiB", g.heap/1024), fmt.Sprintf("%.1f KiB", g.stacks/1024), fmt.Sprintf("%.2f", g.goroutines))
 	fmt.Fprintf(w, "\n## Memory\n\n%s", t.markdown())
 }
 

@@ -126,7 +126,7 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 		return run, err
 	}
 	g.add(m.process)
-	gov, err := startGovernor(ctx, w, spec.name+"-"+preset+"-governor", m.url, "GOVERNOR_AIMD_PRESET="+preset)
+	gov, err := startGovernor(ctx, w, spec.name+"-"+preset+"-governor", m.url, append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, o.governorEnv...)...)
 	if err != nil {
 		return run, err
 	}

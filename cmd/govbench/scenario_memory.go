@@ -30,6 +30,34 @@ type memoryResult struct {
 	heldRSS  int64 // with the calls waiting
 	heldHWM  int64
 	rejected int // calls answered at once instead of waiting (queue full)
+	// Go's own accounting (Governor's /metrics), idle and held: where the
+	// memory of a waiting call goes.
+	idleGo, heldGo goMemory
+}
+
+// goMemory is the part of Go's runtime statistics that explains RSS.
+type goMemory struct {
+	heap       float64 // go_memstats_heap_inuse_bytes
+	stacks     float64 // go_memstats_stack_inuse_bytes
+	goroutines float64 // go_goroutines
+}
+
+func readGoMemory(ctx context.Context, g *governor) (goMemory, error) {
+	m, err := g.metrics(ctx)
+	if err != nil {
+		return goMemory{}, err
+	}
+	return goMemory{m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"], m["go_goroutines"]}, nil
+}
+
+// perCallGo is the growth of each of Go's figures per waiting call.
+func (r memoryResult) perCallGo() goMemory {
+	n := float64(max(r.waiting, 1))
+	return goMemory{
+		heap:       (r.heldGo.heap - r.idleGo.heap) / n,
+		stacks:     (r.heldGo.stacks - r.idleGo.stacks) / n,
+		goroutines: (r.heldGo.goroutines - r.idleGo.goroutines) / n,
+	}
 }
 
 // perCall is the resident memory per waiting call above idle.
@@ -61,7 +89,7 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 	if n > 10000 { // Governor's default GOVERNOR_QUEUE_CAPACITY
 		env = append(env, "GOVERNOR_QUEUE_CAPACITY="+strconv.Itoa(n))
 	}
-	gov, err := startGovernor(ctx, w, "memory-governor", m.url, env...)
+	gov, err := startGovernor(ctx, w, "memory-governor", m.url, append(env, o.governorEnv...)...)
 	if err != nil {
 		return res, err
 	}
@@ -84,6 +112,9 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 		return res, err
 	}
 	res.idleRSS = u.RSS
+	if res.idleGo, err = readGoMemory(ctx, gov); err != nil {
+		return res, err
+	}
 
 	// n+1 calls: one in flight, n waiting.
 	lctx, cancel := context.WithCancel(ctx)
@@ -114,6 +145,9 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 		return res, err
 	}
 	res.waiting, res.heldRSS, res.heldHWM = li.Queued, u.RSS, u.HWM
+	if res.heldGo, err = readGoMemory(ctx, gov); err != nil {
+		return res, err
+	}
 	return res, g.alive()
 }
 

@@ -82,7 +82,7 @@ func runOverhead(ctx context.Context, w *workspace, o *options, log io.Writer) (
 		return nil, err
 	}
 	g.add(m.process)
-	gov, err := startGovernor(ctx, w, "overhead-governor", m.url)
+	gov, err := startGovernor(ctx, w, "overhead-governor", m.url, o.governorEnv...)
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 			if !sleepUntil(rctx, t0.Add(spans[i][0])) {
 				return
 			}
-			gov, err := startGovernor(rctx, w, fmt.Sprintf("s4-%s-governor%d", preset, i+1), m.url, "GOVERNOR_AIMD_PRESET="+preset)
+			gov, err := startGovernor(rctx, w, fmt.Sprintf("s4-%s-governor%d", preset, i+1), m.url, append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, o.governorEnv...)...)
 			if err != nil {
 				cancel(err)
 				return
