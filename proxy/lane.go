@@ -3,7 +3,6 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -62,25 +61,6 @@ func credentialHash(h *fasthttp.RequestHeader) [sha256.Size]byte {
 	var sum [sha256.Size]byte
 	d.Sum(sum[:0])
 	return sum
-}
-
-// modelOf reads the "model" field of a JSON request body; empty if there is
-// none.
-func modelOf(body []byte) string {
-	i := 0
-	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n') {
-		i++
-	}
-	if i == len(body) || body[i] != '{' {
-		return ""
-	}
-	var v struct {
-		Model string `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return ""
-	}
-	return v.Model
 }
 
 // labelSafe maps a model name to the characters that are safe in a lane id

@@ -47,11 +47,19 @@ var errClientLeft = errors.New("client disconnected")
 // backoff, until the budget is spent. A streamed answer is returned as soon
 // as its headers arrive; it is never retried after that.
 func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o callOptions) callResult {
-	if o.client != nil {
-		var stop func()
-		ctx, stop = watchClient(ctx, o.client, clientCheckInterval)
-		defer stop()
+	// The client is watched from the first time the call has to wait: a
+	// call let out at once pays for no timer.
+	var stopWatch func()
+	watch := func() {
+		if o.client != nil && stopWatch == nil {
+			ctx, stopWatch = watchClient(ctx, o.client, clientCheckInterval)
+		}
 	}
+	defer func() {
+		if stopWatch != nil {
+			stopWatch()
+		}
+	}()
 	var d Details
 	var last *fasthttp.Response // the previous failed answer, returned if we give up
 	// giveUp ends the call: with the provider's last answer when there is
@@ -73,14 +81,21 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 	}
 
 	for attempt := 1; ; attempt++ {
-		if err := p.wait(ctx, l, o, attempt > 1, &d); err != nil {
-			return giveUp(err)
+		prio := queue.Priority{Urgency: o.urgency, Retry: attempt > 1}
+		if l.q.TryAcquire(prio) {
+			l.m.queueWait.Update(0)
+		} else {
+			watch()
+			if err := p.wait(ctx, l, prio, &d); err != nil {
+				return giveUp(err)
+			}
 		}
 
 		seq, delay := l.pace.reserve(p.cfg.Now())
 		if delay > 0 {
 			// The provider's budget is spent: wait for its refill while
 			// holding the slot, instead of collecting a 429.
+			watch()
 			if err := sleepCtx(ctx, delay); err != nil {
 				l.q.Release()
 				return giveUp(p.waitError(ctx, err))
@@ -174,6 +189,7 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 			return giveUp(nil)
 		}
 		l.m.retries[oc].Inc()
+		watch()
 		if err := p.backoff(ctx, attempt, hint); err != nil {
 			return giveUp(p.waitError(ctx, err))
 		}
@@ -201,11 +217,11 @@ func bufferedBody(resp *fasthttp.Response) []byte {
 }
 
 // wait waits for a slot in the lane's queue.
-func (p *Proxy) wait(ctx context.Context, l *lane, o callOptions, retry bool, d *Details) *apiError {
+func (p *Proxy) wait(ctx context.Context, l *lane, prio queue.Priority, d *Details) *apiError {
 	qctx, cancel := context.WithTimeoutCause(ctx, p.cfg.QueueTimeout, errQueueTimeout)
 	defer cancel()
 	start := p.cfg.Now()
-	err := l.q.Acquire(qctx, queue.Priority{Urgency: o.urgency, Retry: retry})
+	err := l.q.Acquire(qctx, prio)
 	waited := p.cfg.Now().Sub(start)
 	d.Queue += waited
 	l.m.queueWait.Update(waited.Seconds())
@@ -277,9 +293,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // watchClient returns a context that ends when the client behind conn
-// disconnects, checked every interval with peerGone. stop ends the watch.
+// disconnects, checked at once and then every interval with peerGone. stop
+// ends the watch.
 func watchClient(parent context.Context, conn net.Conn, every time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
+	if peerGone(conn) {
+		// Gone already (a client that left while its attempt ran): the
+		// retry about to wait for it must not be sent.
+		cancel(errClientLeft)
+		return ctx, func() { cancel(nil) }
+	}
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
