@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// chatModel posts a chat completion for model with headers.
+func chatModel(t *testing.T, c *http.Client, base, model string, headers map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"`+model+`"}`))
+	require.NoError(t, err)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Calls with different credentials never share a lane, whichever header
+// carries the credential, and even once MaxLanes is reached.
+func TestCredentialsNeverShareALane(t *testing.T) {
+	checkLeaks(t)
+	_, up := newRecorder(t)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxLanes: 8}))
+	c := client(t)
+
+	creds := []map[string]string{
+		{"Authorization": "Bearer sk-a"},
+		{"Authorization": "Bearer sk-b"},
+		{"X-Api-Key": "sk-a"}, // the same secret in another header is another credential
+		{"Authorization": "Bearer sk-a", "OpenAI-Organization": "org-1"},
+		{"Authorization": "Bearer sk-a", "OpenAI-Organization": "org-2"},
+		{"Authorization": "Bearer sk-a", "OpenAI-Project": "proj-1"},
+		{"Authorization": "Bearer sk-a", "OpenAI-Project": "proj-2"},
+		{}, // no credential at all
+	}
+	for _, h := range creds {
+		require.Equal(t, 200, chatModel(t, c, base, "m", h))
+		require.Equal(t, 200, chatModel(t, c, base, "m", h), "the same credential again: the same lane")
+	}
+	lanes := lanesOf(t, c, base)
+	require.Len(t, lanes, len(creds))
+	seen := map[string]bool{}
+	for _, l := range lanes {
+		assert.False(t, seen[l.Credential], "credential hash %s shared", l.Credential)
+		seen[l.Credential] = true
+	}
+
+	// MaxLanes (8) is reached: new models share a lane per credential,
+	// never across credentials.
+	for i, h := range creds[:2] {
+		for j := range 3 {
+			require.Equal(t, 200, chatModel(t, c, base, fmt.Sprintf("new-%d-%d", i, j), h))
+		}
+	}
+	lanes = lanesOf(t, c, base)
+	var overflow []LaneInfo
+	for _, l := range lanes {
+		if l.Model == otherModel {
+			overflow = append(overflow, l)
+		}
+	}
+	require.Len(t, overflow, 2, "one overflow lane per credential")
+	assert.NotEqual(t, overflow[0].Credential, overflow[1].Credential)
+}
