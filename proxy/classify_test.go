@@ -108,3 +108,12 @@ func TestModelOf(t *testing.T) {
 		assert.Equal(t, want, modelOf([]byte(in)), in)
 	}
 }
+
+func TestIsEventStream(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"text/event-stream": true, "text/event-stream; charset=utf-8": true, " Text/Event-Stream ;x=y": true,
+		"text/event-streams": false, "application/json": false, "": false, "text/event-stream-x;": false,
+	} {
+		assert.Equal(t, want, isEventStream([]byte(ct)), ct)
+	}
+}

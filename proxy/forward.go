@@ -1,9 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"mime"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -40,8 +41,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 	}
 	l := p.lanes.forRequest(up, req)
 	res := p.roundTrip(p.ctx, l, req, opts)
-	p.cfg.Logger.Debug("call", "lane", l.id, "status", res.details.Status, "attempts", res.details.Attempts,
-		"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
+	if p.cfg.Logger.Enabled(p.ctx, slog.LevelDebug) { // spares boxing the arguments on every call
+		p.cfg.Logger.Debug("call", "lane", l.id, "status", res.details.Status, "attempts", res.details.Attempts,
+			"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
+	}
 	if res.err != nil {
 		writeError(ctx, anthropic, *res.err)
 		setDetailHeaders(&ctx.Response.Header, &res.details)
@@ -163,13 +166,12 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 // its client is still connected.
 const clientCheckInterval = 250 * time.Millisecond
 
-// isEventStream reports whether a Content-Type is text/event-stream.
+// isEventStream reports whether a Content-Type is text/event-stream,
+// parameters aside. (mime.ParseMediaType would do, but it allocates a map
+// for the parameters on every answer.)
 func isEventStream(contentType []byte) bool {
-	if len(contentType) == 0 {
-		return false
-	}
-	mt, _, err := mime.ParseMediaType(string(contentType))
-	return err == nil && mt == "text/event-stream"
+	mt, _, _ := bytes.Cut(contentType, []byte{';'})
+	return bytes.EqualFold(bytes.TrimSpace(mt), []byte("text/event-stream"))
 }
 
 // upstreamError turns a failed attempt into Governor's error.

@@ -46,8 +46,10 @@ var (
 func stripHopHeaders(h header) {
 	var buf [256]byte
 	named := buf[:0]
-	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
-		named = append(append(named, v...), ',')
+	if len(h.Peek(fasthttp.HeaderConnection)) > 0 { // PeekAll allocates; most calls have no Connection header
+		for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+			named = append(append(named, v...), ',')
+		}
 	}
 	for len(named) > 0 {
 		var tok []byte
