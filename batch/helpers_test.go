@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/llmgovernor/governor/aimd"
 	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/internal/leakcheck"
 	"github.com/llmgovernor/governor/mockllm"
 	"github.com/llmgovernor/governor/proxy"
 )
@@ -181,40 +181,5 @@ func (e *env) counter(t *testing.T, name string) int {
 	return 0
 }
 
-// checkLeaks fails the test if goroutines started during it still run once
-// everything it set up is cleaned up. Call it first: its cleanup runs last.
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	base := goroutines()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		n := goroutines()
-		for n > base && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond) // polling for goroutines to end
-			n = goroutines()
-		}
-		if n > base {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines leaked:\n%s", n-base, buf[:runtime.Stack(buf, true)])
-		}
-	})
-}
-
-// processWide are goroutines a library starts once per process and keeps,
-// or that end on their own a fixed time after their owner stopped.
-var processWide = []string{"fasthttp.updateServerDate", "fasthttp.(*workerPool).Start.func2"}
-
-func goroutines() int {
-	buf := make([]byte, 4<<20)
-	n := 0
-next:
-	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		for _, skip := range processWide {
-			if strings.Contains(g, skip) {
-				continue next
-			}
-		}
-		n++
-	}
-	return n
-}
+// checkLeaks fails the test if it leaves goroutines running; call it first.
+func checkLeaks(t *testing.T) { leakcheck.Check(t) }

@@ -5,57 +5,18 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/leakcheck"
 )
 
-// checkLeaks fails the test if goroutines started during it are still
-// running once everything it set up has been cleaned up. Call it first, so
-// that its cleanup runs last.
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	base, _ := goroutines()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		n, stacks := goroutines()
-		for n > base && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond) // polling for goroutines to end, not papering over a race
-			n, stacks = goroutines()
-		}
-		if n > base {
-			t.Errorf("%d goroutines leaked:\n%s", n-base, stacks)
-		}
-	})
-}
-
-// processWide are goroutines a library starts once per process and keeps,
-// or that end on their own a fixed time after their owner stopped
-// (fasthttp's worker pool cleaner finishes its 10s sleep after Stop).
-var processWide = []string{"fasthttp.updateServerDate", "fasthttp.(*workerPool).Start.func2"}
-
-// goroutines counts the running goroutines, process-wide ones excepted.
-func goroutines() (int, string) {
-	buf := make([]byte, 4<<20)
-	all := string(buf[:runtime.Stack(buf, true)])
-	n := 0
-	var kept []string
-next:
-	for _, g := range strings.Split(all, "\n\n") {
-		for _, skip := range processWide {
-			if strings.Contains(g, skip) {
-				continue next
-			}
-		}
-		n++
-		kept = append(kept, g)
-	}
-	return n, strings.Join(kept, "\n\n")
-}
+// checkLeaks fails the test if it leaves goroutines running; call it first.
+func checkLeaks(t *testing.T) { leakcheck.Check(t) }
 
 // lanesOf fetches GET /governor/lanes.
 func lanesOf(t *testing.T, c *http.Client, base string) []LaneInfo {
