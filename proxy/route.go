@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -26,21 +27,22 @@ func ParseRoutes(s string) ([]Route, error) {
 		if item == "" {
 			continue
 		}
+		shown := redactUserinfo(item) // errors are printed: never the credentials of a url
 		name, raw, ok := strings.Cut(item, "=")
 		if !ok {
-			return nil, fmt.Errorf("route %q: want name=url", item)
+			return nil, fmt.Errorf("route %q: want name=url", shown)
 		}
 		name = strings.TrimSpace(name)
 		if err := validRouteName(name); err != nil {
-			return nil, fmt.Errorf("route %q: %w", item, err)
+			return nil, fmt.Errorf("route %q: %w", shown, err)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("route %q: duplicate name %q", item, name)
+			return nil, fmt.Errorf("route %q: duplicate name %q", shown, name)
 		}
 		seen[name] = true
 		u, err := ParseUpstreamURL(strings.TrimSpace(raw))
 		if err != nil {
-			return nil, fmt.Errorf("route %q: %w", item, err)
+			return nil, fmt.Errorf("route %q: %w", shown, err)
 		}
 		routes = append(routes, Route{Name: name, URL: u})
 	}
@@ -65,27 +67,46 @@ func validRouteName(name string) error {
 // ParseUpstreamURL parses an upstream base URL: absolute http or https, with
 // a host, optionally a base path, and no query, fragment or credentials.
 func ParseUpstreamURL(s string) (*url.URL, error) {
+	shown := redactUserinfo(s) // errors are printed: never the credentials of a url
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("invalid url %q: %w", s, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the url it repeats
+		}
+		if shown != s {
+			err = errors.New("malformed url") // the details could quote the credentials
+		}
+		return nil, fmt.Errorf("invalid url %q: %w", shown, err)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("invalid url %q: scheme must be http or https", s)
+		return nil, fmt.Errorf("invalid url %q: scheme must be http or https", shown)
 	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("invalid url %q: no host", s)
+		return nil, fmt.Errorf("invalid url %q: no host", shown)
 	case u.User != nil:
-		return nil, fmt.Errorf("invalid url %q: credentials belong in request headers, not the url", redact(u))
+		return nil, fmt.Errorf("invalid url %q: credentials belong in request headers, not the url", shown)
 	case u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("invalid url %q: no query or fragment allowed", s)
+		return nil, fmt.Errorf("invalid url %q: no query or fragment allowed", shown)
 	}
 	return u, nil
 }
 
-func redact(u *url.URL) string {
-	c := *u
-	c.User = nil
-	return c.String()
+// redactUserinfo hides what may be credentials in a url shown in an
+// error: everything between the scheme and the last '@'. It works on
+// strings that do not parse as urls, and errs on the side of hiding.
+func redactUserinfo(s string) string {
+	at := strings.LastIndexByte(s, '@')
+	if at < 0 {
+		return s
+	}
+	start := 0
+	if i := strings.Index(s[:at], "://"); i >= 0 {
+		start = i + len("://")
+	} else if i := strings.IndexByte(s[:at], '='); i >= 0 {
+		start = i + 1 // a route's name=url
+	}
+	return s[:start] + "REDACTED" + s[at:]
 }
 
 // router maps a request path to its upstream and the path to send there.
