@@ -13,11 +13,13 @@ import (
 // limit, not the provider's in-flight count, is the controller's decision:
 // a limit above the capacity is 429s, one below it is capacity left unused.
 
-// laneSample is the lane limit of each governor of a run at one instant;
-// -1 for a governor that is not running or did not answer.
+// laneSample is the lane limit and calls in flight of each governor of a
+// run at one instant; -1 for a governor that is not running or did not
+// answer.
 type laneSample struct {
-	at     time.Duration
-	limits []int
+	at       time.Duration
+	limits   []int
+	inFlight []int
 }
 
 // sampler polls GET /governor/lanes of its governors from one goroutine.
@@ -62,14 +64,14 @@ func (s *sampler) poll(ctx context.Context, t0 time.Time) {
 	s.mu.Lock()
 	govs := append([]*governor(nil), s.govs...)
 	s.mu.Unlock()
-	smp := laneSample{at: time.Since(t0), limits: make([]int, len(govs))}
+	smp := laneSample{at: time.Since(t0), limits: make([]int, len(govs)), inFlight: make([]int, len(govs))}
 	for i, g := range govs {
-		smp.limits[i] = -1
+		smp.limits[i], smp.inFlight[i] = -1, -1
 		if g == nil {
 			continue
 		}
 		if li, err := g.lanes(ctx); err == nil {
-			smp.limits[i] = li.Limit
+			smp.limits[i], smp.inFlight[i] = li.Limit, li.InFlight
 		}
 	}
 	s.mu.Lock()

@@ -54,3 +54,38 @@ func optimumSchedule(n int, l time.Duration, phases []capPhase) time.Duration {
 	}
 	return time.Duration(math.MaxInt64) // the last phase has no capacity
 }
+
+// phaseUse is how much of a capacity phase the lane used: the mean of its
+// calls in flight (sampled from GET /governor/lanes, at most the capacity)
+// over the capacity. Calls admitted before a drop that are still running
+// count only up to the new capacity.
+type phaseUse struct {
+	label string
+	use   float64
+}
+
+// phaseUses measures each phase from its change to the next one (the last
+// until end). It shows which phase of a run loses the time.
+func phaseUses(samples []laneSample, changes []capChange, end time.Duration) []phaseUse {
+	out := make([]phaseUse, len(changes))
+	for i, ch := range changes {
+		until := end
+		if i+1 < len(changes) {
+			until = changes[i+1].at
+		}
+		var sum float64
+		var n int
+		for _, s := range samples {
+			if s.at >= ch.at && s.at < until {
+				sum += min(float64(max(s.inFlight[0], 0)), ch.capacity)
+				n++
+			}
+		}
+		if n > 0 && ch.capacity > 0 {
+			out[i] = phaseUse{label: ch.label, use: sum / float64(n) / ch.capacity}
+		} else {
+			out[i] = phaseUse{label: ch.label}
+		}
+	}
+	return out
+}

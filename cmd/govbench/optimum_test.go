@@ -31,3 +31,15 @@ func TestOptimumSchedule(t *testing.T) {
 	assert.Equal(t, 60*time.Second, optimumSchedule(1440, l, phases), "24 calls per second on average")
 	assert.Equal(t, 5*time.Second, optimumSchedule(80, 2*l, phases[:1]), "latency scales the need")
 }
+
+func TestPhaseUses(t *testing.T) {
+	s := time.Second
+	var samples []laneSample
+	for i, inFlight := range []int{8, 16, 16, 16, 32, 8, 4, 8} {
+		samples = append(samples, laneSample{at: time.Duration(i) * s, inFlight: []int{inFlight}})
+	}
+	changes := []capChange{{at: 0, capacity: 16, label: "start"}, {at: 4 * s, capacity: 8, label: "→8"}}
+	got := phaseUses(samples, changes, 8*s)
+	// Phase 1: (8+16+16+16)/4/16; phase 2: min(32, 8) counts 8: (8+8+4+8)/4/8.
+	assert.Equal(t, []phaseUse{{"start", 0.875}, {"→8", 0.875}}, got)
+}

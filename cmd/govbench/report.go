@@ -103,8 +103,8 @@ func (r *overheadResult) clientLevels(mode string) []int {
 
 func writeGoodput(w io.Writer, runs []goodputRun) {
 	t := table{
-		header: []string{"scenario", "preset", "L", "calls", "optimum", "makespan", "goodput", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence"},
-		align:  "lllrrrrrrrrl",
+		header: []string{"scenario", "preset", "L", "calls", "optimum", "makespan", "goodput", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence", "use per phase"},
+		align:  "lllrrrrrrrrll",
 	}
 	s4 := table{
 		header: []string{"preset", "calls", "aggregate goodput", "Jain (all four)", "calls/s per process (all four)", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence"},
@@ -132,7 +132,8 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 			calls += fmt.Sprintf(" (%d unfinished)", r.tally.unfinished)
 		}
 		t.add(r.title, r.preset, millis(r.latency), calls, secs(r.optimum), makespan, good,
-			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv))
+			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv),
+			phasesText(r.phases))
 	}
 	if len(t.rows) > 0 {
 		fmt.Fprintf(w, "\n## Goodput\n\n%s", t.markdown())
@@ -154,6 +155,18 @@ func convText(cs []convergence) string {
 			v = fmt.Sprintf("%.1f s", c.after.Seconds())
 		}
 		parts[i] = c.change.label + " " + v
+	}
+	return strings.Join(parts, " · ")
+}
+
+// phasesText is "start 0.97 · →8 0.93 · →32 0.88", or "—".
+func phasesText(ps []phaseUse) string {
+	if len(ps) == 0 {
+		return "—"
+	}
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%s %.2f", p.label, p.use)
 	}
 	return strings.Join(parts, " · ")
 }

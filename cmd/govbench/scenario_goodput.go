@@ -87,6 +87,7 @@ type goodputRun struct {
 	tally    tally
 	events   laneEvents
 	conv     []convergence
+	phases   []phaseUse // nil without capacity phases (S2, S4)
 	s4       *sharedRun // S4 only
 }
 
@@ -179,5 +180,8 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	run.conv = convergences(samples, spec.changes, run.makespan, convergenceHold(l), func(s laneSample) float64 {
 		return float64(s.limits[0])
 	})
+	if len(spec.changes) > 0 {
+		run.phases = phaseUses(samples, spec.changes, run.makespan)
+	}
 	return run, nil
 }
