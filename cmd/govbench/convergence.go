@@ -74,6 +74,9 @@ func (s *sampler) poll(ctx context.Context, t0 time.Time) {
 			smp.limits[i], smp.inFlight[i] = li.Limit, li.InFlight
 		}
 	}
+	if ctx.Err() != nil {
+		return // stop cut this poll short: its -1s are not the lanes' state
+	}
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
 	s.mu.Unlock()

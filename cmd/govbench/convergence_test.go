@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/leakcheck"
 )
 
 func TestBand(t *testing.T) {
@@ -66,4 +73,27 @@ func TestSharedSchedule(t *testing.T) {
 	}
 	assert.Equal(t, []float64{16, 32, 32, 32, 32, 32, 16}, caps, "one process cannot fill the cap; two fill it")
 	assert.Equal(t, []string{"+1", "+2", "+3", "+4", "−1", "−2", "−3"}, labels)
+}
+
+func TestSamplerPollsUntilStopped(t *testing.T) {
+	leakcheck.Check(t)
+	polled := make(chan struct{}, 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "/governor/lanes", r.URL.Path)
+		fmt.Fprint(w, `{"lanes":[{"limit":12,"in_flight":7,"queued":3},{"limit":4,"in_flight":1}]}`)
+		polled <- struct{}{}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(adminClient.CloseIdleConnections)
+
+	s := startSampler(context.Background(), 2, time.Now(), time.Millisecond)
+	s.set(1, &governor{process: &process{name: "fake"}, url: srv.URL})
+	for range 3 {
+		<-polled
+	}
+	samples := s.stop()
+	require.NotEmpty(t, samples)
+	last := samples[len(samples)-1]
+	assert.Equal(t, []int{-1, 16}, last.limits, "slot 0 unset; slot 1 sums its lanes")
+	assert.Equal(t, []int{-1, 8}, last.inFlight)
 }
