@@ -115,3 +115,52 @@ func TestAbsurdRequestBudgetPausesAtMostMaxPause(t *testing.T) {
 		}
 	}
 }
+
+// Bodies over the limit, however framed, get 413; malformed framing gets
+// 400; and whatever the client's framing, the upstream gets exactly the
+// requests Governor answered, each framed by Governor.
+func TestRequestFramingAbuse(t *testing.T) {
+	checkLeaks(t)
+	got := make(chan string, 16)
+	rec, up := newRecorder(t)
+	rec.answer = func(w http.ResponseWriter, r *http.Request, _ int) {
+		got <- r.Method + " " + r.URL.Path + " " + fmt.Sprint(r.ContentLength)
+		io.WriteString(w, "ok")
+	}
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxBodyBytes: 1024}))
+	addr := strings.TrimPrefix(base, "http://")
+	var many strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&many, "X-H%d: v\r\n", i)
+	}
+	for _, tc := range []struct {
+		name, raw string
+		status    string   // of the first answer
+		upstream  []string // what reached the provider
+	}{
+		{"chunked body over the limit",
+			"POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n800\r\n" + strings.Repeat("a", 2048) + "\r\n0\r\n\r\n",
+			"413", nil},
+		{"Content-Length over the limit, body never sent",
+			"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\nConnection: close\r\n\r\n", "413", nil},
+		{"two Content-Lengths", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello", "400", nil},
+		{"negative Content-Length", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\nConnection: close\r\n\r\n", "400", nil},
+		{"Content-Length beyond int64", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\nConnection: close\r\n\r\n", "400", nil},
+		{"2000 headers", "GET /v1/x HTTP/1.1\r\nHost: x\r\n" + many.String() + "Connection: close\r\n\r\n", "400", nil},
+		{"NUL in the method", "G\x00T /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "400", nil},
+		// Transfer-Encoding wins over Content-Length (RFC 9112 §6.3): the
+		// chunked body is empty, and what follows it is the client's next
+		// request, answered and forwarded as a call of its own.
+		{"Content-Length and chunked",
+			"POST /v1/first HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /v1/second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			"200", []string{"POST /v1/first 0", "GET /v1/second 0"}},
+	} {
+		out := rawExchange(t, addr, tc.raw)
+		assert.True(t, strings.HasPrefix(out, "HTTP/1.1 "+tc.status+" "), "%s: %.200q", tc.name, out)
+		assert.Equal(t, max(1, len(tc.upstream)), strings.Count(out, "HTTP/1.1 "), "%s: one answer per request forwarded, or one refusal", tc.name)
+		for _, want := range tc.upstream {
+			assert.Equal(t, want, <-got, tc.name)
+		}
+		assert.Empty(t, got, "%s: nothing else reached the provider", tc.name)
+	}
+}
