@@ -39,6 +39,10 @@ type streamBody struct {
 	checkEvery time.Duration
 	clientGone atomic.Bool
 
+	// deadlineSet is when the idle deadlines were last moved; they are
+	// moved again only once idle/deadlineSlack of them has passed.
+	deadlineSet time.Time
+
 	mu     sync.Mutex // guards closed and timer against the watch
 	closed bool
 	timer  *time.Timer
@@ -70,7 +74,13 @@ func (b *streamBody) checkClient() {
 	b.timer.Reset(b.checkEvery)
 }
 
-// Read reads the next piece of the upstream body. Before each read it moves
+// deadlineSlack is how much of the idle timeout may pass before a Read
+// moves the deadlines again: a stream of many small events would otherwise
+// reset two timers per event. A silence is thus ended after between
+// idle·(1-1/deadlineSlack) and idle.
+const deadlineSlack = 16
+
+// Read reads the next piece of the upstream body. Before reading it moves
 // the connection's deadline to now+idle, replacing the attempt deadline
 // fasthttp set for the response headers: a stream has no overall limit, only
 // a limit on silence.
@@ -78,8 +88,8 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if b.stream == nil {
 		return 0, io.EOF
 	}
-	if b.conn != nil && b.idle > 0 {
-		now := time.Now()
+	if now := time.Now(); b.conn != nil && b.idle > 0 && now.Sub(b.deadlineSet) >= b.idle/deadlineSlack {
+		b.deadlineSet = now
 		if err := b.conn.SetReadDeadline(now.Add(b.idle)); err != nil {
 			return 0, err
 		}
