@@ -49,7 +49,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	down := freeAddr(t) // nothing listens there
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL+",down=http://"+down,
 		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
-		"GOVERNOR_MAX_BODY_BYTES=65536")
+		"GOVERNOR_MAX_BODY_BYTES=8192") // a body just over it fits in socket buffers: see RELIABILITY.md on larger ones
 	base := "http://" + g.base
 	bearer := map[string]string{"Authorization": "Bearer " + canary, "Content-Type": "application/json"}
 	var outputs []string
@@ -107,7 +107,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 		map[string]string{"X-Api-Key": canary, "Anthropic-Version": "2023-06-01"}))
 	record("connection reset twice", 502)(exchange(t, "POST", base+"/v1/chat/completions", chatBody,
 		map[string]string{"Authorization": "Bearer " + canary, "X-Mock-Fault": "reset,reset"}))
-	record("body too large", 413)(exchange(t, "POST", base+"/v1/chat/completions", strings.Repeat("x", 70000), bearer))
+	record("body too large", 413)(exchange(t, "POST", base+"/v1/chat/completions", strings.Repeat("x", 9000), bearer))
 	record("bad batch: header injection", 400)(exchange(t, "POST", base+"/governor/batch",
 		`{"requests":[{"url":"/v1/x","body":{},"headers":{"Authorization":"Bearer `+canary+`\r\nX-Injected: 1"}}]}`, bearer))
 	record("bad batch: absolute url", 400)(exchange(t, "POST", base+"/governor/batch",
