@@ -41,3 +41,12 @@ func TestReadUsageSelf(t *testing.T) {
 	assert.Positive(t, u.RSS)
 	assert.GreaterOrEqual(t, u.HWM, u.RSS)
 }
+
+func TestParseMachineBusy(t *testing.T) {
+	busy, err := parseMachineBusy("cpu  100 5 50 9999 77 3 2 40 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+	require.NoError(t, err)
+	assert.Equal(t, 2000*time.Millisecond, busy, "(100+5+50+3+2+40) ticks; idle and iowait left out")
+
+	_, err = parseMachineBusy("intr 1 2 3\n")
+	assert.Error(t, err)
+}

@@ -87,6 +87,7 @@ func writeOverhead(w io.Writer, r *overheadResult) {
 		}
 		fmt.Fprintf(w, "\n## Overhead: %s\n\n%s", strings.ToUpper(mode), t.markdown())
 	}
+	fmt.Fprintf(w, "\nWhile these were measured, processes other than govbench's used %.0f%% of the machine's CPU (0%% is a quiet machine).\n", 100*r.otherCPU)
 }
 
 // clientLevels lists the concurrency levels measured for mode, ascending.

@@ -71,6 +71,9 @@ type overheadKey struct {
 type overheadResult struct {
 	targets []string
 	cells   map[overheadKey]*overheadCell
+	// otherCPU is the share of the machine's CPU that other processes
+	// used during the measurements (see noiseMeter).
+	otherCPU float64
 }
 
 // runOverhead measures every target at every concurrency level and mode.
@@ -87,6 +90,7 @@ func runOverhead(ctx context.Context, w *workspace, o *options, log io.Writer) (
 		return nil, err
 	}
 	g.add(gov.process)
+	pids := []int{m.pid(), gov.pid()}
 	targets := []overheadTarget{
 		{name: targetDirect, url: m.url},
 		{name: targetGovernor, url: gov.url, pid: gov.pid()},
@@ -98,6 +102,11 @@ func runOverhead(ctx context.Context, w *workspace, o *options, log io.Writer) (
 		}
 		g.add(ng.process)
 		targets = append(targets, overheadTarget{name: targetNginx, url: ng.url, pid: ng.pid()})
+		pids = append(pids, ng.pid())
+	}
+	noise, err := startNoise(pids...)
+	if err != nil {
+		return nil, err
 	}
 
 	res = &overheadResult{cells: map[overheadKey]*overheadCell{}}
@@ -123,6 +132,9 @@ func runOverhead(ctx context.Context, w *workspace, o *options, log io.Writer) (
 				}
 			}
 		}
+	}
+	if res.otherCPU, err = noise.otherShare(); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
