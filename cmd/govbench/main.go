@@ -55,9 +55,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		notes = append(notes, w.nginxNote)
 		fmt.Fprintf(stderr, "govbench: %s\n", w.nginxNote)
 	}
+	defer adminClient.CloseIdleConnections()
 	res := &results{}
 	err = runScenarios(ctx, w, o, res, stderr)
-	defer adminClient.CloseIdleConnections()
 	switch {
 	case ctx.Err() != nil:
 		notes = append(notes, "the run was interrupted: the scenario in progress is missing")

@@ -115,9 +115,10 @@ func (m *mock) reset(ctx context.Context) error {
 	return nil
 }
 
-// adminClient reads the stats and lanes endpoints; it is separate from the
-// load's clients so that polling never waits for a load connection.
-var adminClient = &http.Client{Timeout: 30 * time.Second}
+// adminClient reads the stats, lanes and metrics endpoints; it is separate
+// from the load's clients so that polling never waits for a load
+// connection. run closes its idle connections when it returns.
+var adminClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 
 func getJSON(ctx context.Context, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
