@@ -100,3 +100,12 @@ func TestSmokeOptions(t *testing.T) {
 	_, err = parseOptions([]string{"-duration", "0s"})
 	assert.Error(t, err)
 }
+
+func TestLastLiveHeap(t *testing.T) {
+	log := `{"level":"WARN","msg":"x"}
+gc 1 @0.024s 6%: 1.1+3.4+0.006 ms clock, 2.3+0.11/2.4/0+0.013 ms cpu, 3->4->2 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P
+gc 2 @4.045s 0%: 0.1+1+0.01 ms clock, 0.2+0/0.5/1+0.02 ms cpu, 6->6->13 MB, 8 MB goal, 0 MB stacks, 0 MB globals, 2 P
+`
+	assert.Equal(t, 13, lastLiveHeap(strings.NewReader(log)))
+	assert.Equal(t, -1, lastLiveHeap(strings.NewReader(`{"level":"WARN"}`)))
+}

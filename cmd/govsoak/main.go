@@ -98,7 +98,8 @@ func mockArgs(seed uint64) []string {
 }
 
 var governorEnv = []string{"GOVERNOR_MAX_CONCURRENCY=32", "GOVERNOR_ATTEMPT_TIMEOUT=3s", "GOVERNOR_BACKOFF_MAX=5s",
-	"GOVERNOR_MAX_PAUSE=5s", "GOVERNOR_LOG_LEVEL=warn"}
+	"GOVERNOR_MAX_PAUSE=5s", "GOVERNOR_LOG_LEVEL=warn",
+	"GODEBUG=gctrace=1"} // the live heap after each GC, read from the log
 
 func run(ctx context.Context, args []string, stdout io.Writer) int {
 	o, err := parseOptions(args)
@@ -169,7 +170,7 @@ type result struct {
 func soak(ctx context.Context, o *options, sys *system, info *runInfo) result {
 	var l ledger
 	prov := newProvider(sys.mockURL)
-	smp := newSampler(sys.gov.pid(), sys.admin, &l)
+	smp := newSampler(sys.gov.pid(), sys.gov.logPath, sys.admin, &l)
 	var samples []sample
 	record := func(s sample) {
 		samples = append(samples, s)
@@ -211,6 +212,7 @@ loop:
 		select {
 		case <-tick.C:
 			record(smp.take(ctx, "load"))
+			info.machine.noteOthers()
 		case <-alive.C:
 			if err := sys.alive(); err != nil {
 				info.processErr = err

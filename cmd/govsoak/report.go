@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -20,6 +21,16 @@ type machine struct {
 	loadStart string
 	loadEnd   string
 	others    []string // other benchmark or soak processes running at the start
+	during    []string // such processes seen at a sample during the run
+}
+
+// noteOthers records the other load running now.
+func (m *machine) noteOthers() {
+	for _, o := range otherLoad() {
+		if !slices.Contains(m.during, o) {
+			m.during = append(m.during, o)
+		}
+	}
 }
 
 func describeMachine() machine {
@@ -112,10 +123,13 @@ func writeReport(w io.Writer, info runInfo, t tally, prov providerStats, samples
 	p("")
 	p("- Machine: %d CPUs (%s), Linux %s, %s", m.cpus, m.cpuModel, m.kernel, m.goVersion)
 	p("- Load average (1, 5, 15 min) at start: %s; at end: %s", m.loadStart, m.loadEnd)
-	if len(m.others) > 0 {
-		p("- Other load at start: %s", strings.Join(m.others, "; "))
-	} else {
-		p("- Other load at start: no benchmark or other soak running")
+	switch {
+	case len(m.others) == 0 && len(m.during) == 0:
+		p("- Other load: no benchmark or other soak running at the start or at any sample")
+	case len(m.others) == 0:
+		p("- Other load: none at the start; seen during the run: %s", strings.Join(m.during, "; "))
+	default:
+		p("- Other load: at the start %s; during the run %s", strings.Join(m.others, "; "), strings.Join(m.during, "; "))
 	}
 	p("- Provider: `mockllm %s`", strings.Join(info.mockArgs, " "))
 	p("- Governor: `%s`", strings.Join(info.govEnv, " "))
@@ -161,17 +175,21 @@ func writeReport(w io.Writer, info runInfo, t tally, prov providerStats, samples
 		prov.Received, answered(prov.Answered), prov.RateLimited, prov.Resets, prov.Hangs,
 		prov.StreamsStarted, prov.StreamsCompleted, prov.StreamsAborted, prov.MaxInFlight)
 	p("")
-	p("Governor over time (RSS from /proc; heap in use and goroutines from its /metrics; /healthz timed on a new connection):")
+	p("Governor over time: RSS from /proc; the heap live after the last GC from its gctrace; heap in use (live and garbage) and goroutines from its /metrics; /healthz timed on a new connection.")
 	p("")
-	p("| t | phase | RSS MiB | heap MiB | goroutines | threads | fds | in flight | queued | calls done | calls/s | /healthz |")
-	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	p("| t | phase | RSS MiB | live heap MB | heap in use MiB | goroutines | threads | fds | in flight | queued | calls done | calls/s | /healthz |")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range samples {
 		hz := s.healthz.Round(10 * time.Microsecond).String()
 		if s.healthzErr != "" {
 			hz = "error " + s.healthzErr
 		}
-		p("| %v | %s | %s | %s | %d | %d | %d | %d | %d | %d | %.0f | %s |", s.at.Round(time.Second), s.phase,
-			mib(s.rssKiB), mib(s.heapKiB), s.goroutines, s.threads, s.fds, s.inFlight, s.queued, s.calls, s.perSecond, hz)
+		live := "–"
+		if s.liveMB >= 0 {
+			live = fmt.Sprint(s.liveMB)
+		}
+		p("| %v | %s | %s | %s | %s | %d | %d | %d | %d | %d | %d | %.0f | %s |", s.at.Round(time.Second), s.phase,
+			mib(s.rssKiB), live, mib(s.heapKiB), s.goroutines, s.threads, s.fds, s.inFlight, s.queued, s.calls, s.perSecond, hz)
 	}
 	p("")
 	p("%s", flatness(samples))
@@ -222,11 +240,13 @@ func flatness(samples []sample) string {
 			return m
 		}
 		rss := func(s sample) int { return s.rssKiB }
+		live := func(s sample) int { return s.liveMB }
 		gor := func(s sample) int { return s.goroutines }
 		r1, r2 := maxOf(load[:half], rss), maxOf(load[half:], rss)
+		h1, h2 := maxOf(load[:half], live), maxOf(load[half:], live)
 		g1, g2 := maxOf(load[:half], gor), maxOf(load[half:], gor)
-		fmt.Fprintf(&b, "Under load, peak RSS %s MiB in the first half and %s MiB in the second (%+.0f%%); peak goroutines %d and %d. ",
-			mib(r1), mib(r2), 100*(float64(r2)/float64(max(r1, 1))-1), g1, g2)
+		fmt.Fprintf(&b, "Under load, peak RSS %s MiB in the first half and %s MiB in the second (%+.0f%%); peak live heap %d MB and %d MB; peak goroutines %d and %d. ",
+			mib(r1), mib(r2), 100*(float64(r2)/float64(max(r1, 1))-1), h1, h2, g1, g2)
 	}
 	if before != nil && after != nil {
 		fmt.Fprintf(&b, "Idle before the traffic: %d goroutines, %d fds, %s MiB RSS; idle after it: %d goroutines, %d fds, %s MiB RSS.",

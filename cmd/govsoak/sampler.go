@@ -18,6 +18,7 @@ type sample struct {
 	phase      string        // "before", "load", "after"
 	rssKiB     int
 	heapKiB    int // go_memstats_heap_inuse_bytes
+	liveMB     int // the heap live after the last GC, from gctrace in Governor's log; -1 if none yet
 	goroutines int
 	threads    int
 	fds        int
@@ -31,16 +32,17 @@ type sample struct {
 
 // sampler reads samples of one governor process.
 type sampler struct {
-	pid    int
-	admin  string // admin base URL
-	fresh  *http.Client
-	ledger *ledger
-	start  time.Time
-	last   sample
+	pid     int
+	logPath string // Governor's stderr, with GODEBUG=gctrace=1 lines
+	admin   string // admin base URL
+	fresh   *http.Client
+	ledger  *ledger
+	start   time.Time
+	last    sample
 }
 
-func newSampler(pid int, admin string, l *ledger) *sampler {
-	return &sampler{pid: pid, admin: admin, ledger: l,
+func newSampler(pid int, logPath, admin string, l *ledger) *sampler {
+	return &sampler{pid: pid, logPath: logPath, admin: admin, ledger: l,
 		fresh: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
 }
 
@@ -48,6 +50,11 @@ func (s *sampler) take(ctx context.Context, phase string) sample {
 	sm := sample{phase: phase, calls: s.ledger.len()}
 	if !s.start.IsZero() {
 		sm.at = time.Since(s.start)
+	}
+	sm.liveMB = -1
+	if f, err := os.Open(s.logPath); err == nil {
+		sm.liveMB = lastLiveHeap(f)
+		f.Close()
 	}
 	st := procStatus(s.pid)
 	sm.rssKiB, sm.threads = st["VmRSS"], st["Threads"]
@@ -145,4 +152,30 @@ func parseMetrics(text string, names ...string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// lastLiveHeap returns the heap live after the last GC that GODEBUG=gctrace=1
+// reported in a log ("gc 12 @3.4s 1%: …, 7->8->3 MB, 8 MB goal, …": 3),
+// or -1 if there is none.
+func lastLiveHeap(r io.Reader) int {
+	live := -1
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "gc ") {
+			continue
+		}
+		for field := range strings.SplitSeq(line, ",") {
+			field = strings.TrimSpace(field)
+			sizes, ok := strings.CutSuffix(field, " MB")
+			if !ok || strings.Count(sizes, "->") != 2 {
+				continue
+			}
+			if n, err := strconv.Atoi(sizes[strings.LastIndex(sizes, "->")+2:]); err == nil {
+				live = n
+			}
+		}
+	}
+	return live
 }
