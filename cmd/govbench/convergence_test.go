@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/internal/leakcheck"
+	"github.com/llmgovernor/governor/internal/proc"
 )
 
 func TestBand(t *testing.T) {
@@ -87,7 +88,7 @@ func TestSamplerPollsUntilStopped(t *testing.T) {
 	t.Cleanup(adminClient.CloseIdleConnections)
 
 	s := startSampler(context.Background(), 2, time.Now(), time.Millisecond)
-	s.set(1, &governor{process: &process{name: "fake"}, url: srv.URL})
+	s.set(1, &governor{Process: &proc.Process{}, url: srv.URL})
 	for range 3 {
 		<-polled
 	}

@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/llmgovernor/governor/internal/proc"
 )
 
 // governor is a running Governor.
 type governor struct {
-	*process
+	*proc.Process
 	url      string // main listener, http://127.0.0.1:PORT
 	adminURL string
 }
@@ -42,19 +44,19 @@ func startGovernor(ctx context.Context, w *workspace, name, upstream string, env
 		Listen      string `json:"listen"`
 		AdminListen string `json:"admin_listen"`
 	}
-	_, err = p.waitForLog(ctx, func(line string) (string, bool) {
+	_, err = waitForLog(ctx, p, func(line string) (string, bool) {
 		if !strings.Contains(line, `"governor started"`) {
 			return "", false
 		}
 		return "", json.Unmarshal([]byte(line), &started) == nil && started.Listen != ""
 	})
 	if err != nil {
-		_ = p.stop()
+		_ = p.Stop(stopTimeout)
 		return nil, err
 	}
-	g := &governor{process: p, url: "http://" + started.Listen, adminURL: "http://" + started.AdminListen}
-	if err := p.waitHTTP(ctx, g.adminURL+"/readyz"); err != nil {
-		_ = p.stop()
+	g := &governor{Process: p, url: "http://" + started.Listen, adminURL: "http://" + started.AdminListen}
+	if err := waitHTTP(ctx, p, g.adminURL+"/readyz"); err != nil {
+		_ = p.Stop(stopTimeout)
 		return nil, err
 	}
 	return g, nil
@@ -74,7 +76,7 @@ func (g *governor) lanes(ctx context.Context) (laneInfo, error) {
 		Lanes []laneInfo `json:"lanes"`
 	}
 	if err := getJSON(ctx, g.url+"/governor/lanes", &out); err != nil {
-		return laneInfo{}, fmt.Errorf("%s lanes: %w", g.name, err)
+		return laneInfo{}, fmt.Errorf("%s lanes: %w", g.Name(), err)
 	}
 	var sum laneInfo
 	for _, l := range out.Lanes {
@@ -122,15 +124,15 @@ func (g *governor) metrics(ctx context.Context) (map[string]float64, error) {
 	}
 	resp, err := adminClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s metrics: %w", g.name, err)
+		return nil, fmt.Errorf("%s metrics: %w", g.Name(), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s metrics: status %d", g.name, resp.StatusCode)
+		return nil, fmt.Errorf("%s metrics: status %d", g.Name(), resp.StatusCode)
 	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%s metrics: %w", g.name, err)
+		return nil, fmt.Errorf("%s metrics: %w", g.Name(), err)
 	}
 	return parseMetrics(string(b)), nil
 }

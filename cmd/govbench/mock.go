@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmgovernor/governor/internal/proc"
 )
 
 // mockConfig is the simulated provider of one scenario, as mockllm flags.
@@ -47,7 +49,7 @@ func (c mockConfig) args() []string {
 
 // mock is a running mockllm.
 type mock struct {
-	*process
+	*proc.Process
 	url string // http://127.0.0.1:PORT
 }
 
@@ -58,14 +60,14 @@ func startMock(ctx context.Context, w *workspace, name string, cfg mockConfig) (
 		return nil, err
 	}
 	const banner = "mockllm listening on "
-	url, err := p.waitForLog(ctx, func(line string) (string, bool) {
+	url, err := waitForLog(ctx, p, func(line string) (string, bool) {
 		return strings.CutPrefix(strings.TrimSpace(line), banner)
 	})
 	if err != nil {
-		_ = p.stop()
+		_ = p.Stop(stopTimeout)
 		return nil, err
 	}
-	return &mock{process: p, url: url}, nil
+	return &mock{Process: p, url: url}, nil
 }
 
 // mockStats is the part of mockllm's GET /stats that govbench reads.
@@ -93,7 +95,7 @@ func (s mockStats) answered2xx() int64 {
 func (m *mock) stats(ctx context.Context) (mockStats, error) {
 	var st mockStats
 	if err := getJSON(ctx, m.url+"/stats", &st); err != nil {
-		return st, fmt.Errorf("%s stats: %w", m.name, err)
+		return st, fmt.Errorf("%s stats: %w", m.Name(), err)
 	}
 	return st, nil
 }
@@ -106,11 +108,11 @@ func (m *mock) reset(ctx context.Context) error {
 	}
 	resp, err := adminClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s reset: %w", m.name, err)
+		return fmt.Errorf("%s reset: %w", m.Name(), err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("%s reset: status %d", m.name, resp.StatusCode)
+		return fmt.Errorf("%s reset: status %d", m.Name(), resp.StatusCode)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/template"
+
+	"github.com/llmgovernor/governor/internal/proc"
 )
 
 // nginxConfig is the reverse proxy govbench compares Governor with: the
@@ -74,7 +76,7 @@ func (c nginxConfig) render() (string, error) {
 // nginx is a running nginx; its process is the master, the workers are its
 // children (readUsage sums them).
 type nginx struct {
-	*process
+	*proc.Process
 	url string
 }
 
@@ -111,9 +113,9 @@ func startNginx(ctx context.Context, w *workspace, upstream string) (*nginx, err
 	if err != nil {
 		return nil, err
 	}
-	n := &nginx{process: p, url: "http://" + port}
-	if err := p.waitHTTP(ctx, n.url+"/stats"); err != nil {
-		_ = p.stop()
+	n := &nginx{Process: p, url: "http://" + port}
+	if err := waitHTTP(ctx, p, n.url+"/stats"); err != nil {
+		_ = p.Stop(stopTimeout)
 		return nil, err
 	}
 	return n, nil

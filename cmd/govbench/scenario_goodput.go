@@ -126,12 +126,12 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	if err != nil {
 		return run, err
 	}
-	g.add(m.process)
+	g.add(m.Process)
 	gov, err := startGovernor(ctx, w, spec.name+"-"+preset+"-governor", m.url, append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, o.governorEnv...)...)
 	if err != nil {
 		return run, err
 	}
-	g.add(gov.process)
+	g.add(gov.Process)
 
 	lc := newLoadClient(goodputClients)
 	defer lc.close()

@@ -81,7 +81,7 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 	if err != nil {
 		return res, err
 	}
-	g.add(m.process)
+	g.add(m.Process)
 	env := []string{
 		"GOVERNOR_MAX_CONCURRENCY=1", "GOVERNOR_AIMD_INITIAL=1",
 		"GOVERNOR_DRAIN_TIMEOUT=1s", // the call in flight would hold the stop for an hour
@@ -93,8 +93,8 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 	if err != nil {
 		return res, err
 	}
-	g.add(gov.process)
-	u, err := readUsage(gov.pid())
+	g.add(gov.Process)
+	u, err := readUsage(gov.PID())
 	if err != nil {
 		return res, err
 	}
@@ -108,7 +108,7 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 	if !r.ok() {
 		return res, fmt.Errorf("memory: warm-up call: status %d: %v", r.Status, r.Err)
 	}
-	if u, err = readUsage(gov.pid()); err != nil {
+	if u, err = readUsage(gov.PID()); err != nil {
 		return res, err
 	}
 	res.idleRSS = u.RSS
@@ -141,7 +141,7 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 	if err != nil {
 		return res, err
 	}
-	if u, err = readUsage(gov.pid()); err != nil {
+	if u, err = readUsage(gov.PID()); err != nil {
 		return res, err
 	}
 	res.waiting, res.heldRSS, res.heldHWM = li.Queued, u.RSS, u.HWM

@@ -84,25 +84,25 @@ func runOverhead(ctx context.Context, w *workspace, o *options, log io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	g.add(m.process)
+	g.add(m.Process)
 	gov, err := startGovernor(ctx, w, "overhead-governor", m.url, o.governorEnv...)
 	if err != nil {
 		return nil, err
 	}
-	g.add(gov.process)
-	pids := []int{m.pid(), gov.pid()}
+	g.add(gov.Process)
+	pids := []int{m.PID(), gov.PID()}
 	targets := []overheadTarget{
 		{name: targetDirect, url: m.url},
-		{name: targetGovernor, url: gov.url, pid: gov.pid()},
+		{name: targetGovernor, url: gov.url, pid: gov.PID()},
 	}
 	if w.nginxBin != "" {
 		ng, err := startNginx(ctx, w, m.url)
 		if err != nil {
 			return nil, err
 		}
-		g.add(ng.process)
-		targets = append(targets, overheadTarget{name: targetNginx, url: ng.url, pid: ng.pid()})
-		pids = append(pids, ng.pid())
+		g.add(ng.Process)
+		targets = append(targets, overheadTarget{name: targetNginx, url: ng.url, pid: ng.PID()})
+		pids = append(pids, ng.PID())
 	}
 	noise, err := startNoise(pids...)
 	if err != nil {

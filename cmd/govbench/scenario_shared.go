@@ -97,7 +97,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 	if err != nil {
 		return run, err
 	}
-	g.add(m.process)
+	g.add(m.Process)
 
 	if err := m.reset(ctx); err != nil {
 		return run, err
@@ -115,7 +115,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 	defer func() { // a process whose goroutine failed to stop it
 		for _, gv := range govs {
 			if gv != nil {
-				_ = gv.stop()
+				_ = gv.Stop(stopTimeout)
 			}
 		}
 	}()
@@ -139,7 +139,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 			})
 			lc.close()
 			smp.set(i, nil)
-			if err := gov.alive(); err != nil {
+			if err := gov.Alive(); err != nil {
 				cancel(err)
 				return
 			}
@@ -149,7 +149,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 				return
 			}
 			events[i] = ev
-			if err := gov.stop(); err != nil {
+			if err := gov.Stop(stopTimeout); err != nil {
 				cancel(err)
 			}
 		})

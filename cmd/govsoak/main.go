@@ -140,8 +140,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) int {
 		traffic: fmt.Sprintf("%d chat workers (JSON), %d streaming, %d Anthropic (half streamed), one sync batch worker (%d items, JSON or NDJSON), one async job worker (%d items); %.0f%% of calls and items carry a forced fault sequence",
 			o.chat, o.streams, o.anthropic, o.batchSize, o.asyncSize, 100*forcedFaultShare)}
 	res := soak(ctx, o, sys, &info)
-	info.govExit = sys.gov.stop(60 * time.Second)
-	_ = sys.mock.stop(20 * time.Second)
+	info.govExit = sys.gov.Stop(60 * time.Second)
+	_ = sys.mock.Stop(20 * time.Second)
 	info.machine.loadEnd = loadAverage()
 
 	var report strings.Builder
@@ -170,7 +170,7 @@ type result struct {
 func soak(ctx context.Context, o *options, sys *system, info *runInfo) result {
 	var l ledger
 	prov := newProvider(sys.mockURL)
-	smp := newSampler(sys.gov.pid(), sys.gov.logPath, sys.admin, &l)
+	smp := newSampler(sys.gov.PID(), sys.gov.LogPath(), sys.admin, &l)
 	var samples []sample
 	record := func(s sample) {
 		samples = append(samples, s)
