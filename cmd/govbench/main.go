@@ -55,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		notes = append(notes, w.nginxNote)
 		fmt.Fprintf(stderr, "govbench: %s\n", w.nginxNote)
 	}
+	if w.redisNote != "" && slices.Contains(o.scenarios, "s4") {
+		notes = append(notes, w.redisNote)
+		fmt.Fprintf(stderr, "govbench: %s\n", w.redisNote)
+	}
 	defer adminClient.CloseIdleConnections()
 	res := &results{}
 	err = runScenarios(ctx, w, o, res, stderr)
@@ -105,8 +109,19 @@ func runScenarios(ctx context.Context, w *workspace, o *options, res *results, l
 				res.goodput = append(res.goodput, r)
 			}
 		case "s4":
+			type variant struct {
+				preset string
+				coord  coordination
+			}
+			var vs []variant
 			for _, p := range o.presets {
-				r, err := runShared(ctx, w, o, p, log)
+				vs = append(vs, variant{p, coordNone})
+			}
+			if w.redisBin != "" && slices.Contains(o.presets, "default") {
+				vs = append(vs, variant{"default", coordRedis}, variant{"default", coordRedisKilled})
+			}
+			for _, v := range vs {
+				r, err := runShared(ctx, w, o, v.preset, v.coord, log)
 				if err != nil {
 					return err
 				}

@@ -22,6 +22,7 @@ type options struct {
 	governorEnv []string // KEY=VALUE, given to every Governor last
 	mockBin     string   // empty: build ./cmd/mockllm
 	nginxBin    string   // empty: no nginx
+	redisBin    string   // empty: no S4 with coordination
 
 	concurrency      []int
 	overheadDuration time.Duration
@@ -73,6 +74,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil
 	})
 	fs.StringVar(&o.nginxBin, "nginx", "nginx", "nginx `binary` for the overhead comparison; empty, or not found, skips nginx")
+	fs.StringVar(&o.redisBin, "redis", "redis-server", "redis-server `binary` for S4 with coordination (GOVERNOR_REDIS_URL); empty, or not found, skips those rows")
 	fs.StringVar(&concurrency, "concurrency", "1,16,64", "overhead: concurrent clients, comma-separated")
 	fs.DurationVar(&o.overheadDuration, "overhead-duration", 2*time.Second, "overhead: measured time per target, level, mode and round")
 	fs.DurationVar(&o.overheadWarmup, "overhead-warmup", 500*time.Millisecond, "overhead: unmeasured load before each measurement")

@@ -118,7 +118,7 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 			for i := range per {
 				per[i] = fmt.Sprintf("%.1f", s.throughput(i))
 			}
-			s4.add(r.preset, fmt.Sprint(r.tally.calls),
+			s4.add(r.label(), fmt.Sprint(r.tally.calls),
 				fmt.Sprintf("%.3f (%d / %.0f)", r.goodput(), s.completed, s.optimum),
 				fmt.Sprintf("%.3f", s.fairness()), strings.Join(per, " · "),
 				r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv))

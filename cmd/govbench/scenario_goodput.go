@@ -80,6 +80,7 @@ type goodputRun struct {
 	scenario string
 	title    string
 	preset   string
+	coord    coordination // S4 only
 	latency  time.Duration
 	optimum  time.Duration
 	makespan time.Duration
@@ -90,6 +91,9 @@ type goodputRun struct {
 	phases   []phaseUse // nil without capacity phases (S2, S4)
 	s4       *sharedRun // S4 only
 }
+
+// label is the preset, with the coordination if any: "default + redis".
+func (r goodputRun) label() string { return r.preset + r.coord.suffix() }
 
 // goodput is optimum / makespan: 1 is the best a governor can do.
 func (r goodputRun) goodput() float64 {

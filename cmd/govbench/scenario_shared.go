@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 )
 
 // S4: sharedProcs Governor processes, each with its own sharedClients
-// closed-loop clients, share one provider capped at sharedCap. Nothing
-// connects the processes: each must find its share from its own 429s.
+// closed-loop clients, share one provider capped at sharedCap. Without
+// coordination nothing connects the processes: each must find its share
+// from its own 429s. With coordination they share the lane over a Redis
+// that govbench starts (GOVERNOR_REDIS_URL); one variant kills that Redis
+// while all four run and restarts it empty, to show that no call depends on
+// it.
 //
 // Process i starts at i·d/10 and its clients stop at 0.7·d + i·d/10 (then
 // the process is stopped), so one, two, three and four run in turn, all
@@ -23,6 +28,32 @@ const (
 	sharedClients = 16
 	sharedCap     = 32
 )
+
+// coordination is how S4's Governors share what they learn.
+type coordination int
+
+const (
+	coordNone        coordination = iota // each on its own
+	coordRedis                           // GOVERNOR_REDIS_URL
+	coordRedisKilled                     // the same; Redis killed mid-run
+)
+
+// suffix labels a row of the report: "default + redis".
+func (c coordination) suffix() string {
+	switch c {
+	case coordRedis:
+		return " + redis"
+	case coordRedisKilled:
+		return " + redis, killed"
+	}
+	return ""
+}
+
+// redisOutage is when, in coordRedisKilled, Redis is down: from 0.45·d to
+// 0.55·d, inside the window where all four processes run.
+func redisOutage(d time.Duration) [2]time.Duration {
+	return [2]time.Duration{45 * d / 100, 55 * d / 100}
+}
 
 // sharedRun is the part of an S4 outcome the goodput table does not hold.
 type sharedRun struct {
@@ -85,19 +116,29 @@ func sharedChanges(spans [sharedProcs][2]time.Duration) []capChange {
 	return ch
 }
 
-// runShared runs S4 with the AIMD preset.
-func runShared(ctx context.Context, w *workspace, o *options, preset string, log io.Writer) (run goodputRun, err error) {
+// runShared runs S4 with the AIMD preset and the coordination given.
+func runShared(ctx context.Context, w *workspace, o *options, preset string, coord coordination, log io.Writer) (run goodputRun, err error) {
 	d, l := o.goodputDuration, goodputLatency(o)
 	spans := sharedSpans(d)
 	title := fmt.Sprintf("S4 %d processes, cap %d", sharedProcs, sharedCap)
-	fmt.Fprintf(log, "govbench: %s, preset %s: %d clients each, latency %v, %v\n", title, preset, sharedClients, l, d)
+	name := "s4-" + preset + strings.ReplaceAll(strings.ReplaceAll(coord.suffix(), " + ", "-"), ", ", "-")
+	fmt.Fprintf(log, "govbench: %s, preset %s%s: %d clients each, latency %v, %v\n", title, preset, coord.suffix(), sharedClients, l, d)
 	var g group
 	defer func() { err = errors.Join(err, g.stopAll()) }()
-	m, err := startMock(ctx, w, "s4-"+preset+"-mockllm", mockConfig{latency: l, spread: latencySpread, seed: o.seed, maxConcurrency: sharedCap})
+	m, err := startMock(ctx, w, name+"-mockllm", mockConfig{latency: l, spread: latencySpread, seed: o.seed, maxConcurrency: sharedCap})
 	if err != nil {
 		return run, err
 	}
 	g.add(m.Process)
+	env := append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, o.governorEnv...)
+	var rs *redisServer
+	if coord != coordNone {
+		if rs, err = startRedis(ctx, w, name+"-redis", ""); err != nil {
+			return run, err
+		}
+		g.add(rs.Process)
+		env = append(env, "GOVERNOR_REDIS_URL="+rs.url())
+	}
 
 	if err := m.reset(ctx); err != nil {
 		return run, err
@@ -125,7 +166,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 			if !sleepUntil(rctx, t0.Add(spans[i][0])) {
 				return
 			}
-			gov, err := startGovernor(rctx, w, fmt.Sprintf("s4-%s-governor%d", preset, i+1), m.url, append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, o.governorEnv...)...)
+			gov, err := startGovernor(rctx, w, fmt.Sprintf("%s-governor%d", name, i+1), m.url, append(env, fmt.Sprintf("GOVERNOR_INSTANCE=%s-p%d", name, i+1))...)
 			if err != nil {
 				cancel(err)
 				return
@@ -134,7 +175,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 			smp.set(i, gov)
 			lc := newLoadClient(sharedClients)
 			results[i] = runUntil(rctx, sharedClients, t0, spans[i][1], func(ctx context.Context, n int, buf []byte) callResult {
-				id := fmt.Sprintf("s4-%s-p%d-%06d", preset, i+1, n)
+				id := fmt.Sprintf("%s-p%d-%06d", name, i+1, n)
 				return lc.call(ctx, t0, request{url: gov.url + "/v1/chat/completions", body: body, id: id}, buf)
 			})
 			lc.close()
@@ -152,6 +193,26 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 			if err := gov.Stop(stopTimeout); err != nil {
 				cancel(err)
 			}
+		})
+	}
+	if coord == coordRedisKilled {
+		wg.Go(func() {
+			out := redisOutage(d)
+			if !sleepUntil(rctx, t0.Add(out[0])) {
+				return
+			}
+			rs.Kill()
+			fmt.Fprintf(log, "govbench: %s: redis killed at %v\n", title, time.Since(t0).Round(time.Millisecond))
+			if !sleepUntil(rctx, t0.Add(out[1])) {
+				return
+			}
+			again, err := startRedis(rctx, w, name+"-redis-restarted", rs.addr)
+			if err != nil {
+				cancel(err)
+				return
+			}
+			g.add(again.Process) // stopped by the deferred stopAll
+			fmt.Fprintf(log, "govbench: %s: redis restarted at %v\n", title, time.Since(t0).Round(time.Millisecond))
 		})
 	}
 	wg.Wait()
@@ -187,7 +248,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, log
 		}
 		all = append(all, rs...)
 	}
-	run = goodputRun{scenario: "s4", title: title, preset: preset, latency: l, tally: tallyCalls(all, st), s4: s}
+	run = goodputRun{scenario: "s4", title: title, preset: preset, coord: coord, latency: l, tally: tallyCalls(all, st), s4: s}
 	for _, ev := range events {
 		run.events = run.events.add(ev)
 	}

@@ -18,6 +18,8 @@ type workspace struct {
 	mockBin     string
 	nginxBin    string // empty when nginx is skipped
 	nginxNote   string // why nginx is skipped
+	redisBin    string // empty when S4 with coordination is skipped
+	redisNote   string // why it is skipped
 }
 
 // Import paths of the binaries govbench builds; `go build` resolves them in
@@ -51,7 +53,8 @@ func newWorkspace(ctx context.Context, o *options, log io.Writer) (*workspace, e
 			return w, err
 		}
 	}
-	w.nginxBin, w.nginxNote = findNginx(o.nginxBin)
+	w.nginxBin, w.nginxNote = findTool("nginx", o.nginxBin, "the overhead comparison", "nginx")
+	w.redisBin, w.redisNote = findTool("redis", o.redisBin, "S4 with coordination", "redis-server")
 	return w, nil
 }
 
@@ -66,11 +69,12 @@ func build(ctx context.Context, pkg, out string) error {
 	return nil
 }
 
-// findNginx resolves the nginx binary, also in /usr/sbin (not on every
-// user's PATH), or says why nginx is skipped.
-func findNginx(name string) (path, note string) {
+// findTool resolves the binary of a comparison peer (flag -flag, the
+// Debian package pkg), also in /usr/sbin (not on every user's PATH), or
+// says why what needs it is skipped.
+func findTool(flag, name, what, pkg string) (path, note string) {
 	if name == "" {
-		return "", "nginx skipped (-nginx is empty)"
+		return "", fmt.Sprintf("%s skipped (-%s is empty)", what, flag)
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p, ""
@@ -80,7 +84,7 @@ func findNginx(name string) (path, note string) {
 			return p, ""
 		}
 	}
-	return "", fmt.Sprintf("nginx skipped: %q not found (apt-get install -y nginx)", name)
+	return "", fmt.Sprintf("%s skipped: %q not found (apt-get install -y %s)", what, name, pkg)
 }
 
 // close removes the work directory unless keep is set.

@@ -43,7 +43,8 @@ type Process struct {
 	waitErr error         // set before exited is closed
 
 	mu      sync.Mutex
-	stopped bool // Stop was called: an exit is expected
+	stopped bool // Stop or Kill was called: an exit is expected
+	killed  bool // Kill was called: its exit status is no error
 }
 
 // Start starts the process that s describes.
@@ -114,10 +115,29 @@ func (p *Process) Stop(timeout time.Duration) error {
 			return fmt.Errorf("%s did not stop within %v after SIGTERM: killed", p.name, timeout)
 		}
 	}
-	if p.waitErr != nil {
+	p.mu.Lock()
+	killed := p.killed
+	p.mu.Unlock()
+	if p.waitErr != nil && !killed {
 		return fmt.Errorf("%s: %w%s", p.name, p.waitErr, p.LogTail())
 	}
 	return nil
+}
+
+// Kill sends SIGKILL and waits for the process to exit, as a crash or an
+// OOM kill would end it: it gets no chance to clean up. The exit is
+// expected: neither Alive nor a later Stop reports it. It may be called
+// more than once, and after Stop.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	p.stopped, p.killed = true, true
+	p.mu.Unlock()
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
 }
 
 // LogTail is the end of the process's log, for error messages: empty if
