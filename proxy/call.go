@@ -115,7 +115,11 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if opts.attemptTimeout <= 0 {
 		opts.attemptTimeout = p.cfg.AttemptTimeout
 	}
-	l := p.lanes.forRequest(up, req)
+	l, lerr := p.lanes.forRequest(up, req)
+	if lerr != nil {
+		return Result{Err: &Error{Status: lerr.Status, Code: lerr.Code, Message: lerr.Message},
+			Details: Details{Status: StatusDidNotRun}}
+	}
 	// The proxy stopping for good ends the call like a client leaving.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -73,7 +73,9 @@ type Config struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// MaxLanes bounds the lanes (and their metric series); once reached,
-	// new models share one lane per upstream and credential. Default 256.
+	// new models share one lane per upstream and credential, and a new
+	// credential evicts the least recently used lane idle for minutes, or
+	// is refused (503 too_many_lanes). Default 256.
 	MaxLanes int
 	// AIMD configures every lane's controller. Max defaults to 64.
 	AIMD aimd.Config

@@ -22,7 +22,10 @@
 // while the lane has fewer calls in flight than the controller's limit, and
 // every attempt's outcome feeds the controller, which sets the next limit.
 // A 429 for one model or key never slows another. MaxLanes bounds the lanes
-// (and their metric series) that request bodies can create.
+// (and their metric series) that request headers and bodies can create:
+// past it, new models of a known credential share one lane, and a new
+// credential takes the place of a lane that has been idle for minutes, or
+// is refused with 503 too_many_lanes when none has.
 //
 // # The round trip
 //

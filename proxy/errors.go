@@ -17,6 +17,7 @@ const (
 	CodeNotFound            = "not_found"
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeQueueFull           = "queue_full"
+	CodeTooManyLanes        = "too_many_lanes"
 	CodeQueueTimeout        = "queue_timeout"
 	CodeDraining            = "draining"
 	CodeUnauthorized        = "unauthorized"

@@ -39,7 +39,13 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 		attemptTimeout: p.cfg.AttemptTimeout,
 		client:         ctx.Conn(),
 	}
-	l := p.lanes.forRequest(up, req)
+	l, lerr := p.lanes.forRequest(up, req)
+	if lerr != nil {
+		writeError(ctx, anthropic, *lerr)
+		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
+		p.finish(up, ctx)
+		return
+	}
 	res := p.roundTrip(p.ctx, l, req, opts)
 	if p.cfg.Logger.Enabled(p.ctx, slog.LevelDebug) { // spares boxing the arguments on every call
 		p.cfg.Logger.Debug("call", "lane", l.id, "status", res.details.Status, "attempts", res.details.Attempts,

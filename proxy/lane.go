@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -25,7 +26,8 @@ type lane struct {
 	id       string // upstream/model/credential-hash; safe to show and to use as a label
 	upstream *upstream
 	model    string
-	credHash string // short hash of the credential, never the credential
+	cred     [sha256.Size]byte // the credential's full hash (its lane key)
+	credHash string            // short hash of the credential, never the credential
 
 	q *queue.Queue
 
@@ -35,6 +37,10 @@ type lane struct {
 	pausedUntil time.Time // guarded by mu; also kept by q
 	pace        pacer
 	m           *laneMetrics
+
+	// lastUsed is when a call last took the lane or finished an attempt
+	// in it (Unix nanoseconds), for eviction (see lanes.evictIdle).
+	lastUsed atomic.Int64
 }
 
 // laneKey identifies a lane. cred is the full hash, so that two keys whose
@@ -81,51 +87,124 @@ func labelSafe(s string) string {
 // otherModel groups the models of new lanes once MaxLanes lanes exist.
 const otherModel = "other"
 
+// laneIdleEvict is how long a lane must have been unused, with nothing
+// waiting or in flight, before a new lane may evict it: at least this, and
+// at least twice the longest wait between a call's attempts (MaxPause,
+// BackoffMax), so that a lane is not evicted under a call about to retry.
+const laneIdleEvict = 2 * time.Minute
+
 // lanes holds every lane, created on first use.
+//
+// Lanes are bounded, because request headers and bodies choose them. Once
+// MaxLanes exist, a new model of a known credential shares that
+// credential's "other" lane (isolation is per credential, so that costs
+// nothing but per-model accounting). A new credential, or a known one's
+// first "other" lane, evicts the least recently used idle lane (see
+// laneIdleEvict); with none idle long enough, a new credential is refused (503, nothing
+// sent upstream), which keeps every credential's calls apart from every
+// other's while bounding the lanes at 2×MaxLanes.
 type lanes struct {
-	cfg *Config
-	set *metrics.Set
-	log *slog.Logger
+	cfg     *Config
+	set     *metrics.Set
+	log     *slog.Logger
+	evicted *metrics.Counter
+	idle    time.Duration // unused this long, an idle lane may be evicted
 
 	mu      sync.RWMutex
 	byKey   map[laneKey]*lane
-	ordered []*lane // in creation order, for /governor/lanes
+	ordered []*lane                   // in creation order, for /governor/lanes
+	creds   map[[sha256.Size]byte]int // lanes per credential
 }
 
 func newLanes(cfg *Config) *lanes {
-	return &lanes{cfg: cfg, set: cfg.Metrics, log: cfg.Logger, byKey: map[laneKey]*lane{}}
+	return &lanes{cfg: cfg, set: cfg.Metrics, log: cfg.Logger, byKey: map[laneKey]*lane{},
+		creds:   map[[sha256.Size]byte]int{},
+		idle:    max(laneIdleEvict, 2*cfg.MaxPause, 2*cfg.BackoffMax),
+		evicted: cfg.Metrics.NewCounter("governor_lanes_evicted_total")}
 }
 
-// forRequest returns the lane of a request to up.
-func (ls *lanes) forRequest(up *upstream, req *fasthttp.Request) *lane {
+// errTooManyLanes refuses a call whose credential would need a lane beyond
+// the bound.
+var errTooManyLanes = &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeTooManyLanes, RetryAfter: maxRetryAfterSeconds,
+	Message: "Governor: the lane limit (GOVERNOR_MAX_LANES) is reached and no lane has been idle long enough to make room for a new credential; retry later"}
+
+// forRequest returns the lane of a request to up, or errTooManyLanes.
+func (ls *lanes) forRequest(up *upstream, req *fasthttp.Request) (*lane, *apiError) {
 	return ls.get(up, credentialHash(&req.Header), modelOf(req.Body()))
 }
 
-func (ls *lanes) get(up *upstream, cred [sha256.Size]byte, model string) *lane {
+func (ls *lanes) get(up *upstream, cred [sha256.Size]byte, model string) (*lane, *apiError) {
+	now := ls.cfg.Now()
 	key := laneKey{up, cred, model}
 	ls.mu.RLock()
 	l := ls.byKey[key]
 	ls.mu.RUnlock()
 	if l != nil {
-		return l
+		l.lastUsed.Store(now.UnixNano())
+		return l, nil
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if l = ls.byKey[key]; l != nil {
-		return l
-	}
-	if len(ls.byKey) >= ls.cfg.MaxLanes {
+	if l = ls.byKey[key]; l == nil && len(ls.byKey) >= ls.cfg.MaxLanes {
 		// Bound the lanes (and metric series) that request bodies can
 		// create: new models share one lane per upstream and credential.
 		key.model = otherModel
-		if l = ls.byKey[key]; l != nil {
-			return l
+		l = ls.byKey[key]
+		if l == nil && !ls.evictIdleLocked(now) && ls.creds[cred] == 0 {
+			return nil, errTooManyLanes
 		}
 	}
-	l = ls.newLane(key)
-	ls.byKey[key] = l
-	ls.ordered = append(ls.ordered, l)
-	return l
+	if l == nil {
+		l = ls.newLane(key)
+		ls.byKey[key] = l
+		ls.ordered = append(ls.ordered, l)
+		ls.creds[cred]++
+	}
+	l.lastUsed.Store(now.UnixNano())
+	return l, nil
+}
+
+// evictIdleLocked removes the least recently used lane that has nothing
+// waiting or in flight and has been unused for laneIdleEvict, with its
+// metric series. It reports whether it removed one. It requires ls.mu to
+// be held for writing.
+func (ls *lanes) evictIdleLocked(now time.Time) bool {
+	victim := -1
+	var oldest int64
+	cutoff := now.Add(-ls.idle).UnixNano()
+	for i, l := range ls.ordered {
+		used := l.lastUsed.Load()
+		if used > cutoff || (victim >= 0 && used >= oldest) {
+			continue
+		}
+		if st := l.q.Stats(); st.InFlight > 0 || st.Waiting > 0 {
+			continue
+		}
+		victim, oldest = i, used
+	}
+	if victim < 0 {
+		return false
+	}
+	l := ls.ordered[victim]
+	ls.ordered = append(ls.ordered[:victim], ls.ordered[victim+1:]...)
+	key := laneKey{l.upstream, l.cred, l.model}
+	delete(ls.byKey, key)
+	if ls.creds[l.cred]--; ls.creds[l.cred] == 0 {
+		delete(ls.creds, l.cred)
+	}
+	l.close(ls.set)
+	ls.evicted.Inc()
+	ls.log.Info("lane evicted: idle, and the lane limit is reached", "lane", l.id,
+		"idle", now.Sub(time.Unix(0, oldest)).Round(time.Second).String())
+	return true
+}
+
+// close releases what a lane holds outside itself: its metric series. A
+// call still holding the lane (none should: it is idle) keeps working.
+func (l *lane) close(set *metrics.Set) {
+	for _, name := range l.m.names {
+		set.UnregisterMetric(name)
+	}
 }
 
 // newLane requires ls.mu to be held.
@@ -136,6 +215,7 @@ func (ls *lanes) newLane(key laneKey) *lane {
 		id:       fmt.Sprintf("%s/%s/%s", key.upstream.name, labelSafe(key.model), credHash),
 		upstream: key.upstream,
 		model:    key.model,
+		cred:     key.cred,
 		credHash: credHash,
 		ctrl:     aimd.New(ls.cfg.AIMD, now),
 	}
@@ -186,6 +266,7 @@ func aimdOutcome(o outcome) aimd.Outcome {
 // observe feeds one attempt to the controller and applies the new limit.
 // inFlight counts the lane's calls in flight, this one included.
 func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.Time, log *slog.Logger) {
+	l.lastUsed.Store(now.UnixNano())
 	l.mu.Lock()
 	before := l.ctrl.Limit()
 	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight}, now)
@@ -308,26 +389,31 @@ type laneMetrics struct {
 	pauses    *metrics.Counter
 	queueWait *metrics.PrometheusHistogram
 	upstream  *metrics.PrometheusHistogram
+	names     []string // every series of the lane, to unregister it
 }
 
 func newLaneMetrics(set *metrics.Set, l *lane) *laneMetrics {
 	lbl := fmt.Sprintf("lane=%q", l.id)
-	m := &laneMetrics{
-		decreases: set.NewCounter("governor_lane_decreases_total{" + lbl + "}"),
-		collapses: set.NewCounter("governor_lane_collapses_total{" + lbl + "}"),
-		pauses:    set.NewCounter("governor_lane_pauses_total{" + lbl + "}"),
-		queueWait: set.NewPrometheusHistogramExt("governor_queue_wait_seconds{"+lbl+"}", latencyBuckets),
-		upstream:  set.NewPrometheusHistogramExt("governor_lane_upstream_latency_seconds{"+lbl+"}", latencyBuckets),
+	m := &laneMetrics{}
+	name := func(format string, args ...any) string {
+		n := fmt.Sprintf(format, args...)
+		m.names = append(m.names, n)
+		return n
 	}
-	for i, name := range outcomeNames {
-		m.attempts[i] = set.NewCounter(fmt.Sprintf("governor_attempts_total{%s,outcome=%q}", lbl, name))
+	m.decreases = set.NewCounter(name("governor_lane_decreases_total{%s}", lbl))
+	m.collapses = set.NewCounter(name("governor_lane_collapses_total{%s}", lbl))
+	m.pauses = set.NewCounter(name("governor_lane_pauses_total{%s}", lbl))
+	m.queueWait = set.NewPrometheusHistogramExt(name("governor_queue_wait_seconds{%s}", lbl), latencyBuckets)
+	m.upstream = set.NewPrometheusHistogramExt(name("governor_lane_upstream_latency_seconds{%s}", lbl), latencyBuckets)
+	for i, o := range outcomeNames {
+		m.attempts[i] = set.NewCounter(name("governor_attempts_total{%s,outcome=%q}", lbl, o))
 		if outcome(i).retryable() {
-			m.retries[i] = set.NewCounter(fmt.Sprintf("governor_retries_total{%s,reason=%q}", lbl, name))
+			m.retries[i] = set.NewCounter(name("governor_retries_total{%s,reason=%q}", lbl, o))
 		}
 	}
-	set.NewGauge("governor_lane_target{"+lbl+"}", func() float64 { return l.ctrl.State().Target })
-	set.NewGauge("governor_lane_limit{"+lbl+"}", func() float64 { return float64(l.ctrl.Limit()) })
-	set.NewGauge("governor_lane_in_flight{"+lbl+"}", func() float64 { return float64(l.q.Stats().InFlight) })
-	set.NewGauge("governor_lane_queued{"+lbl+"}", func() float64 { return float64(l.q.Len()) })
+	set.NewGauge(name("governor_lane_target{%s}", lbl), func() float64 { return l.ctrl.State().Target })
+	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.ctrl.Limit()) })
+	set.NewGauge(name("governor_lane_in_flight{%s}", lbl), func() float64 { return float64(l.q.Stats().InFlight) })
+	set.NewGauge(name("governor_lane_queued{%s}", lbl), func() float64 { return float64(l.q.Len()) })
 	return m
 }

@@ -36,7 +36,7 @@ type config struct {
 	MaxPause          time.Duration `env:"GOVERNOR_MAX_PAUSE" envDefault:"60s" help:"longest lane pause a provider's Retry-After can impose"`
 	BackoffBase       time.Duration `env:"GOVERNOR_BACKOFF_BASE" envDefault:"500ms" help:"first retry backoff without a provider hint (exponential, full jitter)"`
 	BackoffMax        time.Duration `env:"GOVERNOR_BACKOFF_MAX" envDefault:"30s" help:"longest retry backoff without a provider hint"`
-	MaxLanes          int           `env:"GOVERNOR_MAX_LANES" envDefault:"256" help:"lanes (upstream, credential, model) before new models share one lane"`
+	MaxLanes          int           `env:"GOVERNOR_MAX_LANES" envDefault:"256" help:"lanes (upstream, credential, model) before new models share one lane and new credentials replace idle lanes"`
 	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`
 	BatchWindow       int           `env:"GOVERNOR_BATCH_WINDOW" envDefault:"0" help:"items of one batch waiting or in flight at once; 0 = twice GOVERNOR_MAX_CONCURRENCY"`
 	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; more gets 503"`
