@@ -81,8 +81,13 @@ func New(cfg Config) (*Proxy, error) {
 		NoDefaultContentType:         true,     // and the absence of a Content-Type
 		DisablePreParseMultipartForm: true,     // bodies are forwarded, never parsed as forms
 		CloseOnShutdown:              true,
-		Logger:                       fasthttpLogger{c.Logger},
-		ConnState:                    p.conns.state,
+		// A call waiting in a lane's queue holds its connection. Without
+		// this, it also holds the connection's 16 KiB read buffer, which
+		// fasthttp otherwise keeps for the connection's life: 22 KiB of
+		// heap per waiting call instead of 7.
+		ReduceMemoryUsage: true,
+		Logger:            fasthttpLogger{c.Logger},
+		ConnState:         p.conns.state,
 	}
 	return p, nil
 }
