@@ -15,11 +15,17 @@ import (
 var errClientGone = errors.New("client disconnected")
 
 // streamBody passes an upstream body to the client as the upstream produces
-// it. fasthttp's server reads it chunk by chunk, flushes each chunk, and
-// closes it when the answer is written or the client has gone, always from
-// the one goroutine that reads it (STYLE.md, fasthttp rule 4). Close
-// releases the upstream response, so a client that leaves mid-stream closes
-// the upstream connection.
+// it. fasthttp's server copies it with WriteTo and closes it when the answer
+// is written or the client has gone, always from the one goroutine that
+// reads it (STYLE.md, fasthttp rule 4). Close releases the upstream
+// response, so a client that leaves mid-stream closes the upstream
+// connection.
+//
+// WriteTo coalesces the way nginx does: what one read from the upstream
+// socket brought (many SSE events, often) goes to the client in one write,
+// and that write happens just before the next read from the socket, the one
+// that may block. No byte waits in Governor for more to arrive: whatever is
+// pending is written out before the proxy waits on the upstream.
 //
 // A client that leaves while the upstream is silent is noticed by a watch
 // that peeks at the client socket every checkEvery; it never closes the
@@ -31,7 +37,7 @@ var errClientGone = errors.New("client disconnected")
 type streamBody struct {
 	resp   *fasthttp.Response
 	stream io.Reader
-	conn   net.Conn      // upstream connection, to move its read deadline
+	conn   *trackedConn  // upstream connection, to move its read deadline; may be nil
 	idle   time.Duration // longest gap between two reads from upstream
 	done   func()
 
@@ -42,6 +48,16 @@ type streamBody struct {
 	// deadlineSet is when the idle deadlines were last moved; they are
 	// moved again only once idle/deadlineSlack of them has passed.
 	deadlineSet time.Time
+
+	// While WriteTo runs, buf[:pending] has been read from the upstream
+	// and not yet written to w.
+	w       io.Writer
+	flusher interface{ Flush() error } // w, when writing to it does not flush
+	buf     []byte
+	pending int
+	moved   bool  // beforeUpstreamRead wrote the pending bytes out during a read
+	written int64 // bytes written to w
+	werr    error // the first error writing to w
 
 	mu     sync.Mutex // guards closed and timer against the watch
 	closed bool
@@ -107,6 +123,91 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		err = errClientGone
 	}
 	return n, err
+}
+
+// SupportsBodyWriteTo tells fasthttp to copy the body with WriteTo.
+func (b *streamBody) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo copies the body to w, which is fasthttp's chunked writer (each
+// Write is one chunk, flushed to the client) or, for a body of known size,
+// the connection's bufio.Writer (flushed here). Bytes read from the upstream
+// gather in a buffer; the buffer is written out when the next read would go
+// to the upstream socket (see trackedConn.Read), when it is full, and at the
+// end of the body. A body cut by an upstream error is passed on up to the
+// cut, then the error is returned.
+func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
+	if b.stream == nil {
+		return 0, nil
+	}
+	bufp := copyBufs.Get().(*[]byte)
+	b.w, b.buf, b.pending = w, *bufp, 0
+	b.flusher, _ = w.(interface{ Flush() error })
+	if b.conn != nil {
+		b.conn.stream = b
+	}
+	defer func() {
+		if b.conn != nil {
+			b.conn.stream = nil
+		}
+		b.w, b.flusher, b.buf = nil, nil, nil
+		copyBufs.Put(bufp)
+	}()
+	for {
+		if b.pending == len(b.buf) {
+			if err := b.writePending(); err != nil {
+				return b.written, err
+			}
+		}
+		start := b.pending
+		b.moved = false
+		n, err := b.Read(b.buf[start:])
+		if b.moved {
+			// The bytes pending before this read were written out while
+			// it waited; what it read goes to the front.
+			b.pending = copy(b.buf, b.buf[start:start+n])
+		} else {
+			b.pending = start + n
+		}
+		if b.werr != nil {
+			return b.written, b.werr
+		}
+		if err != nil {
+			if werr := b.writePending(); werr != nil {
+				return b.written, werr
+			}
+			if errors.Is(err, io.EOF) {
+				return b.written, nil
+			}
+			return b.written, err
+		}
+	}
+}
+
+// beforeUpstreamRead is called by the upstream connection before it reads
+// from its socket while WriteTo runs: the pending bytes go to the client
+// before the proxy may wait on the upstream. An error writing them fails
+// that read, which ends the stream.
+func (b *streamBody) beforeUpstreamRead() error {
+	if b.pending == 0 {
+		return nil
+	}
+	b.moved = true
+	return b.writePending()
+}
+
+// writePending writes the pending bytes to the client and flushes them.
+func (b *streamBody) writePending() error {
+	if b.werr != nil || b.pending == 0 {
+		return b.werr
+	}
+	n, err := b.w.Write(b.buf[:b.pending])
+	b.written += int64(n)
+	b.pending = 0
+	if err == nil && b.flusher != nil {
+		err = b.flusher.Flush()
+	}
+	b.werr = err
+	return err
 }
 
 // Close releases the upstream response. When the body was not read to its

@@ -112,6 +112,23 @@ type trackedConn struct {
 	laddr   connAddr
 	onClose func(*trackedConn)
 	once    sync.Once
+
+	// stream, while a streamed body is passed to a client, is told before
+	// every read from the socket, i.e. whenever what the upstream sent so
+	// far has all been read (see streamBody.WriteTo). Only the goroutine
+	// that reads the connection sets, clears and calls it.
+	stream *streamBody
+}
+
+// Read reads from the connection, first letting a stream in progress pass
+// on what it holds: the read may block.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if s := c.stream; s != nil {
+		if err := s.beforeUpstreamRead(); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(p)
 }
 
 // Close closes the connection and forgets it.
@@ -167,7 +184,7 @@ func newTrackedConn(c net.Conn) *trackedConn {
 func (c *trackedConn) LocalAddr() net.Addr { return c.laddr }
 
 // connOf returns the upstream connection a response was read from, or nil.
-func connOf(resp *fasthttp.Response) net.Conn {
+func connOf(resp *fasthttp.Response) *trackedConn {
 	if a, ok := resp.LocalAddr().(connAddr); ok {
 		return a.conn
 	}
