@@ -52,6 +52,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 			"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
 	}
 	if res.err != nil {
+		// An earlier answer on this keep-alive connection may have left
+		// its write deadline.
+		_ = ctx.Conn().SetWriteDeadline(time.Time{})
 		writeError(ctx, anthropic, *res.err)
 		setDetailHeaders(&ctx.Response.Header, &res.details)
 		p.finish(up, ctx)
@@ -160,7 +163,10 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 		client:     ctx.Conn(),
 		checkEvery: clientCheckInterval,
 	}
-	body.watchClient()
+	// The headers are written under these deadlines too; and the attempt's
+	// deadline on the upstream connection gives way to the stream's limit
+	// on silence. (If this fails, the first read fails.)
+	_ = body.moveDeadlines(time.Now())
 	size := resp.Header.ContentLength()
 	if size < 0 {
 		size = -1 // chunked: -2 (read until close) is not a size we can send

@@ -190,16 +190,19 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 
 // Handler serves one request on the main listener.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	// A previous answer on this keep-alive connection may have left a
-	// write deadline (see streamBody.Read and respond).
-	_ = ctx.Conn().SetWriteDeadline(time.Time{})
-	// The request is read: a drain's read deadline on this connection
-	// (see connTracker) no longer applies; fasthttp sets its own before
-	// the next request.
-	_ = ctx.Conn().SetReadDeadline(time.Time{})
+	// Deadlines on the connection are dealt with where they matter, not
+	// here on every call: a previous answer's write deadline (see
+	// streamBody.moveDeadlines and respond) is replaced or cleared before
+	// each answer is written, and the read deadline that fasthttp (or a
+	// drain, see connTracker) set is cleared when a client watch starts
+	// peeking at the socket (see watchClient).
 	p.conns.busy(ctx.Conn())
 	path := ctx.Path()
 	if bytes.HasPrefix(path, []byte(APIPrefix)) || bytes.Equal(path, []byte("/governor")) {
+		// Governor's API writes under no deadline of a previous answer,
+		// and may watch its client (a sync batch).
+		_ = ctx.Conn().SetWriteDeadline(time.Time{})
+		_ = ctx.Conn().SetReadDeadline(time.Time{})
 		p.serveAPI(ctx, path)
 		p.metrics.countRequest(apiRoute, ctx.Response.StatusCode())
 		return
@@ -233,6 +236,9 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 
 // serverError answers requests fasthttp could not read.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
+	// A previous answer on this keep-alive connection may have left its
+	// write deadline.
+	_ = ctx.Conn().SetWriteDeadline(time.Time{})
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, false, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})

@@ -297,6 +297,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // ends the watch.
 func watchClient(parent context.Context, conn net.Conn, every time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
+	// The request is read: the read deadline fasthttp set for it, or a
+	// drain's (see connTracker), must not blind peerGone. fasthttp sets its
+	// own again before the next request.
+	_ = conn.SetReadDeadline(time.Time{})
 	if peerGone(conn) {
 		// Gone already (a client that left while its attempt ran): the
 		// retry about to wait for it must not be sent.

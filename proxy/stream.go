@@ -44,6 +44,7 @@ type streamBody struct {
 	client     net.Conn // the client's connection, watched while streaming
 	checkEvery time.Duration
 	clientGone atomic.Bool
+	watching   bool // watchClient was called
 
 	// deadlineSet is when the idle deadlines were last moved; they are
 	// moved again only once idle/deadlineSlack of them has passed.
@@ -66,13 +67,23 @@ type streamBody struct {
 	closeOnce sync.Once
 }
 
-// watchClient starts the client watch. It must be called before the body is
-// handed to fasthttp.
+// watchClient starts the client watch, once. WriteTo starts it the first
+// time the stream may wait on the upstream (see beforeUpstreamRead): a
+// stream that the upstream has sent whole by then never waits, and pays for
+// no timer. It is called only from the goroutine that reads the stream.
 func (b *streamBody) watchClient() {
-	if b.client == nil || b.conn == nil || b.checkEvery <= 0 {
+	if b.watching || b.client == nil || b.conn == nil || b.checkEvery <= 0 {
 		return
 	}
-	b.timer = time.AfterFunc(b.checkEvery, b.checkClient)
+	b.watching = true
+	// peerGone reads (peeks) the client socket: the request is read, and
+	// the read deadline fasthttp set for it must not blind the watch.
+	_ = b.client.SetReadDeadline(time.Time{})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.timer = time.AfterFunc(b.checkEvery, b.checkClient)
+	}
 }
 
 func (b *streamBody) checkClient() {
@@ -104,25 +115,46 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if b.stream == nil {
 		return 0, io.EOF
 	}
-	if now := time.Now(); b.conn != nil && b.idle > 0 && now.Sub(b.deadlineSet) >= b.idle/deadlineSlack {
-		b.deadlineSet = now
-		if err := b.conn.SetReadDeadline(now.Add(b.idle)); err != nil {
+	if now := time.Now(); b.idle > 0 && now.Sub(b.deadlineSet) >= b.idle/deadlineSlack {
+		if err := b.moveDeadlines(now); err != nil {
 			return 0, err
-		}
-		// What this read returns is written to the client next: a client
-		// that stops reading is given up after the same silence.
-		if b.client != nil {
-			_ = b.client.SetWriteDeadline(now.Add(b.idle))
 		}
 	}
 	if b.clientGone.Load() {
 		return 0, errClientGone
+	}
+	if b.w == nil {
+		// Read outside WriteTo: no hook tells when the read may wait.
+		b.watchClient()
 	}
 	n, err := b.stream.Read(p)
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
 	}
 	return n, err
+}
+
+// moveDeadlines gives the upstream connection's reads and the client
+// connection's writes a deadline idle from now (none when idle is not
+// positive). respond calls it before the headers are written; Read calls it
+// again as time passes.
+func (b *streamBody) moveDeadlines(now time.Time) error {
+	b.deadlineSet = now
+	var deadline time.Time
+	if b.idle > 0 {
+		deadline = now.Add(b.idle)
+	}
+	if b.conn != nil {
+		if err := b.conn.SetReadDeadline(deadline); err != nil {
+			return err
+		}
+	}
+	// What a read returns is written to the client next: a client that
+	// stops reading is given up after the same silence.
+	if b.client != nil {
+		_ = b.client.SetWriteDeadline(deadline)
+	}
+	return nil
 }
 
 // SupportsBodyWriteTo tells fasthttp to copy the body with WriteTo.
@@ -188,6 +220,7 @@ func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 // before the proxy may wait on the upstream. An error writing them fails
 // that read, which ends the stream.
 func (b *streamBody) beforeUpstreamRead() error {
+	b.watchClient()
 	if b.pending == 0 {
 		return nil
 	}
