@@ -20,6 +20,8 @@ const acceptGrace = 100 * time.Millisecond
 // SIGTERM. Instead, Close lets Accept go on for acceptGrace, so whatever is
 // in the backlog is accepted and served like any other call in the drain,
 // then closes the socket for real.
+//
+// It hands out each connection as a clientConn, whose Close can linger.
 type drainListener struct {
 	*net.TCPListener
 	closing   atomic.Bool
@@ -46,13 +48,53 @@ func (l *drainListener) Close() error {
 // Accept accepts connections, including during the grace period; after it,
 // it closes the socket and reports net.ErrClosed.
 func (l *drainListener) Accept() (net.Conn, error) {
-	c, err := l.TCPListener.Accept()
-	if err != nil && l.closing.Load() {
+	c, err := l.TCPListener.AcceptTCP()
+	if err == nil {
+		return &clientConn{TCPConn: c}, nil
+	}
+	if l.closing.Load() {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, net.ErrClosed) {
 			l.closeOnce.Do(func() { l.closeErr = l.TCPListener.Close() })
 			return nil, net.ErrClosed
 		}
 	}
-	return c, err
+	return nil, err
+}
+
+// lingerTimeout bounds how long a connection closed on a request that was
+// not read whole is drained before it is closed (nginx's lingering close).
+const lingerTimeout = 5 * time.Second
+
+// clientConn is a client connection that can be closed gracefully after an
+// answer sent before its request was read whole.
+//
+// fasthttp answers a body over the limit with 413 as soon as it knows, and
+// closes the connection while the client is still sending the body. Linux
+// answers a close with unread bytes in the socket, or bytes arriving after
+// it, with a reset, and a reset makes the client's kernel discard the 413
+// before the client has read it: the client sees "connection reset" and may
+// retry a call that can never succeed. A lingering close sends FIN after
+// the answer, then reads and discards what the client still sends, for at
+// most lingerTimeout, before closing.
+type clientConn struct {
+	*net.TCPConn
+	linger atomic.Bool
+}
+
+// lingerOnClose makes Close a lingering close.
+func (c *clientConn) lingerOnClose() { c.linger.Store(true) }
+
+// Close closes the connection, lingering when lingerOnClose was called.
+func (c *clientConn) Close() error {
+	if c.linger.Load() && c.CloseWrite() == nil {
+		_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+		buf := make([]byte, 16<<10)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
+	}
+	return c.TCPConn.Close()
 }

@@ -240,6 +240,11 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 	// write deadline.
 	_ = ctx.Conn().SetWriteDeadline(time.Time{})
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		// The rest of the body may still be on its way: without a
+		// lingering close the client would see a reset, not this answer.
+		if c, ok := ctx.Conn().(*clientConn); ok {
+			c.lingerOnClose()
+		}
 		writeError(ctx, false, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
 		return
