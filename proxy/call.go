@@ -131,9 +131,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	}
 	resp := res.resp
 	defer fasthttp.ReleaseResponse(resp)
-	if res.release != nil {
-		defer res.release()
-	}
+	defer res.release()
 	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()),
 		RequestID: requestID(&resp.Header), Details: res.details}
 	if resp.BodyStream() != nil {

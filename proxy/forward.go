@@ -123,7 +123,7 @@ var pathChar = func() (t [256]bool) {
 }()
 
 // respond copies an upstream answer to the client. It takes ownership of
-// res.resp and res.release: a buffered answer is copied and released here;
+// res.resp and res.slot: a buffered answer is copied and released here;
 // a streamed one is handed to fasthttp, which closes it after writing it,
 // and closing it releases the response and the lane's slot.
 func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) {
@@ -137,9 +137,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 		_ = ctx.Conn().SetWriteDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
-		if res.release != nil {
-			res.release()
-		}
+		res.release()
 		p.finish(up, ctx)
 		return
 	}
@@ -149,14 +147,15 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 		ctx.Response.ImmediateHeaderFlush = true
 	}
 	p.metrics.countRequest(up.name, resp.StatusCode())
+	slot := res.slot // the closure captures this, not res, which stays on the stack
 	body := &streamBody{
 		resp:   resp,
 		stream: resp.BodyStream(),
 		conn:   connOf(resp),
 		idle:   p.cfg.StreamIdleTimeout,
 		done: func() {
-			if res.release != nil {
-				res.release()
+			if slot != nil {
+				slot.Release()
 			}
 			p.metrics.inFlight.Add(-1)
 		},

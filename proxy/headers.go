@@ -44,12 +44,23 @@ var (
 // The Connection values are copied first: fasthttp's Peek results alias the
 // header's storage, which Del rearranges.
 func stripHopHeaders(h header) {
+	if len(h.Peek(fasthttp.HeaderConnection)) > 0 { // most calls have no Connection header
+		stripConnectionTokens(h)
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// stripConnectionTokens removes the headers named in h's Connection
+// headers. (Apart from stripHopHeaders so that its buffer, which escapes
+// through the interface, is allocated only when there is a Connection
+// header.)
+func stripConnectionTokens(h header) {
 	var buf [256]byte
 	named := buf[:0]
-	if len(h.Peek(fasthttp.HeaderConnection)) > 0 { // PeekAll allocates; most calls have no Connection header
-		for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
-			named = append(append(named, v...), ',')
-		}
+	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+		named = append(append(named, v...), ',')
 	}
 	for len(named) > 0 {
 		var tok []byte
@@ -59,8 +70,5 @@ func stripHopHeaders(h header) {
 			continue
 		}
 		h.DelBytes(tok)
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
 	}
 }

@@ -30,10 +30,20 @@ type callOptions struct {
 // pass back (resp, owned by the receiver, with release to be called once
 // it is written) or an error of Governor's own.
 type callResult struct {
-	resp    *fasthttp.Response
-	release func() // gives the lane's slot back; nil when none is held
+	resp *fasthttp.Response
+	// slot is the queue whose slot the call holds until release; nil when
+	// none is held. (A method value such as q.Release would cost an
+	// allocation per call.)
+	slot    *queue.Queue
 	err     *apiError
 	details Details
+}
+
+// release gives the lane's slot back, if the call holds one.
+func (r *callResult) release() {
+	if r.slot != nil {
+		r.slot.Release()
+	}
 }
 
 // errClientLeft is the cause of a call's context ending because its
@@ -149,7 +159,7 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 			case attempt > 1:
 				d.Status = StatusCompletedWithRetries
 			}
-			return callResult{resp: resp, release: l.q.Release, details: d}
+			return callResult{resp: resp, slot: l.q, details: d}
 		}
 		if err != nil && oc == outcomeAnswered { // response too large
 			l.q.Release()

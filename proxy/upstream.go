@@ -109,7 +109,7 @@ const responseHeaderBufferSize = 32 << 10
 // holds for TLS connections too because tls.Conn delegates LocalAddr.
 type trackedConn struct {
 	net.Conn
-	laddr   connAddr
+	laddr   *connAddr // a pointer: a struct returned as net.Addr would be copied to the heap on every call
 	onClose func(*trackedConn)
 	once    sync.Once
 
@@ -177,7 +177,7 @@ type connAddr struct {
 
 func newTrackedConn(c net.Conn) *trackedConn {
 	tc := &trackedConn{Conn: c}
-	tc.laddr = connAddr{Addr: c.LocalAddr(), conn: tc}
+	tc.laddr = &connAddr{Addr: c.LocalAddr(), conn: tc}
 	return tc
 }
 
@@ -185,7 +185,7 @@ func (c *trackedConn) LocalAddr() net.Addr { return c.laddr }
 
 // connOf returns the upstream connection a response was read from, or nil.
 func connOf(resp *fasthttp.Response) *trackedConn {
-	if a, ok := resp.LocalAddr().(connAddr); ok {
+	if a, ok := resp.LocalAddr().(*connAddr); ok {
 		return a.conn
 	}
 	return nil
@@ -205,12 +205,27 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 	if stream == nil {
 		return nil
 	}
-	buf := copyBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(resp.BodyWriter(), io.LimitReader(stream, limit+1), *buf)
-	copyBufs.Put(buf)
-	if err == nil && n > limit {
-		err = errResponseTooLarge
+	bufp := copyBufs.Get().(*[]byte)
+	buf := *bufp
+	var total int64
+	var err error
+	for {
+		// Not io.CopyBuffer with an io.LimitReader: that costs an
+		// allocation per call.
+		n, rerr := stream.Read(buf)
+		resp.AppendBody(buf[:n])
+		if total += int64(n); total > limit {
+			err = errResponseTooLarge
+			break
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				err = rerr
+			}
+			break
+		}
 	}
+	copyBufs.Put(bufp)
 	// CloseBodyStream returns the connection to the pool when the body was
 	// read to its end and closes it otherwise.
 	if cerr := resp.CloseBodyStream(); err == nil && cerr != nil {
