@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"testing"
 
@@ -82,4 +83,62 @@ func BenchmarkProxiedRoundTrip(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkProxiedStreamRoundTrip measures a whole streamed call (11 SSE
+// events, each a chunk of its own, flushed back to back by the upstream, as
+// mockllm does) and reports the writes to the client per call: what one
+// read from the upstream brought leaves in one write, plus the headers and
+// the end of the chunked body (one write per event before coalescing).
+func BenchmarkProxiedStreamRoundTrip(b *testing.B) {
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n")
+	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStream(&chunkedEvents{event: event, n: 11}, -1)
+	}}
+	go upSrv.Serve(upLn) //nolint:errcheck
+	defer upSrv.Shutdown()
+
+	p, err := New(Config{Upstream: mustURLb(b, "http://"+upLn.Addr().String()), Metrics: newSet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln := &countingListener{Listener: fasthttputil.NewInmemoryListener()}
+	go p.Serve(ln) //nolint:errcheck
+	defer p.server.Shutdown()
+
+	c := &fasthttp.HostClient{Addr: "governor", Dial: func(string) (net.Conn, error) {
+		return ln.Listener.(*fasthttputil.InmemoryListener).Dial()
+	}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := benchRequest()
+		req.SetRequestURI("http://governor/v1/chat/completions")
+		resp := fasthttp.AcquireResponse()
+		for pb.Next() {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 || len(resp.Body()) != 11*len(event) {
+				b.Fatalf("%v %d %d", err, resp.StatusCode(), len(resp.Body()))
+			}
+		}
+	})
+	b.ReportMetric(float64(ln.writes.Load())/float64(b.N), "writes/op")
+}
+
+// chunkedEvents is a body that fasthttp's server sends as n chunks of one
+// event each, in one write: it reads one event per Read.
+type chunkedEvents struct {
+	event []byte
+	n     int
+}
+
+func (e *chunkedEvents) Read(p []byte) (int, error) {
+	if e.n == 0 {
+		return 0, io.EOF
+	}
+	e.n--
+	return copy(p, e.event), nil
 }
