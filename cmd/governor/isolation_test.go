@@ -49,7 +49,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	down := freeAddr(t) // nothing listens there
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL+",down=http://"+down,
 		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
-		"GOVERNOR_MAX_BODY_BYTES=8192") // a body just over it; far larger ones get their 413 too (RELIABILITY.md, bug 4)
+		"GOVERNOR_MAX_BODY_BYTES=8192") // a body just over it; far larger ones get their 413 too (RELIABILITY.md, bug 5)
 	base := "http://" + g.base
 	bearer := map[string]string{"Authorization": "Bearer " + canary, "Content-Type": "application/json"}
 	var outputs []string
