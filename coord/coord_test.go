@@ -1,0 +1,272 @@
+package coord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/leakcheck"
+	"github.com/llmgovernor/governor/internal/redistest"
+)
+
+// clock is a settable clock shared by a test's coordinators.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// syncBuffer is a log destination safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+type testCoord struct {
+	*Coordinator
+	set *metrics.Set
+	log *syncBuffer
+}
+
+func newCoord(t *testing.T, srv *redistest.Server, instance string, clk *clock) *testCoord {
+	t.Helper()
+	opts, err := redis.ParseURL(srv.URL())
+	require.NoError(t, err)
+	set := metrics.NewSet()
+	buf := &syncBuffer{}
+	cfg := Config{Options: opts, Instance: instance, Metrics: set, Logger: slog.New(slog.NewTextHandler(buf, nil)),
+		Timeout: 200 * time.Millisecond, SyncInterval: 20 * time.Millisecond, LeaseTTL: time.Second}
+	if clk != nil {
+		cfg.Now = clk.Now
+	}
+	co, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { co.Close() })
+	return &testCoord{co, set, buf}
+}
+
+func (tc *testCoord) metric(name string) string {
+	var b bytes.Buffer
+	tc.set.WritePrometheus(&b)
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func sync1(t *testing.T, co *testCoord, r Report) Shared {
+	t.Helper()
+	if r.Lane == "" {
+		r.Lane = "default/m/abc123"
+	}
+	if r.Max == 0 {
+		r.Max = 64
+	}
+	out, err := co.Sync(context.Background(), []Report{r})
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	return out[0]
+}
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+func TestSyncMergesTargets(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+
+	s := sync1(t, a, Report{Initial: 8, Demand: 100})
+	assert.Equal(t, 8.0, s.Target, "a new record starts at the first report's initial target")
+	assert.Equal(t, 1, s.Members)
+	assert.Equal(t, 8, s.Share, "alone: the whole limit")
+
+	s = sync1(t, b, Report{Initial: 30, Demand: 100})
+	assert.Equal(t, 8.0, s.Target, "an existing record keeps its target")
+	assert.Equal(t, 2, s.Members)
+	assert.Equal(t, 4, s.Share)
+
+	// Increases from both add up.
+	sync1(t, a, Report{Increase: 1.5, Demand: 100})
+	s = sync1(t, b, Report{Increase: 0.5, Demand: 2})
+	assert.Equal(t, 10.0, s.Target)
+	assert.Equal(t, 2, s.Share, "b needs 2: it gets 2")
+	assert.Equal(t, 8, sync1(t, a, Report{Demand: 100}).Share, "a gets the rest")
+
+	// Clamped to max.
+	s = sync1(t, a, Report{Increase: 500, Demand: 100})
+	assert.Equal(t, 64.0, s.Target)
+	s = sync1(t, a, Report{Decreased: true, DecreaseTarget: -3, DecreaseDispatched: t0, DecreaseAt: t0, Demand: 100})
+	assert.Equal(t, 1.0, s.Target, "and to 1")
+
+	// Lanes are separate.
+	s = sync1(t, a, Report{Lane: "default/other/abc123", Initial: 5, Demand: 1})
+	assert.Equal(t, 5.0, s.Target)
+	assert.Equal(t, 1, s.Members)
+}
+
+func TestOneDecreasePerRoundTrip(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 20, Demand: 100})
+
+	dispatched := t0.Add(-time.Second)
+	s := sync1(t, a, Report{Decreased: true, DecreaseTarget: 18, DecreaseDispatched: dispatched, DecreaseAt: t0, DecreaseLevel: 20})
+	assert.Equal(t, 18.0, s.Target)
+	assert.WithinDuration(t, t0, s.LastDecrease, 0)
+	assert.Equal(t, 20.0, s.DecreaseLevel)
+
+	// b's 429 came from a call dispatched before a's decrease: explained by it.
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 18, DecreaseDispatched: t0.Add(-time.Millisecond),
+		DecreaseAt: t0.Add(10 * time.Millisecond), DecreaseLevel: 20})
+	assert.Equal(t, 18.0, s.Target, "no second decrease for the same round trip")
+	assert.WithinDuration(t, t0, s.LastDecrease, 0)
+
+	// A call sent after the decrease that is limited again: a new decrease.
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 9, DecreaseDispatched: t0.Add(time.Millisecond),
+		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 18})
+	assert.Equal(t, 9.0, s.Target)
+	assert.WithinDuration(t, t0.Add(2*time.Second), s.LastDecrease, 0)
+}
+
+func TestPauseIsShared(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	until := t0.Add(2 * time.Second)
+	sync1(t, a, Report{Initial: 8, PausedUntil: until})
+	assert.WithinDuration(t, until, sync1(t, b, Report{}).PausedUntil, 0, "b sees a's pause")
+	sync1(t, b, Report{PausedUntil: t0.Add(time.Second)})
+	assert.WithinDuration(t, until, sync1(t, a, Report{}).PausedUntil, 0, "an earlier pause does not shorten it")
+}
+
+func TestLeaseExpiry(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 10, Demand: 100})
+	assert.Equal(t, 5, sync1(t, b, Report{Demand: 100}).Share)
+	clk.Add(900 * time.Millisecond)
+	assert.Equal(t, 5, sync1(t, b, Report{Demand: 100}).Share, "a's lease still runs")
+	clk.Add(200 * time.Millisecond)
+	s := sync1(t, b, Report{Demand: 100})
+	assert.Equal(t, 1, s.Members, "a's lease expired")
+	assert.Equal(t, 10, s.Share)
+
+	// Leave gives the share back at once.
+	sync1(t, a, Report{Demand: 100})
+	require.NoError(t, a.Leave(context.Background(), []string{"default/m/abc123"}))
+	assert.Equal(t, 10, sync1(t, b, Report{Demand: 100}).Share)
+}
+
+func TestRateIsShared(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 8, Rate: 20, Burst: 40})
+	s := sync1(t, b, Report{})
+	assert.Equal(t, 20.0, s.Rate, "b paces by a's rate without seeing headers")
+	assert.Equal(t, 40.0, s.Burst)
+	clk.Add(rateMemory + time.Second)
+	assert.Zero(t, sync1(t, b, Report{}).Rate, "a rate nobody has seen for a while is forgotten")
+}
+
+func TestReserveGCRA(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	ctx := context.Background()
+	var waits []time.Duration
+	for i := range 5 {
+		co := a
+		if i%2 == 1 {
+			co = b
+		}
+		w, err := co.Reserve(ctx, "l", 10, 2)
+		require.NoError(t, err)
+		waits = append(waits, w)
+	}
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{0, 0, 100 * ms, 200 * ms, 300 * ms}, waits, "10/s with a burst of 2, booked by two Governors")
+	clk.Add(time.Second)
+	w, err := a.Reserve(ctx, "l", 10, 2)
+	require.NoError(t, err)
+	assert.Zero(t, w, "refilled")
+}
+
+func TestFallbackAndRejoin(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	a := newCoord(t, srv, "a", nil)
+	require.True(t, a.Up())
+	sync1(t, a, Report{Initial: 8})
+	assert.Equal(t, "1", a.metric("governor_redis_up"))
+
+	srv.Kill()
+	_, err := a.Sync(context.Background(), []Report{{Lane: "l", Max: 8}})
+	require.ErrorIs(t, err, ErrLocal)
+	assert.False(t, a.Up())
+	assert.Equal(t, "0", a.metric("governor_redis_up"))
+	assert.Equal(t, "1", a.metric("governor_redis_fallbacks_total"))
+	start := time.Now()
+	_, err = a.Sync(context.Background(), []Report{{Lane: "l", Max: 8}})
+	assert.ErrorIs(t, err, ErrLocal)
+	_, err = a.Reserve(context.Background(), "l", 10, 1)
+	assert.ErrorIs(t, err, ErrLocal)
+	assert.Less(t, time.Since(start), 10*time.Millisecond, "in local mode nothing waits for Redis")
+	assert.Contains(t, a.log.String(), "redis coordination lost")
+
+	srv.Restart()
+	require.Eventually(t, a.Up, 5*time.Second, 10*time.Millisecond, "rejoins when Redis answers")
+	assert.Contains(t, a.log.String(), "redis coordination restored")
+	s := sync1(t, a, Report{Lane: "l", Initial: 4}) // scripts reloaded after the restart
+	assert.Equal(t, 4.0, s.Target)
+	assert.Equal(t, "1", a.metric("governor_redis_fallbacks_total"), "one fallback, counted once")
+}
+
+func TestStartsLocalWhenRedisIsDown(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	srv.Kill()
+	a := newCoord(t, srv, "a", nil)
+	assert.False(t, a.Up())
+	assert.Contains(t, a.log.String(), "redis unreachable at start")
+	srv.Restart()
+	require.Eventually(t, a.Up, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestConfigValidate(t *testing.T) {
+	assert.Error(t, Config{}.Validate())
+	opts := &redis.Options{Addr: "127.0.0.1:1"}
+	assert.NoError(t, Config{Options: opts, Metrics: metrics.NewSet()}.withDefaults().Validate())
+	err := Config{Options: opts, Metrics: metrics.NewSet(), SyncInterval: time.Second, LeaseTTL: time.Second}.Validate()
+	assert.Error(t, err)
+	assert.False(t, errors.Is(err, ErrLocal))
+}

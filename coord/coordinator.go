@@ -1,0 +1,421 @@
+package coord
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// ErrLocal is returned by Sync and Reserve while the Coordinator is in
+// local mode (Redis unreachable or slow): the caller governs on its own.
+var ErrLocal = errors.New("coord: redis coordination is down; governing locally")
+
+// Report is what one Governor tells the shared record of one lane at a sync.
+type Report struct {
+	// Lane is the lane id; the lane's keys are derived from it.
+	Lane string
+	// Max is the upper bound of the shared target.
+	Max int
+	// Initial is the target a lane's record starts with if it has none.
+	Initial float64
+	// Increase is what the local controller added to its target since
+	// the last sync (not negative).
+	Increase float64
+	// Decreased reports a decrease since the last sync: the local target
+	// after it (DecreaseTarget), the dispatch of the call that caused it,
+	// when it was made and the level at which it was made.
+	Decreased          bool
+	DecreaseTarget     float64
+	DecreaseDispatched time.Time
+	DecreaseAt         time.Time
+	DecreaseLevel      float64
+	// Demand is the lane's calls in flight plus queued in this Governor.
+	Demand int
+	// PausedUntil is a pause the provider asked for (zero: none).
+	PausedUntil time.Time
+	// Rate and Burst are the pacing the provider's rate-limit headers
+	// showed (tokens per second and bucket size; zero: unknown).
+	Rate, Burst float64
+}
+
+// Shared is the shared record of one lane after a sync.
+type Shared struct {
+	Target        float64
+	LastDecrease  time.Time // zero if none
+	DecreaseLevel float64
+	PausedUntil   time.Time // zero if none
+	Rate, Burst   float64   // zero if no Governor has learned a rate lately
+	// Members is the number of live Governors on the lane, this one
+	// included.
+	Members int
+	// Share is this Governor's part of the shared limit, floor(Target).
+	Share int
+}
+
+// Coordinator shares lane state with the other Governors through Redis. It
+// is safe for concurrent use. Create one with New and stop it with Close.
+type Coordinator struct {
+	cfg Config
+	rdb *redis.Client
+	log *slog.Logger
+
+	up     atomic.Bool
+	wake   chan struct{} // a failure: the loop starts pinging
+	stop   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+
+	fallbacks *metrics.Counter
+	errors    *metrics.Counter
+	syncTime  *metrics.PrometheusHistogram
+}
+
+// New returns a Coordinator for cfg and starts its background loop, which
+// pings Redis while it is unreachable. It does not wait for Redis: if Redis
+// does not answer at once, the Coordinator starts in local mode and joins
+// when it does.
+func New(cfg Config) (*Coordinator, error) {
+	c := cfg.withDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	opts := *c.Options
+	opts.DialTimeout = c.Timeout
+	opts.ReadTimeout = c.Timeout
+	opts.WriteTimeout = c.Timeout
+	opts.PoolTimeout = c.Timeout
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1 // a failure means local mode, not a retry on the call's time
+	opts.DialerRetries = 1
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	co := &Coordinator{
+		cfg:       c,
+		rdb:       redis.NewClient(&opts),
+		log:       c.Logger,
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		fallbacks: c.Metrics.NewCounter("governor_redis_fallbacks_total"),
+		errors:    c.Metrics.NewCounter("governor_redis_errors_total"),
+		syncTime:  c.Metrics.NewPrometheusHistogramExt("governor_redis_sync_seconds", syncBuckets),
+	}
+	c.Metrics.NewGauge("governor_redis_up", func() float64 {
+		if co.up.Load() {
+			return 1
+		}
+		return 0
+	})
+	if err := co.join(); err != nil {
+		co.errors.Inc()
+		co.log.Warn("redis unreachable at start: governing locally until it answers", "err", err, "addr", opts.Addr)
+	} else {
+		co.up.Store(true)
+		co.log.Info("redis coordination on", "addr", opts.Addr, "instance", c.Instance)
+	}
+	go co.loop()
+	return co, nil
+}
+
+// syncBuckets span a sync on loopback (100µs) to the longest timeout one
+// would configure.
+var syncBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
+func (c Config) withDefaults() Config {
+	if c.Instance == "" {
+		c.Instance = defaultInstance()
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// defaultInstance is hostname-pid-random.
+func defaultInstance() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "governor"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Instance is this Governor's name among the others.
+func (co *Coordinator) Instance() string { return co.cfg.Instance }
+
+// Up reports whether coordination is on: Redis answered the last command.
+func (co *Coordinator) Up() bool { return co.up.Load() }
+
+// Close stops the background loop and closes the connections to Redis.
+func (co *Coordinator) Close() error {
+	var err error
+	co.closed.Do(func() {
+		close(co.stop)
+		<-co.done
+		err = co.rdb.Close()
+	})
+	return err
+}
+
+// loop pings Redis while the Coordinator is in local mode, and ends the
+// local mode when it answers.
+func (co *Coordinator) loop() {
+	defer close(co.done)
+	t := time.NewTicker(co.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		if co.up.Load() {
+			select {
+			case <-co.stop:
+				return
+			case <-co.wake:
+			}
+			continue
+		}
+		select {
+		case <-co.stop:
+			return
+		case <-t.C:
+		}
+		if err := co.join(); err == nil && co.up.CompareAndSwap(false, true) {
+			co.log.Info("redis coordination restored", "instance", co.cfg.Instance)
+		}
+	}
+}
+
+// join pings Redis and loads the scripts (a restarted Redis has lost them).
+func (co *Coordinator) join() error {
+	ctx, cancel := context.WithTimeout(context.Background(), co.cfg.Timeout)
+	defer cancel()
+	if err := co.rdb.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	return co.load(ctx)
+}
+
+// failed switches to local mode after a failed command. A caller that gave
+// up (its context ended) is not Redis's failure.
+func (co *Coordinator) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	co.errors.Inc()
+	if co.up.CompareAndSwap(true, false) {
+		co.fallbacks.Inc()
+		co.log.Warn("redis coordination lost: governing locally", "err", err, "instance", co.cfg.Instance)
+		select {
+		case co.wake <- struct{}{}:
+		default:
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrLocal, err)
+}
+
+// Sync sends one report per lane and returns each lane's shared record, in
+// order, in one round trip to Redis (a pipeline of script calls). It fails
+// at once with ErrLocal in local mode, and switches to local mode when
+// Redis fails or takes longer than the timeout.
+func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, error) {
+	if !co.up.Load() {
+		return nil, ErrLocal
+	}
+	if len(reports) == 0 {
+		return nil, nil
+	}
+	start := time.Now()
+	now := co.cfg.Now()
+	ctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	defer cancel()
+	cmds, err := co.runSync(ctx, reports, now)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis restarted and lost its scripts: load them and try once more.
+		if err = co.load(ctx); err == nil {
+			cmds, err = co.runSync(ctx, reports, now)
+		}
+	}
+	if err != nil {
+		return nil, co.failed(ctx, err)
+	}
+	co.syncTime.UpdateDuration(start)
+	out := make([]Shared, len(reports))
+	for i, cmd := range cmds {
+		vals, err := cmd.StringSlice()
+		if err != nil {
+			return nil, co.failed(ctx, err)
+		}
+		if out[i], err = co.parseShared(vals, now); err != nil {
+			return nil, co.failed(ctx, err)
+		}
+	}
+	return out, nil
+}
+
+func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.Time) ([]*redis.Cmd, error) {
+	pipe := co.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(reports))
+	for i, r := range reports {
+		state, members, demand, _ := keys(r.Lane)
+		dec, decDispatched, decAt := "", int64(0), int64(0)
+		if r.Decreased {
+			dec, decDispatched, decAt = num(r.DecreaseTarget), ms(r.DecreaseDispatched), ms(r.DecreaseAt)
+		}
+		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
+			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), max(r.Demand, 0), r.Max, num(r.Initial),
+			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds())
+	}
+	_, err := pipe.Exec(ctx)
+	return cmds, err
+}
+
+// load loads the scripts into Redis's script cache.
+func (co *Coordinator) load(ctx context.Context) error {
+	for _, s := range []*redis.Script{syncScript, gcraScript, leaveScript} {
+		if err := s.Load(ctx, co.rdb).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyTTL is how long a lane's keys outlive the last sync of any Governor.
+func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, time.Minute) }
+
+// rateMemory is how long a published pacing rate stands without being
+// published again.
+const rateMemory = time.Minute
+
+func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error) {
+	if len(vals) < 6 || len(vals)%2 != 0 {
+		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
+	}
+	f := make([]float64, 6)
+	for i := range f {
+		v, err := strconv.ParseFloat(vals[i], 64)
+		if err != nil {
+			return Shared{}, fmt.Errorf("coord: sync script returned %q: %w", vals[i], err)
+		}
+		f[i] = v
+	}
+	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
+		LastDecrease: fromMs(f[1]), PausedUntil: fromMs(f[3])}
+	mems := make([]Member, 0, (len(vals)-6)/2)
+	for i := 6; i+1 < len(vals); i += 2 {
+		d, _ := strconv.Atoi(vals[i+1])
+		mems = append(mems, Member{Instance: vals[i], Demand: d})
+	}
+	slices.SortFunc(mems, func(a, b Member) int {
+		switch {
+		case a.Instance < b.Instance:
+			return -1
+		case a.Instance > b.Instance:
+			return 1
+		}
+		return 0
+	})
+	s.Members = len(mems)
+	// Who gets an integer remainder turns every second, the same second
+	// for every Governor, so that no one is always the one without.
+	shares := Shares(int(math.Floor(s.Target)), mems, int(now.Unix()))
+	for i, m := range mems {
+		if m.Instance == co.cfg.Instance {
+			s.Share = shares[i]
+		}
+	}
+	return s, nil
+}
+
+// Reserve books one dispatch on the lane's shared token bucket, which
+// refills at rate per second and holds burst, and returns how long the call
+// must wait before it is sent. It fails at once with ErrLocal in local
+// mode.
+func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
+	if !co.up.Load() {
+		return 0, ErrLocal
+	}
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	defer cancel()
+	_, _, _, key := keys(lane)
+	v, err := gcraScript.Run(ctx, co.rdb, []string{key}, ms(co.cfg.Now()), num(1000/rate), num(max(burst, 1))).Text()
+	if err != nil {
+		return 0, co.failed(ctx, err)
+	}
+	wait, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, co.failed(ctx, err)
+	}
+	return time.Duration(wait * float64(time.Millisecond)), nil
+}
+
+// Leave gives this Governor's shares of the lanes back at once, so the
+// others need not wait for its leases to expire (a clean shutdown).
+func (co *Coordinator) Leave(ctx context.Context, lanes []string) error {
+	if !co.up.Load() || len(lanes) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	defer cancel()
+	pipe := co.rdb.Pipeline()
+	for _, l := range lanes {
+		_, members, demand, _ := keys(l)
+		leaveScript.Eval(ctx, pipe, []string{members, demand}, co.cfg.Instance)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return co.failed(ctx, err)
+	}
+	return nil
+}
+
+// ms is t in Unix milliseconds; zero for the zero time.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(v float64) time.Time {
+	if v <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(v))
+}
+
+// num renders a float for a script argument.
+func num(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "0"
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}

@@ -1,0 +1,62 @@
+// Package coord coordinates the Governors of many replicas over Redis.
+//
+// Governor runs as a sidecar, once per pod, so a service with 20 replicas
+// has 20 Governors calling one provider account, whose rate limit they all
+// share. Alone, each would learn the account's limit by its own 429s, and
+// together they would overshoot it twenty times over. With coordination, a
+// lane (upstream, credential, model) is governed once for every Governor
+// that uses it: they share one concurrency target, one pause, one pacing
+// bucket, and each uses its fair share of the target.
+//
+// # What is shared
+//
+// Every key of a lane carries the lane id (upstream, model and a short hash
+// of the credential: never the credential) in a hash tag, so a lane's keys
+// live in one Redis Cluster slot:
+//
+//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, rate, burst, rate_at
+//	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
+//	governor:{<lane id>}:demand   hash: instance id -> calls in flight + queued
+//	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
+//
+// Values are numbers; member names are instance ids (GOVERNOR_INSTANCE).
+//
+// # The protocol
+//
+// Each Governor keeps its own controller (package aimd) for every lane, and
+// syncs every lane every SyncInterval (and at once after a decrease or a
+// pause) with one Lua script, atomic on the server (see [Coordinator.Sync]):
+//
+//   - the Governor's lease is renewed (expiry = now + LeaseTTL) and its
+//     demand recorded; expired members and their demands are removed, so a
+//     Governor that dies gives its share back within LeaseTTL;
+//   - the increase its controller made since the last sync is added to the
+//     shared target; a decrease replaces the shared target only if the call
+//     that caused it was dispatched after the shared last decrease (one
+//     decrease per round trip across every Governor, as one controller
+//     would make); the target is clamped to [1, max];
+//   - a pause (the provider's Retry-After) is merged as the latest of the
+//     two instants, so one Governor's 429 pauses the lane everywhere;
+//   - a pacing rate learned from the provider's rate-limit headers is
+//     published with its bucket size.
+//
+// The script returns the shared record and the live members with their
+// demands; the Governor adopts the shared target ([aimd.Controller.Adopt])
+// and takes its share of the shared limit by water-filling ([Shares]). When
+// a rate is known, each dispatch books a slot in the shared bucket with a
+// GCRA script ([Coordinator.Reserve]) and waits what it returns.
+//
+// # Failing open
+//
+// Redis is never on the path of a call in a way that can block it: every
+// command has a short timeout, and the first failure switches the
+// Coordinator to local mode, in which Sync and Reserve fail at once. The
+// Governor's lanes then keep their share as their local limit and go on
+// with their local controllers and pacers. A background loop pings Redis
+// and rejoins when it answers. Both transitions are logged ("redis
+// coordination lost", "redis coordination restored") and counted
+// (governor_redis_up, governor_redis_fallbacks_total).
+//
+// Times are the Governors' wall clocks (Unix milliseconds), which are
+// assumed to agree to within a few milliseconds (NTP).
+package coord

@@ -1,0 +1,107 @@
+package coord
+
+import "github.com/redis/go-redis/v9"
+
+// syncScript merges one Governor's report on a lane into the shared record
+// and returns the record and the live members. It is the whole protocol of
+// doc.go, atomic on the server.
+//
+// KEYS: state, members, demand.
+// ARGV: now, instance, lease expiry, demand, max, initial target, increase,
+// decrease target (empty: none), decrease's dispatch, decrease's
+// instant, decrease level, paused until, rate, burst, key ttl, rate memory.
+// Instants are Unix milliseconds.
+//
+// Returns: target, lastdec, level, paused, rate, burst (as strings: Redis
+// turns Lua numbers into integers), then instance, demand pairs.
+var syncScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local max = tonumber(ARGV[5])
+local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at')
+local target = tonumber(st[1]) or tonumber(ARGV[6])
+local lastdec = tonumber(st[2]) or 0
+local level = tonumber(st[3]) or 0
+local paused = tonumber(st[4]) or 0
+local rate = tonumber(st[5]) or 0
+local burst = tonumber(st[6]) or 0
+local rate_at = tonumber(st[7]) or 0
+
+local dec = tonumber(ARGV[8])
+if dec and tonumber(ARGV[9]) > lastdec then
+  -- A decrease caused by a call sent after the last shared one.
+  target = dec
+  lastdec = tonumber(ARGV[10])
+  level = tonumber(ARGV[11])
+else
+  target = target + math.max(0, tonumber(ARGV[7]))
+end
+if target > max then target = max end
+if target < 1 then target = 1 end
+paused = math.max(paused, tonumber(ARGV[12]))
+if tonumber(ARGV[13]) > 0 then
+  rate = tonumber(ARGV[13])
+  burst = tonumber(ARGV[14])
+  rate_at = now
+end
+redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(lastdec), 'level', tostring(level),
+  'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at))
+
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREM', KEYS[2], unpack(gone))
+  redis.call('HDEL', KEYS[3], unpack(gone))
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
+local ttl = tonumber(ARGV[15])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
+
+if now - rate_at > tonumber(ARGV[16]) then
+  rate = 0
+  burst = 0
+end
+local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst)}
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+local demands = redis.call('HMGET', KEYS[3], unpack(ids))
+for i, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = demands[i] or '0'
+end
+return out
+`)
+
+// gcraScript books one dispatch in a lane's shared token bucket by the
+// generic cell rate algorithm: the bucket is one number, the theoretical
+// arrival time (TAT) of the next call. A call may go at TAT - burst·T,
+// where T = 1/rate; booking it moves TAT on by T. Like rate.Limiter's
+// Reserve, the booking always succeeds and returns the wait.
+//
+// KEYS: gcra. ARGV: now, T (ms), burst. Returns the wait in ms, as a string.
+var gcraScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local t = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new = tat + t
+local wait = new - burst * t - now
+if wait < 0 then wait = 0 end
+redis.call('SET', KEYS[1], tostring(new), 'PX', math.ceil(new - now) + 1000)
+return tostring(wait)
+`)
+
+// leaveScript gives a Governor's shares back at once (a clean shutdown).
+//
+// KEYS: members, demand. ARGV: instance.
+var leaveScript = redis.NewScript(`
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+`)
+
+// keys returns the keys of a lane. The lane id is in a hash tag so that a
+// lane's keys share one Redis Cluster slot.
+func keys(lane string) (state, members, demand, gcra string) {
+	p := "governor:{" + lane + "}:"
+	return p + "state", p + "members", p + "demand", p + "gcra"
+}
