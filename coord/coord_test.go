@@ -150,8 +150,28 @@ func TestOneDecreasePerRoundTrip(t *testing.T) {
 	assert.WithinDuration(t, t0, s.LastDecrease, 0)
 
 	// A call sent after the decrease that is limited again: a new decrease.
+	// A decrease by a Governor that had not seen the last one: its call
+	// was sent at its old share.
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 9, DecreaseDispatched: t0.Add(time.Millisecond),
-		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 18})
+		DecreaseAt: t0.Add(time.Second), DecreaseLevel: 18})
+	assert.Equal(t, 18.0, s.Target, "explained by the decrease b had not seen")
+
+	// An increase earned before b knew of the decrease is dropped too.
+	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0.Add(-time.Hour)})
+	assert.Equal(t, 18.0, s.Target)
+	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0})
+	assert.Equal(t, 21.0, s.Target, "once b knows of it, its increases count")
+
+	// A decrease never raises the target.
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 25, DecreaseDispatched: t0.Add(time.Millisecond),
+		DecreaseAt: t0.Add(time.Second), DecreaseLevel: 26, SeenDecrease: t0})
+	assert.Equal(t, 21.0, s.Target)
+	assert.WithinDuration(t, t0, s.LastDecrease, 0)
+
+	// A call sent after the decrease, limited again, by a Governor that
+	// knew of it: a new decrease.
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 9, DecreaseDispatched: t0.Add(time.Millisecond),
+		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 18, SeenDecrease: t0})
 	assert.Equal(t, 9.0, s.Target)
 	assert.WithinDuration(t, t0.Add(2*time.Second), s.LastDecrease, 0)
 }

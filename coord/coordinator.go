@@ -33,8 +33,12 @@ type Report struct {
 	// Initial is the target a lane's record starts with if it has none.
 	Initial float64
 	// Increase is what the local controller added to its target since
-	// the last sync (not negative).
+	// the last sync (not negative). It is dropped if a decrease newer than
+	// SeenDecrease was made meanwhile.
 	Increase float64
+	// SeenDecrease is the shared last decrease this Governor last
+	// adopted (zero: none).
+	SeenDecrease time.Time
 	// Decreased reports a decrease since the last sync: the local target
 	// after it (DecreaseTarget), the dispatch of the call that caused it,
 	// when it was made and the level at which it was made.
@@ -290,7 +294,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
 			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), max(r.Demand, 0), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds())
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease))
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
@@ -342,9 +346,11 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 		return 0
 	})
 	s.Members = len(mems)
-	// Who gets an integer remainder turns every second, the same second
-	// for every Governor, so that no one is always the one without.
-	shares := Shares(int(math.Floor(s.Target)), mems, int(now.Unix()))
+	// Who gets an integer remainder turns every remainderTurn, at the
+	// same instant for every Governor, so that no one is always the one
+	// without; rarely, since a turn moves shares before every Governor
+	// has seen it.
+	shares := Shares(int(math.Floor(s.Target)), mems, int(now.UnixMilli()/remainderTurn.Milliseconds()))
 	for i, m := range mems {
 		if m.Instance == co.cfg.Instance {
 			s.Share = shares[i]
@@ -352,6 +358,10 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 	}
 	return s, nil
 }
+
+// remainderTurn is how long the integer remainders of the shares stay
+// with the same members.
+const remainderTurn = 10 * time.Second
 
 // Reserve books one dispatch on the lane's shared token bucket, which
 // refills at rate per second and holds burst, and returns how long the call

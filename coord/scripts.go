@@ -9,7 +9,8 @@ import "github.com/redis/go-redis/v9"
 // KEYS: state, members, demand.
 // ARGV: now, instance, lease expiry, demand, max, initial target, increase,
 // decrease target (empty: none), decrease's dispatch, decrease's
-// instant, decrease level, paused until, rate, burst, key ttl, rate memory.
+// instant, decrease level, paused until, rate, burst, key ttl, rate memory,
+// the last shared decrease the reporter knew of.
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst (as strings: Redis
@@ -27,12 +28,19 @@ local burst = tonumber(st[6]) or 0
 local rate_at = tonumber(st[7]) or 0
 
 local dec = tonumber(ARGV[8])
-if dec and tonumber(ARGV[9]) > lastdec then
-  -- A decrease caused by a call sent after the last shared one.
+local seen = tonumber(ARGV[17])
+if dec and tonumber(ARGV[9]) > lastdec and seen >= lastdec and dec < target then
+  -- A decrease caused by a call sent after the last shared one, by a
+  -- Governor that knew of it. (One that did not sent the call at its old
+  -- share: the last decrease explains it.) A decrease never raises the
+  -- target that others lowered meanwhile.
   target = dec
   lastdec = tonumber(ARGV[10])
   level = tonumber(ARGV[11])
-else
+elseif seen >= lastdec then
+  -- An increase earned by calls answered before the reporter knew of the
+  -- last decrease was made on the old, larger target: it is dropped, as
+  -- the reporter's controller drops answers of calls sent before it.
   target = target + math.max(0, tonumber(ARGV[7]))
 end
 if target > max then target = max end

@@ -84,6 +84,13 @@ type Config struct {
 	// 401 and run nothing. Forwarded calls are unaffected: provider
 	// credentials in Authorization pass through untouched.
 	APIToken string
+	// Coordinator, if set, shares every lane with the other Governors that
+	// use it (package coord, over Redis). Nil: each lane is governed here
+	// alone.
+	Coordinator Coordinator
+	// SyncInterval is how often lanes are synced with the Coordinator.
+	// Default 100ms.
+	SyncInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 
@@ -155,6 +162,7 @@ func (c *Config) withDefaults() (Config, error) {
 	setDefault(&out.BackoffMax, DefaultBackoffMax)
 	setDefault(&out.MaxLanes, DefaultMaxLanes)
 	setDefault(&out.AIMD.Max, DefaultMaxConcurrency)
+	setDefault(&out.SyncInterval, DefaultSyncInterval)
 	if err := out.AIMD.Validate(); err != nil {
 		return out, fmt.Errorf("proxy: aimd: %w", err)
 	}

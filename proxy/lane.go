@@ -34,7 +34,8 @@ type lane struct {
 	mu   sync.Mutex // orders ObserveAt with the SetLimit that follows it
 	ctrl *aimd.Controller
 
-	pausedUntil time.Time // guarded by mu; also kept by q
+	pausedUntil time.Time  // guarded by mu; also kept by q
+	co          *laneCoord // guarded by mu; nil without a Coordinator
 	pace        pacer
 	m           *laneMetrics
 
@@ -110,6 +111,9 @@ type lanes struct {
 	evicted *metrics.Counter
 	idle    time.Duration // unused this long, an idle lane may be evicted
 
+	// kick asks the sync loop for a sync now; nil without a Coordinator.
+	kick chan struct{}
+
 	mu      sync.RWMutex
 	byKey   map[laneKey]*lane
 	ordered []*lane                   // in creation order, for /governor/lanes
@@ -117,10 +121,14 @@ type lanes struct {
 }
 
 func newLanes(cfg *Config) *lanes {
-	return &lanes{cfg: cfg, set: cfg.Metrics, log: cfg.Logger, byKey: map[laneKey]*lane{},
+	ls := &lanes{cfg: cfg, set: cfg.Metrics, log: cfg.Logger, byKey: map[laneKey]*lane{},
 		creds:   map[[sha256.Size]byte]int{},
 		idle:    max(laneIdleEvict, 2*cfg.MaxPause, 2*cfg.BackoffMax),
 		evicted: cfg.Metrics.NewCounter("governor_lanes_evicted_total")}
+	if cfg.Coordinator != nil {
+		ls.kick = make(chan struct{}, 1)
+	}
+	return ls
 }
 
 // errTooManyLanes refuses a call whose credential would need a lane beyond
@@ -221,6 +229,10 @@ func (ls *lanes) newLane(key laneKey) *lane {
 	}
 	l.q = queue.New(queue.Config{Capacity: ls.cfg.QueueCapacity, Limit: l.ctrl.Limit(), Now: ls.cfg.Now})
 	l.pace.maxGap = ls.cfg.MaxPause
+	if ls.kick != nil {
+		l.co = &laneCoord{kick: ls.kick}
+		defer l.co.signal() // join at once
+	}
 	l.m = newLaneMetrics(ls.set, l)
 	ls.log.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", ls.cfg.AIMD.Preset.String())
 	return l
@@ -265,14 +277,38 @@ func aimdOutcome(o outcome) aimd.Outcome {
 
 // observe feeds one attempt to the controller and applies the new limit.
 // inFlight counts the lane's calls in flight, this one included.
+//
+// A coordinated lane's controller holds the limit shared by every Governor
+// on the lane, and its queue this Governor's share of it (see adopt).
 func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.Time, log *slog.Logger) {
 	l.lastUsed.Store(now.UnixNano())
 	l.mu.Lock()
 	before := l.ctrl.Limit()
+	co := l.co
+	shared := co != nil && co.joined
+	if shared {
+		inFlight = ctrlInFlight(inFlight, co.share, before)
+	}
 	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight}, now)
 	limit := l.ctrl.Limit()
-	l.q.SetLimit(limit)
+	qlimit := limit
+	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
+	if decreased {
+		co.decDispatched = now.Add(-latency)
+	}
+	if shared {
+		if decreased {
+			// Take the cut on the share at once; the sync it asks for
+			// tells the others.
+			co.share = max(1, (co.share*limit+before-1)/before)
+		}
+		qlimit = co.share
+	}
+	l.q.SetLimit(qlimit)
 	l.mu.Unlock()
+	if decreased {
+		co.signal()
+	}
 
 	switch ev {
 	case aimd.Decreased:
@@ -294,7 +330,17 @@ func (l *lane) pause(t time.Time, log *slog.Logger) {
 	if extended {
 		l.pausedUntil = t
 	}
+	co := l.co
+	if co != nil && t.After(co.seenPause) {
+		// Tell the other Governors at once.
+		co.pendingPause, co.seenPause = t, t
+	} else {
+		co = nil
+	}
 	l.mu.Unlock()
+	if co != nil {
+		co.signal()
+	}
 	if extended {
 		l.q.PauseUntil(t)
 		l.m.pauses.Inc()
@@ -343,6 +389,15 @@ type LaneInfo struct {
 	Decreases       uint64         `json:"decreases"`
 	Collapses       uint64         `json:"collapses"`
 	PausedUntil     *time.Time     `json:"paused_until"`
+	// Coordinated reports whether the lane is governed together with the
+	// other Governors that use it (GOVERNOR_REDIS_URL, and Redis reachable).
+	// Then Target and Limit are the lane's shared ones and Share is the
+	// part this Governor may have in flight; otherwise Share is Limit.
+	Coordinated bool `json:"coordinated"`
+	Share       int  `json:"share"`
+	// Members is the number of Governors sharing the lane at the last
+	// sync (0 when not coordinated).
+	Members int `json:"members"`
 }
 
 func (l *lane) info(now time.Time) LaneInfo {
@@ -362,6 +417,15 @@ func (l *lane) info(now time.Time) LaneInfo {
 		Collapsed:       st.Collapsed,
 		Decreases:       st.Decreases,
 		Collapses:       st.Collapses,
+		Share:           qs.Limit,
+	}
+	if l.co != nil {
+		l.mu.Lock()
+		li.Coordinated, li.Members = l.co.joined, l.co.members
+		if !l.co.joined {
+			li.Members = 0
+		}
+		l.mu.Unlock()
 	}
 	for u, n := range qs.WaitingByUrgency {
 		if n > 0 {

@@ -111,6 +111,17 @@ func (p *pacer) observe(h *fasthttp.ResponseHeader, seq uint64, dispatched, now 
 	p.reportSeq = seq
 }
 
+// learned returns the refill rate and bucket size the pacer has learned,
+// zero if none.
+func (p *pacer) learned() (rate, capacity float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !(p.rate > 0) || math.IsInf(p.rate, 0) {
+		return 0, 0
+	}
+	return p.rate, p.capacity
+}
+
 // rateLimitHeaders reads a provider's request budget from an answer.
 func rateLimitHeaders(h *fasthttp.ResponseHeader, now time.Time) (limit, remaining float64, reset time.Duration, ok bool) {
 	if l, r := h.Peek("X-Ratelimit-Limit-Requests"), h.Peek("X-Ratelimit-Remaining-Requests"); len(l) > 0 && len(r) > 0 {

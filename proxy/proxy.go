@@ -30,6 +30,8 @@ type Proxy struct {
 
 	conns *connTracker
 
+	coordDone chan struct{} // closed when the sync loop has ended; nil without a Coordinator
+
 	apiExact  map[string]fasthttp.RequestHandler
 	apiPrefix []apiRoutePrefix
 }
@@ -68,6 +70,10 @@ func New(cfg Config) (*Proxy, error) {
 	p.metrics = newProxyMetrics(c.Metrics, names)
 	p.lanes = newLanes(&p.cfg)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if c.Coordinator != nil {
+		p.coordDone = make(chan struct{})
+		go p.coordinate()
+	}
 	p.HandleAPI(APIPrefix+"lanes", p.serveLanes)
 	p.server = &fasthttp.Server{
 		Handler:                      p.Handler,
@@ -165,6 +171,9 @@ func (p *Proxy) upstreams() []*upstream {
 // (so fasthttp's connection cleaners end too).
 func (p *Proxy) stop() {
 	p.cancel()
+	if p.coordDone != nil {
+		<-p.coordDone
+	}
 	p.lanes.close()
 	for _, up := range p.upstreams() {
 		up.client.CloseIdleConnections()

@@ -102,6 +102,11 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 		}
 
 		seq, delay := l.pace.reserve(p.cfg.Now())
+		if l.co != nil {
+			if d, ok := p.reserveShared(ctx, l); ok {
+				delay = d // the bucket every Governor on the lane draws from
+			}
+		}
 		if delay > 0 {
 			// The provider's budget is spent: wait for its refill while
 			// holding the slot, instead of collecting a 429.

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llmgovernor/governor/aimd"
 	"github.com/llmgovernor/governor/proxy"
@@ -52,6 +54,11 @@ type config struct {
 	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
 	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
+	RedisURL                string        `env:"GOVERNOR_REDIS_URL" secret:"true" help:"redis:// or rediss:// URL: share every lane with the other Governors using the same Redis (see README, Running many replicas); empty = govern alone"`
+	RedisTimeout            time.Duration `env:"GOVERNOR_REDIS_TIMEOUT" envDefault:"50ms" help:"longest wait for Redis; slower means governing locally until it answers again"`
+	RedisSyncInterval       time.Duration `env:"GOVERNOR_REDIS_SYNC_INTERVAL" envDefault:"100ms" help:"how often lanes are synced with the other Governors"`
+	RedisLeaseTTL           time.Duration `env:"GOVERNOR_REDIS_LEASE_TTL" envDefault:"3s" help:"a Governor that stops syncing gives its share back after this long"`
+	Instance                string        `env:"GOVERNOR_INSTANCE" help:"this Governor's name among the others in Redis; empty = hostname-pid-random"`
 	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
 	LogLevel                string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"json" help:"json or text (to stderr)"`
@@ -65,6 +72,7 @@ type parsed struct {
 	logLevel  slog.Level
 	logFormat string
 	aimd      aimd.Config
+	redis     *redis.Options // nil without GOVERNOR_REDIS_URL
 }
 
 // configError is an invalid setting; main exits 2 with its message.
@@ -168,6 +176,9 @@ func loadConfig(environ []string) (*parsed, error) {
 	if err := p.aimd.Validate(); err != nil {
 		return nil, &configError{"GOVERNOR_AIMD_*", err}
 	}
+	if err := p.parseRedis(); err != nil {
+		return nil, err
+	}
 	if c.Listen == "" {
 		return nil, &configError{"GOVERNOR_LISTEN", errors.New("empty address")}
 	}
@@ -175,6 +186,39 @@ func loadConfig(environ []string) (*parsed, error) {
 		return nil, &configError{"GOVERNOR_ADMIN_LISTEN", errors.New("empty address")}
 	}
 	return p, nil
+}
+
+// parseRedis validates the coordination settings.
+func (p *parsed) parseRedis() error {
+	c := p.config
+	if c.RedisTimeout <= 0 {
+		return &configError{"GOVERNOR_REDIS_TIMEOUT", errors.New("must be greater than zero")}
+	}
+	if c.RedisSyncInterval <= 0 {
+		return &configError{"GOVERNOR_REDIS_SYNC_INTERVAL", errors.New("must be greater than zero")}
+	}
+	if c.RedisLeaseTTL < 2*c.RedisSyncInterval {
+		return &configError{"GOVERNOR_REDIS_LEASE_TTL", errors.New("must be at least twice GOVERNOR_REDIS_SYNC_INTERVAL")}
+	}
+	if len(c.Instance) > 128 || strings.IndexFunc(c.Instance, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:-", r))
+	}) >= 0 {
+		return &configError{"GOVERNOR_INSTANCE", errors.New("want at most 128 letters, digits, '.', '_', ':' or '-'")}
+	}
+	if c.RedisURL == "" {
+		return nil
+	}
+	opts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		// url.Parse quotes the URL, password included: keep only the cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return &configError{"GOVERNOR_REDIS_URL", fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss://...: %v", err)}
+	}
+	p.redis = opts
+	return nil
 }
 
 // envError rewrites env's errors, which name struct fields, to name the

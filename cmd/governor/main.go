@@ -107,6 +107,11 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
 		func() float64 { return 1 })
 
+	coordinator, closeCoordinator := startCoordination(cfg, set, log)
+	if closeCoordinator != nil {
+		defer closeCoordinator()
+	}
+
 	p, err := proxy.New(proxy.Config{
 		Upstream:          cfg.upstream.URL,
 		Routes:            cfg.routes,
@@ -123,6 +128,8 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		MaxLanes:          cfg.MaxLanes,
 		AIMD:              cfg.aimd,
 		APIToken:          cfg.APIToken,
+		Coordinator:       coordinator,
+		SyncInterval:      cfg.RedisSyncInterval,
 		Metrics:           set,
 		Logger:            log,
 	})

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgovernor/governor/coord"
+	"github.com/llmgovernor/governor/proxy"
+)
+
+// startCoordination connects to Redis when GOVERNOR_REDIS_URL is set and
+// returns the proxy's Coordinator and its Close; nil, nil without one.
+// Redis need not be up: the Coordinator starts in local mode and joins when
+// it answers.
+func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (proxy.Coordinator, func()) {
+	if cfg.redis == nil {
+		return nil, nil
+	}
+	// go-redis logs through a package-wide logger (to stderr by default):
+	// its messages go to ours, at debug level, where they do not repeat
+	// the coordinator's own "redis coordination lost".
+	redis.SetLogger(redisLogger{log.With("component", "redis")})
+	co, err := coord.New(coord.Config{
+		Options:      cfg.redis,
+		Instance:     cfg.Instance,
+		Timeout:      cfg.RedisTimeout,
+		SyncInterval: cfg.RedisSyncInterval,
+		LeaseTTL:     cfg.RedisLeaseTTL,
+		Metrics:      set,
+		Logger:       log,
+	})
+	if err != nil {
+		// The configuration was validated: this is a programmer error.
+		panic(err)
+	}
+	return coordinator{co}, func() { _ = co.Close() }
+}
+
+// coordinator adapts *coord.Coordinator to proxy.Coordinator: the two
+// packages know nothing of each other, and their report and state types
+// are the same structs, converted field for field.
+type coordinator struct{ c *coord.Coordinator }
+
+func (a coordinator) Sync(ctx context.Context, reports []proxy.LaneReport) ([]proxy.LaneShared, error) {
+	in := make([]coord.Report, len(reports))
+	for i, r := range reports {
+		in[i] = coord.Report(r)
+	}
+	out, err := a.c.Sync(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	shared := make([]proxy.LaneShared, len(out))
+	for i, s := range out {
+		shared[i] = proxy.LaneShared(s)
+	}
+	return shared, nil
+}
+
+func (a coordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
+	return a.c.Reserve(ctx, lane, rate, burst)
+}
+
+func (a coordinator) Up() bool { return a.c.Up() }
+
+func (a coordinator) Leave(ctx context.Context, lanes []string) error { return a.c.Leave(ctx, lanes) }
+
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.Debug(fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/redistest"
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// These tests run two Governor processes against one redis-server of their
+// own and one simulated provider, as two replicas of a service would.
+
+type laneView struct {
+	ID          string     `json:"id"`
+	Target      float64    `json:"target"`
+	Limit       int        `json:"limit"`
+	Share       int        `json:"share"`
+	Members     int        `json:"members"`
+	Coordinated bool       `json:"coordinated"`
+	InFlight    int        `json:"in_flight"`
+	PausedUntil *time.Time `json:"paused_until"`
+}
+
+// lane returns the Governor's only lane, or false if it has none yet.
+func (g *governorProcess) lane(t *testing.T) (laneView, bool) {
+	t.Helper()
+	resp, err := oneShot.Get("http://" + g.base + "/governor/lanes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ Lanes []laneView }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	if len(out.Lanes) == 0 {
+		return laneView{}, false
+	}
+	require.Len(t, out.Lanes, 1)
+	return out.Lanes[0], true
+}
+
+// metric reads one series from the Governor's /metrics.
+func (g *governorProcess) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := oneShot.Get("http://" + g.admin + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (g *governorProcess) logs() string {
+	// g.stderr is written under lockedWriter's lock; reading it whole while
+	// the process runs needs the same lock.
+	w := g.cmd.Stderr.(*lockedWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return g.stderr.String()
+}
+
+// coordinated starts n Governors sharing srv in front of upstream.
+func coordinated(t *testing.T, srv *redistest.Server, upstream string, n int, env ...string) []*governorProcess {
+	gs := make([]*governorProcess, n)
+	for i := range gs {
+		gs[i] = startGovernor(t, append([]string{"GOVERNOR_UPSTREAM=" + upstream, "GOVERNOR_REDIS_URL=" + srv.URL(),
+			fmt.Sprintf("GOVERNOR_INSTANCE=g%d", i), "GOVERNOR_REDIS_LEASE_TTL=1s", "GOVERNOR_LOG_LEVEL=info",
+			"GOVERNOR_REDIS_TIMEOUT=100ms"}, env...)...)
+	}
+	return gs
+}
+
+// load runs workers closed-loop clients against g until stop is closed and
+// returns the answers' status codes by count.
+type load struct {
+	mu     sync.Mutex
+	status map[int]int
+	errs   []error
+	calls  atomic.Int64
+	wg     sync.WaitGroup
+}
+
+func startLoad(g *governorProcess, workers int, stop <-chan struct{}) *load {
+	l := &load{status: map[int]int{}}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for w := range workers {
+		l.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"w%d c%d"}]}`, w, i)
+				resp, err := client.Post("http://"+g.base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				l.mu.Lock()
+				if err != nil {
+					l.errs = append(l.errs, err)
+				} else {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					l.status[resp.StatusCode]++
+				}
+				l.mu.Unlock()
+				l.calls.Add(1)
+			}
+		})
+	}
+	return l
+}
+
+func (l *load) wait() (map[int]int, []error) {
+	l.wg.Wait()
+	return l.status, l.errs
+}
+
+// Two Governors in front of a provider that serves 8 calls at once: the
+// provider sees about 8, each Governor uses about half, and nearly no call
+// meets a 429.
+func TestSharedBudgetAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
+	require.NoError(t, err)
+	defer stopMock()
+	gs := coordinated(t, srv, mockURL, 2)
+
+	stop := make(chan struct{})
+	loads := []*load{startLoad(gs[0], 16, stop), startLoad(gs[1], 16, stop)}
+	shares := make([][]int, 2)
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, g := range gs {
+			if l, ok := g.lane(t); ok && l.Coordinated && l.Members == 2 {
+				shares[i] = append(shares[i], l.Share)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // sampling the lanes over the run
+	}
+	close(stop)
+	total := 0
+	per := make([]float64, 2)
+	for i, l := range loads {
+		status, errs := l.wait()
+		assert.Empty(t, errs, "governor %d", i)
+		assert.Equal(t, status[200], sum(status), "governor %d: every call 200: %v", i, status)
+		total += status[200]
+		per[i] = float64(status[200])
+	}
+	st := mock.Stats()
+	jain := (per[0] + per[1]) * (per[0] + per[1]) / (2 * (per[0]*per[0] + per[1]*per[1]))
+	t.Logf("calls %v (Jain %.3f), provider 429s %d, max in flight %d, shares %v", per, jain, st.RateLimited, st.MaxInFlight, shares)
+	assert.GreaterOrEqual(t, st.MaxInFlight, 7, "the provider's capacity is used")
+	// The Default controller alone meets about 6% of 429s against this
+	// provider (a hard cap answered at once); two Governors sharing the
+	// lane must not do much worse than one. (Without coordination each
+	// would probe up to the whole cap and they would meet far more.)
+	assert.Less(t, float64(st.RateLimited), 0.15*float64(total), "429s")
+	assert.GreaterOrEqual(t, jain, 0.95, "each Governor gets a fair part")
+	// Each Governor's share is about half of the shared limit.
+	for i, s := range shares {
+		require.NotEmpty(t, s, "governor %d never coordinated", i)
+		assert.InDelta(t, 4, median(s), 1.5, "governor %d shares %v", i, s)
+	}
+	// Throughput near the cap: 8 calls per 40ms is 200/s; allow for
+	// ramp-up, probing and the race detector.
+	assert.Greater(t, total, 300, "aggregate calls in 3s")
+}
+
+func median(xs []int) float64 {
+	s := append([]int(nil), xs...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return float64(s[len(s)/2])
+}
+
+// A Governor killed with SIGKILL gives its share back when its lease
+// expires: the survivor's share grows to the whole limit.
+func TestLeaseExpiresWhenAGovernorIsKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
+	require.NoError(t, err)
+	defer stopMock()
+	gs := coordinated(t, srv, mockURL, 2)
+	stop := make(chan struct{})
+	loads := []*load{startLoad(gs[0], 12, stop), startLoad(gs[1], 12, stop)}
+	require.Eventually(t, func() bool {
+		l, ok := gs[1].lane(t)
+		return ok && l.Coordinated && l.Members == 2
+	}, 5*time.Second, 20*time.Millisecond, "both governors on the lane")
+
+	require.NoError(t, gs[0].cmd.Process.Kill())
+	killed := time.Now()
+	var last laneView
+	require.Eventually(t, func() bool {
+		last, _ = gs[1].lane(t)
+		return last.Members == 1 && last.Share == last.Limit
+	}, 3*time.Second, 20*time.Millisecond, "the survivor gets the whole limit")
+	t.Logf("survivor alone after %v: %+v", time.Since(killed), last)
+	assert.Less(t, time.Since(killed), 1*time.Second+500*time.Millisecond, "within the lease (1s) and a sync or two")
+	close(stop)
+	status, _ := loads[1].wait()
+	assert.Equal(t, status[200], sum(status), "the survivor's calls all succeed: %v", status)
+	loads[0].wait()
+}
+
+func sum(m map[int]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// A provider's Retry-After seen by one Governor pauses the lane in the
+// other, whose next call reaches the provider only after the pause.
+func TestPausePropagates(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	defer stopMock()
+	gs := coordinated(t, srv, mockURL, 2)
+	// B's lane exists and is coordinated.
+	require.NoError(t, complete(call(gs[1].base, false, 0), false))
+	require.Eventually(t, func() bool { l, ok := gs[1].lane(t); return ok && l.Coordinated }, 5*time.Second, 10*time.Millisecond)
+
+	// A's call meets a 429 with Retry-After: 2.
+	aDone := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+gs[0].base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"limited"}]}`))
+		req.Header.Set("X-Request-Id", "limited-once")
+		req.Header.Set(mockllm.HeaderFault, "429,ok")
+		req.Header.Set(mockllm.HeaderRetryAfter, "2")
+		resp, err := oneShot.Do(req)
+		if err != nil {
+			aDone <- answer{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		aDone <- answer{status: resp.StatusCode, body: string(b)}
+	}()
+	var paused time.Time
+	require.Eventually(t, func() bool {
+		l, _ := gs[1].lane(t)
+		if l.PausedUntil != nil {
+			paused = *l.PausedUntil
+		}
+		return l.PausedUntil != nil
+	}, 2*time.Second, 10*time.Millisecond, "B's lane is paused by A's 429")
+	assert.WithinDuration(t, time.Now().Add(2*time.Second), paused, 500*time.Millisecond)
+
+	a := call(gs[1].base, false, 1)
+	answeredAt := time.Now()
+	require.NoError(t, complete(a, false))
+	assert.False(t, answeredAt.Before(paused.Add(-20*time.Millisecond)), "B's call went out before the pause ended (%v early)", paused.Sub(answeredAt))
+	require.NoError(t, complete(<-aDone, false), "A's call is retried after the pause")
+	assert.Contains(t, gs[1].logs(), "lane paused by another governor")
+}
+
+// Redis killed mid-run and restarted: every call is answered 200, the
+// Governors fall back to local governing and rejoin, and say so.
+func TestRedisKilledMidRun(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 30 * time.Millisecond})
+	require.NoError(t, err)
+	defer stopMock()
+	gs := coordinated(t, srv, mockURL, 2)
+	stop := make(chan struct{})
+	loads := []*load{startLoad(gs[0], 8, stop), startLoad(gs[1], 8, stop)}
+	require.Eventually(t, func() bool {
+		l, ok := gs[1].lane(t)
+		return ok && l.Coordinated && l.Members == 2
+	}, 5*time.Second, 20*time.Millisecond)
+
+	srv.Kill()
+	for i, g := range gs {
+		require.Eventually(t, func() bool { return g.metric(t, "governor_redis_up") == "0" }, 2*time.Second, 10*time.Millisecond, "governor %d falls back", i)
+	}
+	before := loads[0].calls.Load() + loads[1].calls.Load()
+	require.Eventually(t, func() bool { return loads[0].calls.Load()+loads[1].calls.Load() > before+50 },
+		5*time.Second, 10*time.Millisecond, "calls keep flowing without Redis")
+	for i, g := range gs {
+		l, _ := g.lane(t)
+		assert.False(t, l.Coordinated, "governor %d", i)
+	}
+
+	srv.Restart()
+	for i, g := range gs {
+		require.Eventually(t, func() bool {
+			l, _ := g.lane(t)
+			return g.metric(t, "governor_redis_up") == "1" && l.Coordinated && l.Members == 2
+		}, 5*time.Second, 20*time.Millisecond, "governor %d rejoins", i)
+	}
+	close(stop)
+	for i, l := range loads {
+		status, errs := l.wait()
+		assert.Empty(t, errs, "governor %d", i)
+		assert.Equal(t, status[200], sum(status), "governor %d: no call lost: %v", i, status)
+	}
+	for i, g := range gs {
+		assert.Equal(t, "1", g.metric(t, "governor_redis_fallbacks_total"), "governor %d", i)
+		logs := g.logs()
+		assert.Contains(t, logs, "redis coordination lost", "governor %d", i)
+		assert.Contains(t, logs, "redis coordination restored", "governor %d", i)
+	}
+}
+
+func TestRedisDownAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	defer stopMock()
+	g := coordinated(t, srv, mockURL, 1)[0]
+	require.NoError(t, complete(call(g.base, false, 0), false), "serves without Redis")
+	assert.Equal(t, "0", g.metric(t, "governor_redis_up"))
+	srv.Restart()
+	require.Eventually(t, func() bool { l, _ := g.lane(t); return l.Coordinated }, 5*time.Second, 20*time.Millisecond, "joins when Redis comes up")
+	assert.Contains(t, g.logs(), "redis unreachable at start")
+}

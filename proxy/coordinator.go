@@ -1,0 +1,275 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Coordinator shares lanes with the other Governors that govern them (the
+// replicas of a service calling one provider account). Package coord
+// implements it over Redis; cmd/governor wires it in when configured. With
+// no Coordinator a Proxy governs its lanes alone and starts nothing for it.
+//
+// Every method must return quickly (within a configured timeout) and fail
+// rather than wait: a failure means the lanes go on alone.
+type Coordinator interface {
+	// Sync sends one report per lane and returns each lane's shared
+	// state, in the same order.
+	Sync(ctx context.Context, reports []LaneReport) ([]LaneShared, error)
+	// Reserve books one dispatch on a lane's shared token bucket (rate per
+	// second, burst) and returns how long the call must wait.
+	Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error)
+	// Up reports whether coordination is on.
+	Up() bool
+	// Leave gives this Governor's shares of the lanes back (shutdown).
+	Leave(ctx context.Context, lanes []string) error
+}
+
+// LaneReport is what this Governor tells the others about a lane. Its
+// fields mirror coord.Report, field for field.
+type LaneReport struct {
+	Lane               string    // the lane id, free of credentials
+	Max                int       // upper bound of the target
+	Initial            float64   // the target a lane with no shared state starts from
+	Increase           float64   // the local controller's increase since the last sync
+	SeenDecrease       time.Time // the shared last decrease adopted last
+	Decreased          bool      // the local controller decreased since the last sync:
+	DecreaseTarget     float64   // to this target,
+	DecreaseDispatched time.Time // for a call dispatched then,
+	DecreaseAt         time.Time // at this instant,
+	DecreaseLevel      float64   // at this level
+	Demand             int       // calls in flight plus queued
+	PausedUntil        time.Time // the provider's Retry-After, if any
+	Rate, Burst        float64   // the pacing learned from rate-limit headers, if any
+}
+
+// LaneShared is a lane's shared state. Its fields mirror coord.Shared,
+// field for field.
+type LaneShared struct {
+	Target        float64
+	LastDecrease  time.Time
+	DecreaseLevel float64
+	PausedUntil   time.Time
+	Rate, Burst   float64
+	Members       int // live Governors on the lane
+	Share         int // this Governor's part of the shared limit
+}
+
+// DefaultSyncInterval is how often lanes are synced with a Coordinator.
+const DefaultSyncInterval = 100 * time.Millisecond
+
+// laneCoord is a lane's coordination state, guarded by the lane's mu.
+type laneCoord struct {
+	kick chan struct{} // asks the sync loop for a sync now
+
+	joined       bool      // the last sync succeeded: the queue's limit is the share
+	share        int       // this Governor's part of the shared limit
+	members      int       // live Governors at the last sync
+	sharedTarget float64   // the shared target at the last sync
+	base         float64   // the controller's target as last adopted
+	decCount     uint64    // decreases and collapses reported so far
+	seenDec      time.Time // the shared last decrease at the last sync
+	// decDispatched is the dispatch of the call behind the last decrease.
+	decDispatched time.Time
+	pendingPause  time.Time // a pause not yet sent
+	seenPause     time.Time // the latest pause applied or sent
+	rate, burst   float64   // the shared pacing
+}
+
+// signal asks the sync loop for a sync now, without waiting.
+func (c *laneCoord) signal() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ctrlInFlight maps the calls in flight in this Governor to what the
+// controller, whose limit is the shared one, should see: its whole limit
+// when this Governor uses its whole share (so that the lane counts as in
+// use and may grow), else the same fraction of it.
+func ctrlInFlight(inFlight, share, limit int) int {
+	share = max(share, 1)
+	if inFlight >= share || limit <= 1 {
+		return limit
+	}
+	return max(1, min(limit-1, inFlight*limit/share))
+}
+
+// syncSnap is what report saw, for adopt to know what changed since.
+type syncSnap struct {
+	target float64
+	decs   uint64
+	pause  time.Time
+	decAt  time.Time // the decrease reported, if any
+}
+
+// report is the lane's report for a sync.
+func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
+	qs := l.q.Stats()
+	rate, burst := l.pace.learned()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	co := l.co
+	st := l.ctrl.State()
+	decs := st.Decreases + st.Collapses
+	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: qs.InFlight + qs.Waiting,
+		PausedUntil: co.pendingPause, Rate: rate, Burst: burst, SeenDecrease: co.seenDec}
+	switch {
+	case !co.joined:
+		// Joining, or rejoining after Redis was lost: the local target
+		// is a share; if Redis lost the lane too, the Governors seen last
+		// time restart it from about their sum.
+		r.Initial = st.Target * float64(max(1, co.members))
+	case decs != co.decCount:
+		r.Decreased, r.DecreaseTarget, r.DecreaseDispatched, r.DecreaseAt, r.DecreaseLevel =
+			true, st.Target, co.decDispatched, st.LastDecrease, st.DecreaseLevel
+	default:
+		r.Increase = max(0, st.Target-co.base)
+	}
+	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt}
+}
+
+// adopt takes a lane's shared state after a sync: the shared target (plus
+// what the local controller grew since the report), the share as the
+// queue's limit, another Governor's pause, the shared pacing.
+func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, log *slog.Logger) {
+	l.mu.Lock()
+	co := l.co
+	st := l.ctrl.State()
+	if st.Decreases+st.Collapses == snap.decs {
+		// (A decrease during the sync is reported by the next one.)
+		//
+		// Another Governor's decrease takes effect here now, not when it
+		// was made: the calls this Governor sent until now were sent at
+		// its old share, and their 429s are explained by that decrease.
+		var decAt time.Time
+		if s.LastDecrease.After(co.seenDec) && !s.LastDecrease.Equal(snap.decAt) {
+			decAt = now
+		}
+		l.ctrl.Adopt(s.Target+max(0, st.Target-snap.target), decAt, s.DecreaseLevel)
+		co.base = s.Target
+	}
+	co.decCount = snap.decs
+	joined := co.joined
+	co.joined = true
+	co.share, co.members, co.sharedTarget = s.Share, s.Members, s.Target
+	co.seenDec = s.LastDecrease
+	co.rate, co.burst = s.Rate, s.Burst
+	if !co.pendingPause.After(snap.pause) {
+		co.pendingPause = time.Time{} // sent
+	}
+	var pauseTo time.Time
+	if s.PausedUntil.After(co.seenPause) {
+		co.seenPause = s.PausedUntil
+		if s.PausedUntil.After(now) && s.PausedUntil.After(l.pausedUntil) {
+			pauseTo = s.PausedUntil
+			l.pausedUntil = pauseTo
+		}
+	}
+	l.q.SetLimit(co.share)
+	l.mu.Unlock()
+	if !pauseTo.IsZero() {
+		l.q.PauseUntil(pauseTo)
+		l.m.pauses.Inc()
+		log.Info("lane paused by another governor", "lane", l.id, "until", pauseTo.Format(time.RFC3339Nano))
+	}
+	if !joined {
+		log.Info("lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
+	}
+}
+
+// fallback governs the lane alone again after a failed sync, from its
+// share: the local controller continues from what this Governor was using.
+func (l *lane) fallback(log *slog.Logger) {
+	l.mu.Lock()
+	co := l.co
+	if !co.joined {
+		l.mu.Unlock()
+		return
+	}
+	co.joined = false
+	fair := co.share
+	if co.members > 0 {
+		fair = max(fair, int(co.sharedTarget)/co.members)
+	}
+	l.ctrl.Adopt(float64(max(1, fair)), time.Time{}, 0)
+	limit := l.ctrl.Limit()
+	l.q.SetLimit(limit)
+	l.mu.Unlock()
+	log.Info("lane governed locally", "lane", l.id, "limit", limit)
+}
+
+// sharedPace returns the lane's shared pacing, if any.
+func (l *lane) sharedPace() (rate, burst float64, joined bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.co.rate, l.co.burst, l.co.joined
+}
+
+// reserveShared books a dispatch on the lane's shared bucket when the lane
+// is coordinated and a rate is known; ok is false when the local pacer
+// decides (no shared rate, or Redis down or slow).
+func (p *Proxy) reserveShared(ctx context.Context, l *lane) (time.Duration, bool) {
+	rate, burst, joined := l.sharedPace()
+	if !joined || !(rate > 0) || !p.cfg.Coordinator.Up() {
+		return 0, false
+	}
+	rate *= paceMargin
+	if l.pace.maxGap > 0 {
+		rate = max(rate, 1/l.pace.maxGap.Seconds())
+	}
+	d, err := p.cfg.Coordinator.Reserve(ctx, l.id, rate, burst)
+	if err != nil {
+		return 0, false
+	}
+	return min(d, maxHint), true
+}
+
+// coordinate syncs the lanes every SyncInterval, and at once when a lane
+// asks (a decrease, a pause), until the Proxy stops; then it gives the
+// lanes' shares back.
+func (p *Proxy) coordinate() {
+	defer close(p.coordDone)
+	t := time.NewTicker(p.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			ids := make([]string, 0)
+			for _, l := range p.lanes.all() {
+				ids = append(ids, l.id)
+			}
+			_ = p.cfg.Coordinator.Leave(context.Background(), ids)
+			return
+		case <-t.C:
+		case <-p.lanes.kick:
+		}
+		p.syncLanes()
+	}
+}
+
+// syncLanes syncs every lane with the Coordinator in one call.
+func (p *Proxy) syncLanes() {
+	lanes := p.lanes.all()
+	if len(lanes) == 0 {
+		return
+	}
+	reports := make([]LaneReport, len(lanes))
+	snaps := make([]syncSnap, len(lanes))
+	for i, l := range lanes {
+		reports[i], snaps[i] = l.report(p.cfg.AIMD.Max)
+	}
+	shared, err := p.cfg.Coordinator.Sync(p.ctx, reports)
+	if err != nil || len(shared) != len(lanes) {
+		for _, l := range lanes {
+			l.fallback(p.cfg.Logger)
+		}
+		return
+	}
+	now := p.cfg.Now()
+	for i, l := range lanes {
+		l.adopt(snaps[i], shared[i], now, p.cfg.Logger)
+	}
+}
