@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// fakeCoordinator answers every sync with the same shared state, and
+// records what it is told.
+type fakeCoordinator struct {
+	mu       sync.Mutex
+	down     bool
+	shared   LaneShared
+	reports  []LaneReport
+	reserves int
+	left     []string
+}
+
+func (f *fakeCoordinator) Sync(ctx context.Context, reports []LaneReport) ([]LaneShared, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, errors.New("down")
+	}
+	f.reports = append(f.reports, reports...)
+	out := make([]LaneShared, len(reports))
+	for i := range out {
+		out[i] = f.shared
+	}
+	return out, nil
+}
+
+func (f *fakeCoordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reserves++
+	return 0, nil
+}
+
+func (f *fakeCoordinator) Up() bool { f.mu.Lock(); defer f.mu.Unlock(); return !f.down }
+
+func (f *fakeCoordinator) Leave(ctx context.Context, lanes []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.left = append(f.left, lanes...)
+	return nil
+}
+
+func (f *fakeCoordinator) set(fn func(f *fakeCoordinator)) { f.mu.Lock(); fn(f); f.mu.Unlock() }
+
+func (f *fakeCoordinator) get(fn func(f *fakeCoordinator)) { f.mu.Lock(); fn(f); f.mu.Unlock() }
+
+func TestCoordinatedLaneUsesItsShare(t *testing.T) {
+	checkLeaks(t)
+	_, mockURL := startMock(t, mockllm.Config{})
+	fc := &fakeCoordinator{shared: LaneShared{Target: 10.5, Members: 2, Share: 3}}
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	c := client(t)
+	resp, _ := chat(t, c, base, map[string]string{"Authorization": "Bearer sk-canary-secret"})
+	require.Equal(t, 200, resp.StatusCode)
+
+	var li LaneInfo
+	require.Eventually(t, func() bool {
+		li = lanesOf(t, c, base)[0]
+		return li.Coordinated
+	}, 2*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 3, li.Share, "the queue's limit is this Governor's share")
+	assert.Equal(t, 10, li.Limit, "the controller holds the shared target")
+	assert.Equal(t, 2, li.Members)
+	lane := p.lanes.all()[0]
+	assert.Equal(t, 3, lane.q.Stats().Limit)
+
+	fc.get(func(f *fakeCoordinator) {
+		require.NotEmpty(t, f.reports)
+		for _, r := range f.reports {
+			assert.Equal(t, li.ID, r.Lane)
+			assert.NotContains(t, r.Lane, "sk-canary")
+			assert.Equal(t, DefaultMaxConcurrency, r.Max)
+		}
+	})
+
+	// Redis lost: the lane governs itself from a fair part of the shared
+	// limit (10/2 = 5, more than its share of 3).
+	fc.set(func(f *fakeCoordinator) { f.down = true })
+	require.Eventually(t, func() bool { return !lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+	li = lanesOf(t, c, base)[0]
+	assert.Equal(t, 5, li.Limit)
+	assert.Equal(t, 5, li.Share)
+	assert.Zero(t, li.Members)
+	resp, _ = chat(t, c, base, nil)
+	assert.Equal(t, 200, resp.StatusCode, "calls go on without the coordinator")
+
+	// Back: the lane rejoins.
+	fc.set(func(f *fakeCoordinator) { f.down = false; f.reports = nil })
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+}
+
+func TestCoordinatedPauseAndPacing(t *testing.T) {
+	checkLeaks(t)
+	_, mockURL := startMock(t, mockllm.Config{})
+	fc := &fakeCoordinator{shared: LaneShared{Target: 8, Members: 1, Share: 8, Rate: 100, Burst: 10}}
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	c := client(t)
+	resp, _ := chat(t, c, base, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+
+	// A shared rate: every dispatch books the shared bucket.
+	fc.set(func(f *fakeCoordinator) { f.reserves = 0 })
+	for range 3 {
+		resp, _ = chat(t, c, base, nil)
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	fc.get(func(f *fakeCoordinator) { assert.Equal(t, 3, f.reserves) })
+
+	// Another Governor's pause holds this one's next call.
+	until := time.Now().Add(300 * time.Millisecond)
+	fc.set(func(f *fakeCoordinator) { f.shared.PausedUntil = until })
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].PausedUntil != nil }, 2*time.Second, 5*time.Millisecond)
+	resp, _ = chat(t, c, base, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	assert.False(t, time.Now().Before(until.Add(-10*time.Millisecond)), "the call waited for the shared pause")
+}
+
+func TestCoordinatedDecreaseIsReported(t *testing.T) {
+	checkLeaks(t)
+	_, mockURL := startMock(t, mockllm.Config{})
+	fc := &fakeCoordinator{shared: LaneShared{Target: 8, Members: 1, Share: 8}}
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	c := client(t)
+	resp, _ := chat(t, c, base, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+
+	resp, _ = chat(t, c, base, map[string]string{"X-Request-Id": "d1", mockllm.HeaderFault: "429,ok", mockllm.HeaderRetryAfterMs: "20"})
+	require.Equal(t, 200, resp.StatusCode)
+	var dec LaneReport
+	require.Eventually(t, func() bool {
+		found := false
+		fc.get(func(f *fakeCoordinator) {
+			for _, r := range f.reports {
+				if r.Decreased {
+					dec, found = r, true
+				}
+			}
+		})
+		return found
+	}, 2*time.Second, 5*time.Millisecond, "the decrease is reported")
+	assert.Less(t, dec.DecreaseTarget, 8.0)
+	assert.True(t, dec.DecreaseDispatched.Before(dec.DecreaseAt), "dispatched %v, decreased %v", dec.DecreaseDispatched, dec.DecreaseAt)
+	assert.False(t, dec.PausedUntil.IsZero(), "the pause travels with it")
+
+	// On shutdown the lanes are given back.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, p.Shutdown(ctx))
+	fc.get(func(f *fakeCoordinator) {
+		require.Len(t, f.left, 1)
+		assert.True(t, strings.HasPrefix(f.left[0], "default/"))
+	})
+}
+
+func TestCtrlInFlight(t *testing.T) {
+	for _, tc := range []struct{ inFlight, share, limit, want int }{
+		{4, 4, 8, 8},  // the whole share in use: the shared limit is in use
+		{5, 4, 8, 8},  // above it (after a cut)
+		{2, 4, 8, 4},  // half the share: half the limit
+		{1, 4, 8, 2},  //
+		{3, 4, 4, 3},  // never the whole limit when the share is not used
+		{1, 0, 8, 8},  // no share (an idle member): one call is all of it
+		{1, 1, 1, 1},  // limit 1
+		{1, 3, 10, 3}, // rounded down
+	} {
+		assert.Equal(t, tc.want, ctrlInFlight(tc.inFlight, tc.share, tc.limit), "%+v", tc)
+	}
+}
