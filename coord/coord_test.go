@@ -275,6 +275,29 @@ func TestFallbackAndRejoin(t *testing.T) {
 	assert.Equal(t, "1", a.metric("governor_redis_fallbacks_total"), "one fallback, counted once")
 }
 
+// A Redis that answers nothing (stopped, or a broken network) costs one
+// timeout, then nothing.
+func TestSlowRedisFallsBackWithinTheTimeout(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	a := newCoord(t, srv, "a", nil)
+	sync1(t, a, Report{Initial: 8})
+	srv.Freeze()
+	start := time.Now()
+	_, err := a.Sync(context.Background(), []Report{{Lane: "l", Max: 8}})
+	require.ErrorIs(t, err, ErrLocal)
+	took := time.Since(start)
+	assert.Less(t, took, 200*time.Millisecond+100*time.Millisecond, "the timeout (200ms here) bounds the wait")
+	assert.False(t, a.Up())
+	start = time.Now()
+	_, err = a.Reserve(context.Background(), "l", 10, 1)
+	assert.ErrorIs(t, err, ErrLocal)
+	assert.Less(t, time.Since(start), 10*time.Millisecond, "and then nothing waits")
+	srv.Thaw()
+	require.Eventually(t, a.Up, 5*time.Second, 10*time.Millisecond, "rejoins")
+	sync1(t, a, Report{})
+}
+
 func TestStartsLocalWhenRedisIsDown(t *testing.T) {
 	leakcheck.Check(t)
 	srv := redistest.Start(t)

@@ -225,8 +225,9 @@ func (co *Coordinator) join() error {
 	return co.load(ctx)
 }
 
-// failed switches to local mode after a failed command. A caller that gave
-// up (its context ended) is not Redis's failure.
+// failed switches to local mode after a failed command. ctx is the
+// caller's: a caller that gave up is not Redis's failure, but a command
+// that outlived the timeout is.
 func (co *Coordinator) failed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -256,13 +257,13 @@ func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, er
 	}
 	start := time.Now()
 	now := co.cfg.Now()
-	ctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
 	defer cancel()
-	cmds, err := co.runSync(ctx, reports, now)
+	cmds, err := co.runSync(tctx, reports, now)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis restarted and lost its scripts: load them and try once more.
-		if err = co.load(ctx); err == nil {
-			cmds, err = co.runSync(ctx, reports, now)
+		if err = co.load(tctx); err == nil {
+			cmds, err = co.runSync(tctx, reports, now)
 		}
 	}
 	if err != nil {
@@ -374,10 +375,10 @@ func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst flo
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
 	defer cancel()
 	_, _, _, key := keys(lane)
-	v, err := gcraScript.Run(ctx, co.rdb, []string{key}, ms(co.cfg.Now()), num(1000/rate), num(max(burst, 1))).Text()
+	v, err := gcraScript.Run(tctx, co.rdb, []string{key}, ms(co.cfg.Now()), num(1000/rate), num(max(burst, 1))).Text()
 	if err != nil {
 		return 0, co.failed(ctx, err)
 	}
@@ -394,14 +395,14 @@ func (co *Coordinator) Leave(ctx context.Context, lanes []string) error {
 	if !co.up.Load() || len(lanes) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
 	defer cancel()
 	pipe := co.rdb.Pipeline()
 	for _, l := range lanes {
 		_, members, demand, _ := keys(l)
-		leaveScript.Eval(ctx, pipe, []string{members, demand}, co.cfg.Instance)
+		leaveScript.Eval(tctx, pipe, []string{members, demand}, co.cfg.Instance)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(tctx); err != nil {
 		return co.failed(ctx, err)
 	}
 	return nil

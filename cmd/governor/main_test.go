@@ -21,6 +21,13 @@ func TestBadConfigExits2NamingTheVariable(t *testing.T) {
 		{"GOVERNOR_MAX_BODY_BYTES=0", "GOVERNOR_MAX_BODY_BYTES"},
 		{"GOVERNOR_LOG_LEVEL=loud", "GOVERNOR_LOG_LEVEL"},
 		{"GOVERNOR_LOG_FORMAT=xml", "GOVERNOR_LOG_FORMAT"},
+		{"GOVERNOR_REDIS_URL=http://localhost:6379", "GOVERNOR_REDIS_URL"},
+		{"GOVERNOR_REDIS_URL=redis://localhost:port", "GOVERNOR_REDIS_URL"},
+		{"GOVERNOR_REDIS_TIMEOUT=0s", "GOVERNOR_REDIS_TIMEOUT"},
+		{"GOVERNOR_REDIS_TIMEOUT=fast", "GOVERNOR_REDIS_TIMEOUT"},
+		{"GOVERNOR_REDIS_SYNC_INTERVAL=-1s", "GOVERNOR_REDIS_SYNC_INTERVAL"},
+		{"GOVERNOR_REDIS_LEASE_TTL=150ms", "GOVERNOR_REDIS_LEASE_TTL"},
+		{"GOVERNOR_INSTANCE=two words", "GOVERNOR_INSTANCE"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(nil, []string{tc.env}, &out, &errOut)
@@ -36,11 +43,22 @@ func TestUpstreamCredentialsAreNotEchoed(t *testing.T) {
 	assert.NotContains(t, errOut.String(), "sk-canary")
 }
 
+func TestRedisPasswordIsNotEchoed(t *testing.T) {
+	for _, u := range []string{"redis://user:sk-canary@host:port", "redis://user:sk-canary@%zz", "ftp://user:sk-canary@host"} {
+		var out, errOut bytes.Buffer
+		code := run(nil, []string{"GOVERNOR_REDIS_URL=" + u}, &out, &errOut)
+		assert.Equal(t, exitUsage, code, u)
+		assert.Contains(t, errOut.String(), "GOVERNOR_REDIS_URL", u)
+		assert.NotContains(t, errOut.String(), "sk-canary", u)
+	}
+}
+
 func TestHelpListsEveryVariable(t *testing.T) {
 	var out, errOut bytes.Buffer
 	assert.Equal(t, exitOK, run([]string{"-h"}, nil, &out, &errOut))
 	for _, v := range []string{"GOVERNOR_LISTEN", "GOVERNOR_ADMIN_LISTEN", "GOVERNOR_UPSTREAM", "GOVERNOR_ROUTES",
 		"GOVERNOR_MAX_BODY_BYTES", "GOVERNOR_STREAM_IDLE_TIMEOUT", "GOVERNOR_ATTEMPT_TIMEOUT", "GOVERNOR_DRAIN_TIMEOUT",
+		"GOVERNOR_REDIS_URL", "GOVERNOR_REDIS_TIMEOUT", "GOVERNOR_REDIS_SYNC_INTERVAL", "GOVERNOR_REDIS_LEASE_TTL", "GOVERNOR_INSTANCE",
 		"127.0.0.1:8080", ":9090", "https://api.openai.com"} {
 		assert.Contains(t, out.String(), v)
 	}
