@@ -182,8 +182,10 @@ func TestPauseIsShared(t *testing.T) {
 	clk := &clock{t: t0}
 	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
 	until := t0.Add(2 * time.Second)
-	sync1(t, a, Report{Initial: 8, PausedUntil: until})
-	assert.WithinDuration(t, until, sync1(t, b, Report{}).PausedUntil, 0, "b sees a's pause")
+	sync1(t, a, Report{Initial: 8, PausedUntil: until, PausedAt: t0})
+	s := sync1(t, b, Report{})
+	assert.WithinDuration(t, until, s.PausedUntil, 0, "b sees a's pause")
+	assert.WithinDuration(t, t0, s.PausedAt, 0, "and when it was asked for")
 	sync1(t, b, Report{PausedUntil: t0.Add(time.Second)})
 	assert.WithinDuration(t, until, sync1(t, a, Report{}).PausedUntil, 0, "an earlier pause does not shorten it")
 }

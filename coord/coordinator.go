@@ -49,8 +49,12 @@ type Report struct {
 	DecreaseLevel      float64
 	// Demand is the lane's calls in flight plus queued in this Governor.
 	Demand int
-	// PausedUntil is a pause the provider asked for (zero: none).
-	PausedUntil time.Time
+	// PausedUntil is a pause the provider asked for (zero: none), at
+	// PausedAt.
+	PausedUntil, PausedAt time.Time
+	// LastSuccess is when a call of the lane last succeeded here: a
+	// success anywhere after a pause was asked for ends it.
+	LastSuccess time.Time
 	// Rate and Burst are the pacing the provider's rate-limit headers
 	// showed (tokens per second and bucket size; zero: unknown).
 	Rate, Burst float64
@@ -61,7 +65,8 @@ type Shared struct {
 	Target        float64
 	LastDecrease  time.Time // zero if none
 	DecreaseLevel float64
-	PausedUntil   time.Time // zero if none
+	PausedUntil   time.Time // zero if none, or ended by a success
+	PausedAt      time.Time // when the pause was asked for
 	Rate, Burst   float64   // zero if no Governor has learned a rate lately
 	// Members is the number of live Governors on the lane, this one
 	// included.
@@ -295,7 +300,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
 			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), max(r.Demand, 0), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease))
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess))
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
@@ -319,10 +324,10 @@ func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, t
 const rateMemory = time.Minute
 
 func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error) {
-	if len(vals) < 6 || len(vals)%2 != 0 {
+	if len(vals) < 7 || len(vals)%2 != 1 {
 		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
 	}
-	f := make([]float64, 6)
+	f := make([]float64, 7)
 	for i := range f {
 		v, err := strconv.ParseFloat(vals[i], 64)
 		if err != nil {
@@ -331,9 +336,9 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 		f[i] = v
 	}
 	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
-		LastDecrease: fromMs(f[1]), PausedUntil: fromMs(f[3])}
-	mems := make([]Member, 0, (len(vals)-6)/2)
-	for i := 6; i+1 < len(vals); i += 2 {
+		LastDecrease: fromMs(f[1]), PausedUntil: fromMs(f[3]), PausedAt: fromMs(f[6])}
+	mems := make([]Member, 0, (len(vals)-7)/2)
+	for i := 7; i+1 < len(vals); i += 2 {
 		d, _ := strconv.Atoi(vals[i+1])
 		mems = append(mems, Member{Instance: vals[i], Demand: d})
 	}

@@ -10,15 +10,16 @@ import "github.com/redis/go-redis/v9"
 // ARGV: now, instance, lease expiry, demand, max, initial target, increase,
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
-// the last shared decrease the reporter knew of.
+// the last shared decrease the reporter knew of, when the pause was asked
+// for, the reporter's last success.
 // Instants are Unix milliseconds.
 //
-// Returns: target, lastdec, level, paused, rate, burst (as strings: Redis
+// Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
 // turns Lua numbers into integers), then instance, demand pairs.
 var syncScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
-local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at')
+local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at')
 local target = tonumber(st[1]) or tonumber(ARGV[6])
 local lastdec = tonumber(st[2]) or 0
 local level = tonumber(st[3]) or 0
@@ -26,6 +27,8 @@ local paused = tonumber(st[4]) or 0
 local rate = tonumber(st[5]) or 0
 local burst = tonumber(st[6]) or 0
 local rate_at = tonumber(st[7]) or 0
+local paused_at = tonumber(st[8]) or 0
+local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
 
 local dec = tonumber(ARGV[8])
 local seen = tonumber(ARGV[17])
@@ -45,14 +48,17 @@ elseif seen >= lastdec then
 end
 if target > max then target = max end
 if target < 1 then target = 1 end
-paused = math.max(paused, tonumber(ARGV[12]))
+if tonumber(ARGV[12]) > paused then
+  paused = tonumber(ARGV[12])
+  paused_at = tonumber(ARGV[18])
+end
 if tonumber(ARGV[13]) > 0 then
   rate = tonumber(ARGV[13])
   burst = tonumber(ARGV[14])
   rate_at = now
 end
 redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(lastdec), 'level', tostring(level),
-  'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at))
+  'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at), 'paused_at', tostring(paused_at), 'ok_at', tostring(ok_at))
 
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
@@ -68,7 +74,13 @@ if now - rate_at > tonumber(ARGV[16]) then
   rate = 0
   burst = 0
 end
-local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst)}
+-- A pause holds while no Governor's call succeeds: a success after it was
+-- asked for shows the provider taking calls (a concurrency cap, where the
+-- hint was for one call), as the local rule has it.
+if ok_at > paused_at then
+  paused = 0
+end
+local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at)}
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 local demands = redis.call('HMGET', KEYS[3], unpack(ids))
 for i, id in ipairs(ids) do

@@ -40,7 +40,9 @@ type LaneReport struct {
 	DecreaseAt         time.Time // at this instant,
 	DecreaseLevel      float64   // at this level
 	Demand             int       // calls in flight plus queued
-	PausedUntil        time.Time // the provider's Retry-After, if any
+	PausedUntil        time.Time // the provider's Retry-After, if any,
+	PausedAt           time.Time // given then
+	LastSuccess        time.Time // the lane's last successful call here
 	Rate, Burst        float64   // the pacing learned from rate-limit headers, if any
 }
 
@@ -51,6 +53,7 @@ type LaneShared struct {
 	LastDecrease  time.Time
 	DecreaseLevel float64
 	PausedUntil   time.Time
+	PausedAt      time.Time
 	Rate, Burst   float64
 	Members       int // live Governors on the lane
 	Share         int // this Governor's part of the shared limit
@@ -72,7 +75,10 @@ type laneCoord struct {
 	seenDec      time.Time // the shared last decrease at the last sync
 	// decDispatched is the dispatch of the call behind the last decrease.
 	decDispatched time.Time
-	pendingPause  time.Time // a pause not yet sent
+	pendingPause  time.Time // a pause not yet sent,
+	pendingAt     time.Time // asked for then
+	lastOK        time.Time // the last success of the lane's calls
+	remotePause   time.Time // the pause last taken from another Governor
 	seenPause     time.Time // the latest pause applied or sent
 	rate, burst   float64   // the shared pacing
 }
@@ -86,15 +92,22 @@ func (c *laneCoord) signal() {
 }
 
 // ctrlInFlight maps the calls in flight in this Governor to what the
-// controller, whose limit is the shared one, should see: its whole limit
-// when this Governor uses its whole share (so that the lane counts as in
-// use and may grow), else the same fraction of it.
-func ctrlInFlight(inFlight, share, limit int) int {
-	share = max(share, 1)
-	if inFlight >= share || limit <= 1 {
-		return limit
+// controller, whose limit is the shared one, should see: the calls in
+// flight in every Governor, estimated as the same part of the shared limit
+// the shares were computed from (synced) as this Governor's part of its
+// share. So the lane counts as in use, and may grow, when this Governor
+// uses its whole share, but only up to the limit the shares give out: a
+// controller that grew since the last sync waits for the next before it
+// grows again (else every Governor would count its growth as in use, and
+// the shared target would run far ahead of what is dispatched), and a
+// decrease's level is what was in flight, not a target not yet used.
+func ctrlInFlight(inFlight, share, synced, limit int) int {
+	share, synced = max(share, 1), max(synced, 1)
+	n := inFlight * synced / share
+	if inFlight >= share {
+		n = max(n, synced)
 	}
-	return max(1, min(limit-1, inFlight*limit/share))
+	return max(1, min(n, limit))
 }
 
 // syncSnap is what report saw, for adopt to know what changed since.
@@ -115,7 +128,7 @@ func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
 	st := l.ctrl.State()
 	decs := st.Decreases + st.Collapses
 	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: qs.InFlight + qs.Waiting,
-		PausedUntil: co.pendingPause, Rate: rate, Burst: burst, SeenDecrease: co.seenDec}
+		PausedUntil: co.pendingPause, PausedAt: co.pendingAt, LastSuccess: co.lastOK, Rate: rate, Burst: burst, SeenDecrease: co.seenDec}
 	switch {
 	case !co.joined:
 		// Joining, or rejoining after Redis was lost: the local target
@@ -160,16 +173,34 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, log *slog.Logge
 	if !co.pendingPause.After(snap.pause) {
 		co.pendingPause = time.Time{} // sent
 	}
+	// Another Governor's pause holds here as a pause of this Governor's
+	// own would: until it ends or a call succeeds. So a pause asked for
+	// before this Governor's last success is over already (under a
+	// concurrency cap, calls succeed while another Governor's is told to
+	// wait; under a request budget, none do).
 	var pauseTo time.Time
 	if s.PausedUntil.After(co.seenPause) {
 		co.seenPause = s.PausedUntil
-		if s.PausedUntil.After(now) && s.PausedUntil.After(l.pausedUntil) {
+		if s.PausedUntil.After(now) && s.PausedUntil.After(l.pausedUntil) && !s.PausedAt.Before(co.lastOK) {
 			pauseTo = s.PausedUntil
 			l.pausedUntil = pauseTo
+			co.remotePause = pauseTo
 		}
+	}
+	// A pause taken from another Governor that a success elsewhere ended.
+	resume := !co.remotePause.IsZero() && s.PausedUntil.Before(co.remotePause) && l.pausedUntil.Equal(co.remotePause)
+	if resume || !co.remotePause.After(now) {
+		co.remotePause = time.Time{}
+	}
+	if resume {
+		l.pausedUntil = time.Time{}
 	}
 	l.q.SetLimit(co.share)
 	l.mu.Unlock()
+	if resume {
+		l.q.Resume()
+		log.Debug("lane resumed: a call succeeded in another governor", "lane", l.id)
+	}
 	if !pauseTo.IsZero() {
 		l.q.PauseUntil(pauseTo)
 		l.m.pauses.Inc()

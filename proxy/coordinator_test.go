@@ -122,9 +122,22 @@ func TestCoordinatedPauseAndPacing(t *testing.T) {
 	}
 	fc.get(func(f *fakeCoordinator) { assert.Equal(t, 3, f.reserves) })
 
+	// A pause another Governor was given before this one's last success
+	// is over already.
+	fc.set(func(f *fakeCoordinator) {
+		f.shared.PausedUntil, f.shared.PausedAt = time.Now().Add(200*time.Millisecond), time.Now().Add(-time.Second)
+		f.reports = nil
+	})
+	require.Eventually(t, func() bool {
+		n := 0
+		fc.get(func(f *fakeCoordinator) { n = len(f.reports) })
+		return n >= 3
+	}, 2*time.Second, 5*time.Millisecond, "a few syncs")
+	require.Nil(t, lanesOf(t, c, base)[0].PausedUntil)
+
 	// Another Governor's pause holds this one's next call.
 	until := time.Now().Add(300 * time.Millisecond)
-	fc.set(func(f *fakeCoordinator) { f.shared.PausedUntil = until })
+	fc.set(func(f *fakeCoordinator) { f.shared.PausedUntil, f.shared.PausedAt = until, time.Now() })
 	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].PausedUntil != nil }, 2*time.Second, 5*time.Millisecond)
 	resp, _ = chat(t, c, base, nil)
 	require.Equal(t, 200, resp.StatusCode)
@@ -143,21 +156,23 @@ func TestCoordinatedDecreaseIsReported(t *testing.T) {
 
 	resp, _ = chat(t, c, base, map[string]string{"X-Request-Id": "d1", mockllm.HeaderFault: "429,ok", mockllm.HeaderRetryAfterMs: "20"})
 	require.Equal(t, 200, resp.StatusCode)
-	var dec LaneReport
+	var dec, pause LaneReport
 	require.Eventually(t, func() bool {
-		found := false
 		fc.get(func(f *fakeCoordinator) {
 			for _, r := range f.reports {
 				if r.Decreased {
-					dec, found = r, true
+					dec = r
+				}
+				if !r.PausedUntil.IsZero() {
+					pause = r
 				}
 			}
 		})
-		return found
-	}, 2*time.Second, 5*time.Millisecond, "the decrease is reported")
+		return dec.Decreased && !pause.PausedUntil.IsZero()
+	}, 2*time.Second, 5*time.Millisecond, "the decrease and the pause are reported")
 	assert.Less(t, dec.DecreaseTarget, 8.0)
 	assert.True(t, dec.DecreaseDispatched.Before(dec.DecreaseAt), "dispatched %v, decreased %v", dec.DecreaseDispatched, dec.DecreaseAt)
-	assert.False(t, dec.PausedUntil.IsZero(), "the pause travels with it")
+	assert.True(t, pause.PausedAt.Before(pause.PausedUntil))
 
 	// On shutdown the lanes are given back.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -170,16 +185,20 @@ func TestCoordinatedDecreaseIsReported(t *testing.T) {
 }
 
 func TestCtrlInFlight(t *testing.T) {
-	for _, tc := range []struct{ inFlight, share, limit, want int }{
-		{4, 4, 8, 8},  // the whole share in use: the shared limit is in use
-		{5, 4, 8, 8},  // above it (after a cut)
-		{2, 4, 8, 4},  // half the share: half the limit
-		{1, 4, 8, 2},  //
-		{3, 4, 4, 3},  // never the whole limit when the share is not used
-		{1, 0, 8, 8},  // no share (an idle member): one call is all of it
-		{1, 1, 1, 1},  // limit 1
-		{1, 3, 10, 3}, // rounded down
+	for _, tc := range []struct{ inFlight, share, synced, limit, want int }{
+		{4, 4, 8, 8, 8},      // the whole share in use: the shared limit is in use
+		{5, 4, 8, 8, 8},      // above it (after a cut)
+		{2, 4, 8, 8, 4},      // half the share: half the limit
+		{1, 4, 8, 8, 2},      //
+		{3, 4, 4, 4, 3},      // never the whole limit when the share is not used
+		{1, 0, 8, 8, 8},      // no share (an idle member): one call is all of it
+		{1, 1, 1, 1, 1},      // limit 1
+		{1, 3, 10, 10, 3},    // rounded down
+		{4, 4, 8, 10, 8},     // grown since the sync: in use only up to the synced limit
+		{4, 4, 8, 6, 6},      // cut since the sync: at most the limit
+		{4, 4, 0, 8, 1},      // no sync yet
+		{10, 10, 40, 44, 40}, // a decrease's level is what the shares gave out
 	} {
-		assert.Equal(t, tc.want, ctrlInFlight(tc.inFlight, tc.share, tc.limit), "%+v", tc)
+		assert.Equal(t, tc.want, ctrlInFlight(tc.inFlight, tc.share, tc.synced, tc.limit), "%+v", tc)
 	}
 }

@@ -287,7 +287,7 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 	co := l.co
 	shared := co != nil && co.joined
 	if shared {
-		inFlight = ctrlInFlight(inFlight, co.share, before)
+		inFlight = ctrlInFlight(inFlight, co.share, int(co.sharedTarget), before)
 	}
 	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight}, now)
 	limit := l.ctrl.Limit()
@@ -324,7 +324,7 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 
 // pause holds the lane's dispatches until t (the provider said Retry-After),
 // or until a call of the lane succeeds (see answered), whichever is first.
-func (l *lane) pause(t time.Time, log *slog.Logger) {
+func (l *lane) pause(t, now time.Time, log *slog.Logger) {
 	l.mu.Lock()
 	extended := t.After(l.pausedUntil)
 	if extended {
@@ -333,7 +333,7 @@ func (l *lane) pause(t time.Time, log *slog.Logger) {
 	co := l.co
 	if co != nil && t.After(co.seenPause) {
 		// Tell the other Governors at once.
-		co.pendingPause, co.seenPause = t, t
+		co.pendingPause, co.pendingAt, co.seenPause = t, now, t
 	} else {
 		co = nil
 	}
@@ -364,6 +364,9 @@ func (l *lane) answered(now time.Time, log *slog.Logger) {
 	lifted := l.pausedUntil.After(now)
 	if lifted {
 		l.pausedUntil = time.Time{}
+	}
+	if l.co != nil {
+		l.co.lastOK = now
 	}
 	l.mu.Unlock()
 	if lifted {

@@ -179,7 +179,7 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 		if err == nil {
 			hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
 			if oc == outcomeRateLimited && hint > 0 {
-				l.pause(now.Add(hint), p.cfg.Logger)
+				l.pause(now.Add(hint), now, p.cfg.Logger)
 			}
 		}
 		l.q.Release()
