@@ -339,3 +339,35 @@ func TestRedisDownAtStart(t *testing.T) {
 	require.Eventually(t, func() bool { l, _ := g.lane(t); return l.Coordinated }, 5*time.Second, 20*time.Millisecond, "joins when Redis comes up")
 	assert.Contains(t, g.logs(), "redis unreachable at start")
 }
+
+// Two Governors in front of a provider with a request budget (a token
+// bucket it reports in x-ratelimit-* headers) pace by one shared bucket:
+// together they stay within the budget instead of each spending all of it.
+func TestSharedPacing(t *testing.T) {
+	srv := redistest.Start(t)
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{Rate: 40, Burst: 10, Latency: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer stopMock()
+	gs := coordinated(t, srv, mockURL, 2)
+	stop := make(chan struct{})
+	loads := []*load{startLoad(gs[0], 8, stop), startLoad(gs[1], 8, stop)}
+	start := time.Now()
+	time.Sleep(3 * time.Second) // the length of the run
+	close(stop)
+	elapsed := time.Since(start)
+	total := 0
+	for i, l := range loads {
+		status, errs := l.wait()
+		assert.Empty(t, errs, "governor %d", i)
+		assert.Equal(t, status[200], sum(status), "governor %d: every call 200: %v", i, status)
+		total += status[200]
+	}
+	st := mock.Stats()
+	budget := 10 + 40*elapsed.Seconds()
+	t.Logf("calls %d in %v (budget %.0f), provider 429s %d", total, elapsed, budget, st.RateLimited)
+	assert.Greater(t, float64(total), 0.8*budget, "the budget is used")
+	// Two Governors pacing alone meet about one 429 per call here (each
+	// spends the whole budget); sharing the bucket, the 429s are those of
+	// the first burst, before the rate is known, and a few more.
+	assert.Less(t, float64(st.RateLimited), 0.15*float64(total), "few 429s: one shared bucket")
+}
