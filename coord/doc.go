@@ -14,7 +14,7 @@
 // of the credential: never the credential) in a hash tag, so a lane's keys
 // live in one Redis Cluster slot:
 //
-//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, rate, burst, rate_at
+//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
 //	governor:{<lane id>}:demand   hash: instance id -> calls in flight + queued
 //	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
@@ -24,27 +24,39 @@
 // # The protocol
 //
 // Each Governor keeps its own controller (package aimd) for every lane, and
-// syncs every lane every SyncInterval (and at once after a decrease or a
-// pause) with one Lua script, atomic on the server (see [Coordinator.Sync]):
+// syncs every lane every SyncInterval (and at once after a change of its
+// limit or a pause) with one Lua script per lane, pipelined in one round
+// trip and atomic on the server (see [Coordinator.Sync]):
 //
 //   - the Governor's lease is renewed (expiry = now + LeaseTTL) and its
 //     demand recorded; expired members and their demands are removed, so a
 //     Governor that dies gives its share back within LeaseTTL;
 //   - the increase its controller made since the last sync is added to the
-//     shared target; a decrease replaces the shared target only if the call
-//     that caused it was dispatched after the shared last decrease (one
-//     decrease per round trip across every Governor, as one controller
-//     would make); the target is clamped to [1, max];
+//     shared target, unless a decrease the Governor had not yet seen came
+//     in between (the increase was earned at the old, larger target);
+//   - a decrease lowers the shared target only if the call that caused it
+//     was dispatched after the shared last decrease by a Governor that knew
+//     of that decrease: one decrease per round trip across every Governor,
+//     as one controller would make, and none for 429s of calls sent at a
+//     share that was already cut elsewhere; the target is clamped to
+//     [1, max];
 //   - a pause (the provider's Retry-After) is merged as the latest of the
-//     two instants, so one Governor's 429 pauses the lane everywhere;
+//     two instants, so one Governor's 429 pauses the lane everywhere; as a
+//     pause of one Governor is lifted by a success, a shared pause ends
+//     when any Governor's call succeeds after it was asked for (under a
+//     concurrency cap the hint was for one call; under a request budget
+//     nothing succeeds and the pause holds everywhere);
 //   - a pacing rate learned from the provider's rate-limit headers is
 //     published with its bucket size.
 //
 // The script returns the shared record and the live members with their
 // demands; the Governor adopts the shared target ([aimd.Controller.Adopt])
-// and takes its share of the shared limit by water-filling ([Shares]). When
-// a rate is known, each dispatch books a slot in the shared bucket with a
-// GCRA script ([Coordinator.Reserve]) and waits what it returns.
+// and takes its share of the shared limit by water-filling ([Shares]): its
+// queue lets out as many calls as its share, while its controller, which
+// holds the shared target, counts the lane as in use when the Governor uses
+// its whole share. When a rate is known, each dispatch books a slot in the
+// shared bucket with a GCRA script ([Coordinator.Reserve]) and waits what it
+// returns.
 //
 // # Failing open
 //

@@ -306,7 +306,9 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 	}
 	l.q.SetLimit(qlimit)
 	l.mu.Unlock()
-	if decreased {
+	if decreased || shared && ev == aimd.Increased {
+		// A decrease is told at once; so is an increase, which gives
+		// this Governor's share its part at once (see ctrlInFlight).
 		co.signal()
 	}
 
