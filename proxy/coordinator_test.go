@@ -73,8 +73,8 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 		li = lanesOf(t, c, base)[0]
 		return li.Coordinated
 	}, 2*time.Second, 5*time.Millisecond)
-	assert.Equal(t, 3, li.Share, "the queue's limit is this Governor's share")
-	assert.Equal(t, 10, li.Limit, "the controller holds the shared target")
+	assert.Equal(t, 3, li.Limit, "this Governor's limit is its share")
+	assert.Equal(t, 10, li.SharedLimit, "the controller holds the shared target")
 	assert.Equal(t, 2, li.Members)
 	lane := p.lanes.all()[0]
 	assert.Equal(t, 3, lane.q.Stats().Limit)
@@ -94,7 +94,7 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 	require.Eventually(t, func() bool { return !lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
 	li = lanesOf(t, c, base)[0]
 	assert.Equal(t, 5, li.Limit)
-	assert.Equal(t, 5, li.Share)
+	assert.Equal(t, 5, li.SharedLimit)
 	assert.Zero(t, li.Members)
 	resp, _ = chat(t, c, base, nil)
 	assert.Equal(t, 200, resp.StatusCode, "calls go on without the coordinator")

@@ -396,10 +396,11 @@ type LaneInfo struct {
 	PausedUntil     *time.Time     `json:"paused_until"`
 	// Coordinated reports whether the lane is governed together with the
 	// other Governors that use it (GOVERNOR_REDIS_URL, and Redis reachable).
-	// Then Target and Limit are the lane's shared ones and Share is the
-	// part this Governor may have in flight; otherwise Share is Limit.
+	// Then Target is the lane's shared target, SharedLimit the calls every
+	// Governor together may have in flight, and Limit this Governor's
+	// share of them. Otherwise SharedLimit is Limit.
 	Coordinated bool `json:"coordinated"`
-	Share       int  `json:"share"`
+	SharedLimit int  `json:"shared_limit"`
 	// Members is the number of Governors sharing the lane at the last
 	// sync (0 when not coordinated).
 	Members int `json:"members"`
@@ -414,7 +415,8 @@ func (l *lane) info(now time.Time) LaneInfo {
 		Model:           l.model,
 		Credential:      l.credHash,
 		Target:          st.Target,
-		Limit:           st.Limit,
+		Limit:           qs.Limit, // the controller's, or this Governor's share of it
+		SharedLimit:     st.Limit,
 		InFlight:        qs.InFlight,
 		Queued:          qs.Waiting,
 		QueuedByUrgency: map[string]int{},
@@ -422,7 +424,6 @@ func (l *lane) info(now time.Time) LaneInfo {
 		Collapsed:       st.Collapsed,
 		Decreases:       st.Decreases,
 		Collapses:       st.Collapses,
-		Share:           qs.Limit,
 	}
 	if l.co != nil {
 		l.mu.Lock()
@@ -481,7 +482,9 @@ func newLaneMetrics(set *metrics.Set, l *lane) *laneMetrics {
 		}
 	}
 	set.NewGauge(name("governor_lane_target{%s}", lbl), func() float64 { return l.ctrl.State().Target })
-	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.ctrl.Limit()) })
+	// The limit this Governor applies: the controller's, or this
+	// Governor's share of it when the lane is coordinated.
+	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.q.Stats().Limit) })
 	set.NewGauge(name("governor_lane_in_flight{%s}", lbl), func() float64 { return float64(l.q.Stats().InFlight) })
 	set.NewGauge(name("governor_lane_queued{%s}", lbl), func() float64 { return float64(l.q.Len()) })
 	return m

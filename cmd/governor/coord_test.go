@@ -25,7 +25,7 @@ type laneView struct {
 	ID          string     `json:"id"`
 	Target      float64    `json:"target"`
 	Limit       int        `json:"limit"`
-	Share       int        `json:"share"`
+	SharedLimit int        `json:"shared_limit"`
 	Members     int        `json:"members"`
 	Coordinated bool       `json:"coordinated"`
 	InFlight    int        `json:"in_flight"`
@@ -144,9 +144,9 @@ func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	for time.Now().Before(deadline) {
 		for i, g := range gs {
 			if l, ok := g.lane(t); ok && l.Coordinated && l.Members == 2 {
-				// Twice the share less the shared limit: 0 or 1 when
-				// the Governor has half of it.
-				shares[i] = append(shares[i], 2*l.Share-l.Limit)
+				// Twice the Governor's limit less the shared limit: 0
+				// or 1 when the Governor has half of it.
+				shares[i] = append(shares[i], 2*l.Limit-l.SharedLimit)
 			}
 		}
 		time.Sleep(100 * time.Millisecond) // sampling the lanes over the run
@@ -213,7 +213,7 @@ func TestLeaseExpiresWhenAGovernorIsKilled(t *testing.T) {
 	var last laneView
 	require.Eventually(t, func() bool {
 		last, _ = gs[1].lane(t)
-		return last.Members == 1 && last.Share == last.Limit
+		return last.Members == 1 && last.Limit == last.SharedLimit
 	}, 3*time.Second, 20*time.Millisecond, "the survivor gets the whole limit")
 	t.Logf("survivor alone after %v: %+v", time.Since(killed), last)
 	assert.Less(t, time.Since(killed), 1*time.Second+500*time.Millisecond, "within the lease (1s) and a sync or two")
