@@ -176,6 +176,22 @@ func TestOneDecreasePerRoundTrip(t *testing.T) {
 	assert.WithinDuration(t, t0.Add(2*time.Second), s.LastDecrease, 0)
 }
 
+// A collapse (nothing a Governor sent got through) is shared only if no
+// other Governor's call succeeded meanwhile.
+func TestCollapseNeedsAStormEverywhere(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 20, LastSuccess: t0.Add(time.Second)})
+	s := sync1(t, b, Report{Decreased: true, Collapsed: true, DecreaseTarget: 1, DecreaseDispatched: t0.Add(500 * time.Millisecond),
+		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 20})
+	assert.Equal(t, 20.0, s.Target, "a got through after b's call was sent: no storm")
+	s = sync1(t, b, Report{Decreased: true, Collapsed: true, DecreaseTarget: 1, DecreaseDispatched: t0.Add(1500 * time.Millisecond),
+		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 20})
+	assert.Equal(t, 1.0, s.Target, "nothing got through anywhere since: a storm")
+}
+
 func TestPauseIsShared(t *testing.T) {
 	leakcheck.Check(t)
 	srv := redistest.Start(t)

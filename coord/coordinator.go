@@ -43,6 +43,7 @@ type Report struct {
 	// after it (DecreaseTarget), the dispatch of the call that caused it,
 	// when it was made and the level at which it was made.
 	Decreased          bool
+	Collapsed          bool // the decrease was a collapse
 	DecreaseTarget     float64
 	DecreaseDispatched time.Time
 	DecreaseAt         time.Time
@@ -293,14 +294,17 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 	cmds := make([]*redis.Cmd, len(reports))
 	for i, r := range reports {
 		state, members, demand, _ := keys(r.Lane)
-		dec, decDispatched, decAt := "", int64(0), int64(0)
+		dec, decDispatched, decAt, collapsed := "", int64(0), int64(0), "0"
+		if r.Decreased && r.Collapsed {
+			collapsed = "1"
+		}
 		if r.Decreased {
 			dec, decDispatched, decAt = num(r.DecreaseTarget), ms(r.DecreaseDispatched), ms(r.DecreaseAt)
 		}
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
 			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), max(r.Demand, 0), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess))
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed)
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err

@@ -11,7 +11,7 @@ import "github.com/redis/go-redis/v9"
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
 // the last shared decrease the reporter knew of, when the pause was asked
-// for, the reporter's last success.
+// for, the reporter's last success, 1 if the decrease is a collapse.
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
@@ -28,11 +28,15 @@ local rate = tonumber(st[5]) or 0
 local burst = tonumber(st[6]) or 0
 local rate_at = tonumber(st[7]) or 0
 local paused_at = tonumber(st[8]) or 0
-local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
 
 local dec = tonumber(ARGV[8])
 local seen = tonumber(ARGV[17])
-if dec and tonumber(ARGV[9]) > lastdec and seen >= lastdec and dec < target then
+local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
+-- A collapse is a storm seen by one Governor: nothing it sent got through.
+-- If another Governor's call succeeded after the call behind it was sent,
+-- the lane is not in a storm; the collapse stays local.
+local storm = ARGV[20] ~= '1' or ok_at <= tonumber(ARGV[9])
+if dec and tonumber(ARGV[9]) > lastdec and seen >= lastdec and dec < target and storm then
   -- A decrease caused by a call sent after the last shared one, by a
   -- Governor that knew of it. (One that did not sent the call at its old
   -- share: the last decrease explains it.) A decrease never raises the

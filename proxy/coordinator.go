@@ -35,6 +35,7 @@ type LaneReport struct {
 	Increase           float64   // the local controller's increase since the last sync
 	SeenDecrease       time.Time // the shared last decrease adopted last
 	Decreased          bool      // the local controller decreased since the last sync:
+	Collapsed          bool      // by a collapse,
 	DecreaseTarget     float64   // to this target,
 	DecreaseDispatched time.Time // for a call dispatched then,
 	DecreaseAt         time.Time // at this instant,
@@ -75,6 +76,7 @@ type laneCoord struct {
 	seenDec      time.Time // the shared last decrease at the last sync
 	// decDispatched is the dispatch of the call behind the last decrease.
 	decDispatched time.Time
+	collapsed     bool      // the last decrease was a collapse
 	pendingPause  time.Time // a pause not yet sent,
 	pendingAt     time.Time // asked for then
 	lastOK        time.Time // the last success of the lane's calls
@@ -136,8 +138,8 @@ func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
 		// time restart it from about their sum.
 		r.Initial = st.Target * float64(max(1, co.members))
 	case decs != co.decCount:
-		r.Decreased, r.DecreaseTarget, r.DecreaseDispatched, r.DecreaseAt, r.DecreaseLevel =
-			true, st.Target, co.decDispatched, st.LastDecrease, st.DecreaseLevel
+		r.Decreased, r.Collapsed, r.DecreaseTarget, r.DecreaseDispatched, r.DecreaseAt, r.DecreaseLevel =
+			true, co.collapsed, st.Target, co.decDispatched, st.LastDecrease, st.DecreaseLevel
 	default:
 		r.Increase = max(0, st.Target-co.base)
 	}

@@ -294,7 +294,7 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
 	if decreased {
-		co.decDispatched = now.Add(-latency)
+		co.decDispatched, co.collapsed = now.Add(-latency), ev == aimd.Collapsed
 	}
 	if shared {
 		if decreased {
