@@ -18,6 +18,7 @@ var wantModes = map[string][]mode{
 	"base":                {sidecar},
 	"shared":              {shared},
 	"overlays/long-drain": {sidecar},
+	"overlays/redis":      {sidecar},
 }
 
 func TestManifests(t *testing.T) {
@@ -46,6 +47,26 @@ func TestLongDrainOverlay(t *testing.T) {
 	assert.Equal(t, "5m", m.env(&problemList{}, "llm-app", *gov)["GOVERNOR_DRAIN_TIMEOUT"].value)
 	assert.Equal(t, int64(610), *spec.TerminationGracePeriodSeconds)
 	require.Len(t, m.configMaps, 1, "the overlay merges into the base's ConfigMap rather than adding one")
+}
+
+// The Redis overlay gives every replica's Governor the Redis URL from a
+// Secret (it may hold a password), optional so that pods start without it.
+func TestRedisOverlay(t *testing.T) {
+	m := load(t, "overlays/redis")
+	require.Len(t, m.deployments, 1)
+	d := m.deployments[0]
+	assert.Greater(t, *d.Spec.Replicas, int32(1), "coordination is for many replicas")
+	spec := d.Spec.Template.Spec
+	gov, _ := governor(&spec)
+	require.NotNil(t, gov)
+	url := m.env(&problemList{}, d.Name, *gov)["GOVERNOR_REDIS_URL"]
+	require.NotNil(t, url.secret, "GOVERNOR_REDIS_URL comes from a Secret, not the ConfigMap")
+	assert.Equal(t, "governor-redis", url.secret.Name)
+	assert.Equal(t, "url", url.secret.Key)
+	assert.True(t, url.secret.Optional != nil && *url.secret.Optional, "a missing Secret must not keep the pods from starting")
+	_, inConfig := m.env(&problemList{}, d.Name, corev1.Container{EnvFrom: gov.EnvFrom})["GOVERNOR_REDIS_URL"]
+	assert.False(t, inConfig, "the URL must not also be set in the ConfigMap")
+	assert.Contains(t, m.env(&problemList{}, d.Name, *gov), "GOMEMLIMIT", "the patch adds to the base's env, not replaces it")
 }
 
 // Each mistake, made in a correct rendering, is reported: the checks that
