@@ -61,7 +61,7 @@ const (
 	DefaultIncreaseStep        = 1   // Default preset: first probe above the decrease level, per round trip
 	DefaultDecreaseRatio       = 0.9 // Default preset: cut on a fresh congestion signal
 	DefaultRepeatDecreaseRatio = 0.5 // Default preset: cut when the previous cut did not help
-	DefaultProbeHold           = 3   // Default preset: round trips held below the decrease level before probing
+	DefaultProbeHold           = 4   // Default preset: most round trips held below the decrease level before probing
 )
 
 // Config configures a Controller. The zero value of every field but Max
@@ -86,24 +86,30 @@ type Config struct {
 	// Phoenix: per window with any 429 or timeout (default 0.5). Default
 	// preset: on a congestion signal from a call dispatched after the last
 	// decrease, when that decrease had been confirmed by a success
-	// (default 0.9). Must be in (0, 1).
+	// (default 0.9; a 429 cuts at most 2 slots below its level, see the
+	// package documentation). Must be in (0, 1).
 	DecreaseRatio float64
 	// RepeatDecreaseRatio (Default preset only) multiplies the target on
-	// a congestion signal that arrives before the previous decrease was
-	// confirmed by a success: that cut was not enough (default 0.5).
-	// Must be in (0, 1).
+	// a congestion signal that arrives when no call at all has succeeded
+	// since the previous decrease, short of a collapse (so only with
+	// CollapseThreshold above 2), and sets the level a collapse slow-starts
+	// back to: RepeatDecreaseRatio × the pre-storm level (default 0.5). A
+	// signal before the previous decrease was confirmed, while older calls
+	// still succeed, multiplies by DecreaseRatio² instead. Must be in (0, 1).
 	RepeatDecreaseRatio float64
-	// ProbeHold (Default preset only) is the number of clean round trips
-	// spent at the level just below the last decrease before probing above
-	// it (default 3; zero means the default, so the least hold is 1).
+	// ProbeHold (Default preset only) is the most clean round trips spent
+	// at the level just below the last decrease before probing above it:
+	// a lane holds 1 + limit/3 round trips, at most ProbeHold (default 4;
+	// zero means the default, so the least hold is 1).
 	ProbeHold int
 	// CollapseWindow is the span within which CollapseThreshold signals
 	// collapse the target to 1 (default 15s).
 	CollapseWindow time.Duration
 	// CollapseThreshold is the number of signals that collapse the target
 	// (default 2). Phoenix counts 429s; Default counts congestion signals
-	// that each caused a decrease with no success at all in between (so 1
-	// makes every decrease a collapse).
+	// that each caused a decrease with no success at all in between, in a
+	// lane that has had a call succeed before (so 1 makes every decrease
+	// of such a lane a collapse).
 	CollapseThreshold int
 	// LatencyAlpha is the weight of a new success's latency in the
 	// latency EWMA (default 0.2). Must be in (0, 1].

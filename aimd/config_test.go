@@ -70,7 +70,7 @@ func TestNewPanicsOnInvalidConfig(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	d := New(Config{Max: 64}, t0).Config()
 	assert.Equal(t, Config{Preset: Default, Max: 64, Initial: 8, Window: 5 * time.Second, IncreaseStep: 1,
-		DecreaseRatio: 0.9, RepeatDecreaseRatio: 0.5, ProbeHold: 3, CollapseWindow: 15 * time.Second,
+		DecreaseRatio: 0.9, RepeatDecreaseRatio: 0.5, ProbeHold: 4, CollapseWindow: 15 * time.Second,
 		CollapseThreshold: 2, LatencyAlpha: 0.2}, d)
 	p := New(Config{Preset: Phoenix, Max: 64}, t0).Config()
 	assert.Equal(t, 64.0, p.Initial)

@@ -22,14 +22,22 @@ type State struct {
 	LastDecrease time.Time
 	// DecreaseLevel is, for Default, the level at which the last
 	// decrease's congestion signal arrived (the pre-storm level after a
-	// collapse), or zero if none or once a round trip at that level has
-	// succeeded. For Phoenix it is the target just before the last
+	// collapse), or zero if none or once the lane has succeeded at that
+	// level again. For Phoenix it is the target just before the last
 	// decrease or collapse.
 	DecreaseLevel float64
+	// DecreaseCause is the congestion signal behind the last decrease or
+	// collapse: RateLimited or Timeout (Success if none yet). For Phoenix,
+	// whose decreases happen when a window ends (often on a success), it
+	// says what the window held: Timeout if only timeouts, else
+	// RateLimited.
+	DecreaseCause Outcome
 	// Collapsed reports whether the controller is in the collapsed state.
 	Collapsed bool
 	// Decreases and Collapses count decreases and collapses since New.
 	Decreases, Collapses uint64
+	// Yields counts the Default preset's yields since New.
+	Yields uint64
 }
 
 // A Controller computes the concurrency limit of one lane from the
@@ -47,9 +55,11 @@ type Controller struct {
 	hasLatency  bool
 	lastDecr    time.Time
 	decrLevel   float64
+	decrCause   Outcome
 	collapsed   bool
 	decreases   uint64
 	collapses   uint64
+	yields      uint64
 	phoenix     phoenixState
 	defaultRule defaultState
 }
@@ -126,9 +136,11 @@ func (c *Controller) State() State {
 		LatencyEWMA:   ewma,
 		LastDecrease:  c.lastDecr,
 		DecreaseLevel: c.decrLevel,
+		DecreaseCause: c.decrCause,
 		Collapsed:     c.collapsed,
 		Decreases:     c.decreases,
 		Collapses:     c.collapses,
+		Yields:        c.yields,
 	}
 }
 

@@ -33,6 +33,41 @@ type defaultState struct {
 	// recoverTo is, while collapsed, the target at which the controller
 	// reports Recovered.
 	recoverTo float64
+	// answered: some call has succeeded since New. Until then the lane
+	// has never seen the provider take one of its calls: its 429s say
+	// that others hold the capacity, not that a level it used has become
+	// too much.
+	answered bool
+	// reachedAt is when the limit last came back up to decrLevel (zero
+	// while below it, or with no level remembered).
+	reachedAt time.Time
+	// The share clock: round trips (a fresh call dispatched after
+	// rtStart succeeded) since the last congestion signal or yield.
+	rtStart time.Time
+	quiet   int
+	// yieldAt is when the lane last yielded (zero if never): like a
+	// decrease, it makes the answers to calls dispatched before it stale.
+	yieldAt time.Time
+}
+
+// Constants of the Default preset that are not in Config: they were
+// chosen with the simulations (sim_test.go, sim_shared_test.go) and are
+// explained in doc.go.
+const (
+	// overshootSlack: a confirmed 429 at level L cuts the target to
+	// max(target*DecreaseRatio, L-overshootSlack).
+	overshootSlack = 2
+	// yieldRounds quiet round trips make a lane yield yieldShare of its
+	// calls in flight.
+	yieldRounds = 8
+	yieldShare  = 0.4
+)
+
+// probeHoldLocked is the number of clean round trips held just below the
+// decrease level before probing above it: 1 + limit/3, at most ProbeHold.
+// It requires c.mu to be held.
+func (c *Controller) probeHoldLocked() int {
+	return min(c.cfg.ProbeHold, 1+c.limitLocked()/3)
 }
 
 func (d *defaultState) init(cfg Config) {
@@ -48,26 +83,39 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 	// old, higher limit: its answer says nothing about the current one.
 	// This is TCP's "one reduction per window of data" (RFC 5681 §3.2,
 	// RFC 6582): a burst of 429s caused by one overshoot is one decrease.
-	fresh := c.lastDecr.IsZero() || dispatched.After(c.lastDecr)
+	fresh := (c.lastDecr.IsZero() || dispatched.After(c.lastDecr)) &&
+		(d.yieldAt.IsZero() || dispatched.After(d.yieldAt))
 	switch s.Outcome {
 	case Success:
 		c.observeLatencyLocked(s.Latency)
 		d.streak = 0 // something got through: not a storm
+		d.answered = true
 		if !fresh {
 			return None
 		}
 		d.confirmed = true
+		if !dispatched.Before(d.rtStart) {
+			// A call sent after the share clock's round began is back.
+			d.quiet++
+			d.rtStart = now
+			if d.quiet >= yieldRounds {
+				if ev := c.yieldDefaultLocked(s, now); ev != None {
+					return ev
+				}
+			}
+		}
 		// Grow only while the limit is what holds the lane back
 		// (RFC 7661's "cwnd-limited"): otherwise an idle or lightly used
 		// lane would wind its target up to Max and release a burst later.
 		if s.InFlight > 0 && s.InFlight < c.limitLocked() {
 			return None
 		}
-		return c.growDefaultLocked(dispatched, now)
+		return c.growDefaultLocked(s, dispatched, now)
 	case RateLimited, Timeout:
 		if !fresh {
-			return None // explained by the last decrease
+			return None // explained by the last decrease or yield
 		}
+		d.quiet, d.rtStart = 0, now // not quiet: no yield due
 		return c.decreaseDefaultLocked(s, now)
 	default:
 		return None // Failure: not a congestion signal
@@ -76,17 +124,35 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 
 // growDefaultLocked applies one in-use success of a call dispatched after
 // the last decrease. It requires c.mu to be held.
-func (c *Controller) growDefaultLocked(dispatched, now time.Time) Event {
+func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Event {
 	d := &c.defaultRule
+	if c.decrLevel > 0 && !d.reachedAt.IsZero() && !dispatched.Before(d.reachedAt) && float64(s.InFlight) >= c.decrLevel {
+		// A call sent once the limit was back at the level that failed
+		// has succeeded with that many calls in flight: the provider
+		// takes that level now. Capacity has grown: forget the level and
+		// slow start (RFC 5681 §3.1) from here.
+		d.ss, d.probing = float64(c.cfg.Max), false
+		c.decrLevel = 0
+		d.reachedAt = time.Time{}
+	}
 	if c.target < d.ss {
 		// Slow start (RFC 5681 §3.1): +1 per success doubles the target
 		// every round trip, up to the threshold.
-		c.target = math.Min(c.target+1, d.ss)
+		// With no level remembered (the start, or capacity grew), +2:
+		// the target triples every round trip. Against a hard cap the
+		// overshoot is the same, one call answered 429 at once, and a
+		// lane that just learnt that capacity grew gets there a round
+		// trip sooner (S3's 8 -> 32).
+		inc := 1.0
+		if d.ss >= float64(c.cfg.Max) {
+			inc = 2
+		}
+		c.target = math.Min(c.target+inc, d.ss)
 	} else {
 		if !d.probing {
 			d.probing, d.roundStart, d.roundLimit, d.rounds, d.gain = true, now, c.limitLocked(), 0, 0
 			if d.skipHold {
-				d.rounds = c.cfg.ProbeHold
+				d.rounds = c.probeHoldLocked()
 			}
 		}
 		if !dispatched.Before(d.roundStart) {
@@ -100,7 +166,7 @@ func (c *Controller) growDefaultLocked(dispatched, now time.Time) Event {
 				// slow start again (from the next success).
 				d.ss, d.probing = float64(c.cfg.Max), false
 				c.decrLevel = 0
-			case d.rounds >= c.cfg.ProbeHold:
+			case d.rounds >= c.probeHoldLocked():
 				// Probing, CUBIC-like (RFC 9438): flat near the level that
 				// failed, then convex: the increase per round trip starts
 				// at IncreaseStep and doubles every clean round trip, up
@@ -120,6 +186,9 @@ func (c *Controller) growDefaultLocked(dispatched, now time.Time) Event {
 	}
 	// Nothing accumulates above Max.
 	c.target = math.Min(c.target, float64(c.cfg.Max))
+	if c.decrLevel > 0 && d.reachedAt.IsZero() && float64(c.limitLocked()) >= c.decrLevel {
+		d.reachedAt = now
+	}
 	if c.collapsed && c.target >= d.recoverTo {
 		c.collapsed = false
 		return Recovered
@@ -142,10 +211,28 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	} else {
 		d.streak, d.streakStart, d.streakLevel = 1, now, level
 	}
-	repeat := !d.confirmed
+	// unconfirmed: no call sent after the last decrease has succeeded.
+	// repeat: no call at all has succeeded since (the storm streak).
+	unconfirmed := !d.confirmed
+	repeat := d.streak > 1
 	c.lastDecr = now
+	c.decrCause = s.Outcome
 	d.confirmed = false
 	d.probing, d.gain = false, 0
+	d.reachedAt = time.Time{}
+	if !d.answered {
+		// No call of the lane has ever got through: others hold the
+		// capacity (a newcomer to a shared account), or it is not there
+		// yet. Neither is a storm, and a lane cut to 1 would ask too
+		// rarely to ever win a slot that frees up: the first signal cuts
+		// gently, later ones only restart the round trip (lastDecr) and
+		// the lane keeps asking at that level until a call succeeds.
+		d.streak = 0
+		if c.decreases > 0 {
+			return None
+		}
+		repeat, unconfirmed = false, false
+	}
 	if d.streak >= c.cfg.CollapseThreshold {
 		// A storm: CollapseThreshold decreases, each from a call sent
 		// after the previous one, and nothing got through in between.
@@ -166,11 +253,22 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	c.collapsed = false // a decrease is a new operating point
 	c.decreases++
 	if repeat {
-		// The previous cut was not enough (congestion again before any call
-		// sent after it succeeded): cut hard, like CUBIC's fast convergence
-		// but stronger, and probe from there at once since the level that
-		// works is unknown.
+		// Nothing at all has succeeded since the previous cut, short of a
+		// storm (only with CollapseThreshold above 2): cut hard, like
+		// CUBIC's fast convergence but stronger, and probe from there at
+		// once since the level that works is unknown.
 		c.target = math.Max(1, c.target*c.cfg.RepeatDecreaseRatio)
+		d.ss = c.target
+		d.skipHold = true
+	} else if unconfirmed {
+		// Congestion again before a call sent after the last cut
+		// succeeded, but calls sent before it still do: the cut was not
+		// enough, or others sharing the provider took what it freed.
+		// Cut by DecreaseRatio² (0.81) and probe from there at once,
+		// since the level that works is unknown. Halving here, as TCP
+		// would, is what starved late processes sharing a cap: a small
+		// lane sees its next 429 before its next success every time.
+		c.target = math.Max(1, c.target*c.cfg.DecreaseRatio*c.cfg.DecreaseRatio)
 		d.ss = c.target
 		d.skipHold = true
 	} else {
@@ -179,8 +277,43 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		// by 0.9 too) and slow start back to just below the level that
 		// failed, where probing holds for ProbeHold round trips.
 		c.target = math.Max(1, c.target*c.cfg.DecreaseRatio)
+		if s.Outcome == RateLimited {
+			// A 429 from a hard cap means one call too many: above 20, a
+			// cut of 10% frees more than the overshoot for the round
+			// trip until the new level is confirmed. Free at most
+			// overshootSlack slots. (Below 20 the cut decides, and what
+			// it frees for that round trip is what lets competitors for a
+			// shared cap grow: see doc.go.)
+			c.target = math.Max(c.target, level-overshootSlack)
+		}
 		d.ss = math.Max(c.target, level-1)
 		d.skipHold = false
 	}
 	return Decreased
+}
+
+// yieldDefaultLocked gives back yieldShare of the lane's calls in flight
+// after yieldRounds quiet round trips (at least one call), and returns
+// Yielded; or None when the lane has fewer than 2 calls to give from. It
+// requires c.mu to be held.
+func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
+	d := &c.defaultRule
+	d.quiet = 0
+	level := float64(c.limitLocked())
+	if s.InFlight > 0 && float64(s.InFlight) < level {
+		level = float64(s.InFlight)
+	}
+	if level < 2 {
+		return None
+	}
+	// The lane does not refill the freed slots until a call sent after
+	// now succeeds, about a round trip: a competitor that asks then gets
+	// them. Then it slow-starts back to where it was; what a competitor
+	// took shows as a 429 on the way, and the usual decrease follows.
+	c.target = math.Max(1, math.Min(level*(1-yieldShare), level-1))
+	d.ss = math.Max(d.ss, level)
+	d.probing, d.gain = false, 0
+	d.yieldAt, d.rtStart = now, now
+	c.yields++
+	return Yielded
 }

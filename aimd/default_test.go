@@ -13,10 +13,20 @@ func inUse(c *Controller, lat float64) Sample { return ok(lat, c.Limit()) }
 
 func TestDefaultSlowStart(t *testing.T) {
 	c := New(Config{Max: 64, Initial: 4}, t0)
-	for i, want := range []int{5, 6, 7, 8} {
+	// No level remembered yet: +2 per success, tripling every round trip.
+	for i, want := range []int{6, 8, 10, 12} {
 		ev := c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i)))
 		assert.Equal(t, Increased, ev, "success %d", i)
-		assert.Equal(t, want, c.Limit(), "success %d: +1 per success", i)
+		assert.Equal(t, want, c.Limit(), "success %d: +2 per success", i)
+	}
+	// Toward a remembered level, +1 per success (doubling).
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 12), at(2)))
+	require.InDelta(t, 10.8, c.State().Target, 1e-9, "12 × 0.9")
+	c = New(Config{Max: 64, Initial: 20}, t0)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(2)))
+	for i, want := range []float64{19, 19} {
+		c.ObserveAt(ok(0.5, c.Limit()), at(3+0.01*float64(i)))
+		assert.InDelta(t, want, c.State().Target, 1e-9, "success %d after a decrease at 20: +1 up to 20-1", i)
 	}
 }
 
@@ -46,10 +56,11 @@ func TestDefaultDecreaseOncePerRoundTrip(t *testing.T) {
 	assert.Equal(t, uint64(1), st.Decreases)
 
 	// A 429 from a call sent after the decrease, before any such call
-	// succeeded: the cut was not enough, halve.
+	// succeeded (but older calls did): the cut was not enough, or others
+	// took what it freed. Cut by 0.9².
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.5, 18), at(11)))
 	st = c.State()
-	assert.InDelta(t, 9, st.Target, 1e-9, "18 × 0.5")
+	assert.InDelta(t, 14.58, st.Target, 1e-9, "18 × 0.81")
 	assert.Equal(t, uint64(2), st.Decreases)
 	assert.False(t, st.Collapsed, "a success came in between: not a storm")
 }
@@ -66,8 +77,16 @@ func TestDefaultConfirmedDecreaseIsGentle(t *testing.T) {
 	assert.InDelta(t, 17.1, c.State().Target, 1e-9, "19 × 0.9")
 }
 
+// warm feeds one success that does not grow the target (the lane uses
+// less than its limit): the lane has been answered, which the storm rule
+// requires.
+func warm(t *testing.T, c *Controller) {
+	require.Equal(t, None, c.ObserveAt(ok(0.4, 1), at(0.5)), "warm-up success")
+}
+
 func TestDefaultStormCollapsesAndRecovers(t *testing.T) {
 	c := New(Config{Max: 64, Initial: 20}, t0)
+	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	assert.Equal(t, None, c.ObserveAt(limited(1, 19), at(10.2)), "explained by the decrease")
 	// Sent after the decrease, rate limited again, nothing succeeded in
@@ -90,24 +109,37 @@ func TestDefaultStormCollapsesAndRecovers(t *testing.T) {
 	assert.False(t, st.Collapsed)
 }
 
+func TestDefaultRepeatDecreaseBelowCollapseThreshold(t *testing.T) {
+	// With CollapseThreshold 3, a second decrease with nothing at all
+	// answered in between halves; the third collapses.
+	c := New(Config{Max: 64, Initial: 20, CollapseThreshold: 3}, t0)
+	warm(t, c)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 18), at(10.5)))
+	assert.InDelta(t, 9, c.State().Target, 1e-9, "18 × 0.5")
+	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 9), at(11)))
+}
+
 func TestDefaultNoStormWhenSpreadOut(t *testing.T) {
 	c := New(Config{Max: 64, Initial: 20}, t0)
+	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	// The next fresh 429 comes 16s later: outside the collapse window.
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.5, 18), at(26)))
 	st := c.State()
 	assert.False(t, st.Collapsed)
-	assert.InDelta(t, 9, st.Target, 1e-9, "unconfirmed: 18 × 0.5")
+	assert.InDelta(t, 14.58, st.Target, 1e-9, "unconfirmed: 18 × 0.81")
 }
 
 func TestDefaultNoGrowthWhenNotInUse(t *testing.T) {
 	c := New(Config{Max: 64}, t0)
+	// All within one round trip, so that the lane does not yield.
 	for i := range 100 {
-		assert.Equal(t, None, c.ObserveAt(ok(1, 3), at(1+float64(i))), "success %d with 3 of 8 in flight", i)
+		assert.Equal(t, None, c.ObserveAt(ok(1, 3), at(1+0.001*float64(i))), "success %d with 3 of 8 in flight", i)
 	}
 	assert.InDelta(t, 8, c.State().Target, 1e-9)
 	assert.Equal(t, Increased, c.ObserveAt(ok(1, 8), at(200)), "at the limit")
-	assert.Equal(t, 9, c.Limit())
+	assert.Equal(t, 10, c.Limit())
 	assert.Equal(t, Increased, c.ObserveAt(ok(1, 0), at(201)), "InFlight 0: unknown, counts as in use")
 }
 
@@ -150,20 +182,21 @@ func TestDefaultHoldThenProbe(t *testing.T) {
 	require.Equal(t, Increased, c.ObserveAt(ok(1, 16), at(101.5)))
 	require.Equal(t, 16, c.Limit())
 
-	// Round trips 0..2 (the current one and ProbeHold-1 more): hold at 16.
-	for r := range 3 {
+	// Round trips 0..3 (the current one and 3 more): at a limit of 16
+	// the hold is min(ProbeHold, 1+16/3) = 4 round trips.
+	for r := range 4 {
 		feedRound(c, 102+float64(r), 16)
 		assert.Equal(t, 16, c.Limit(), "round trip %d: holding below the level that failed", r)
 	}
 	// Then probe: +IncreaseStep/target per success, about +1 over the next
 	// round trip (16 successes add 0.97, the 17th crosses 17).
-	feedRound(c, 105, 16)
+	feedRound(c, 106, 16)
 	assert.Equal(t, 16, c.Limit(), "probing: 16 successes")
 	assert.InDelta(t, 17, c.State().Target, 0.05)
-	assert.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(105.5)))
+	assert.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(106.5)))
 	assert.Equal(t, 17, c.Limit(), "probing")
 	// The probe fails: a gentle decrease again.
-	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 17), at(105.5)))
+	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 17), at(106.5)))
 	assert.Equal(t, 15, c.Limit())
 }
 
@@ -171,16 +204,24 @@ func TestDefaultCapacityGrowthRestartsSlowStart(t *testing.T) {
 	c := New(Config{Max: 64, Initial: 17}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 17), at(100)))
 	require.Equal(t, Increased, c.ObserveAt(ok(1, 16), at(101.5)))
-	for r := range 4 {
+	for r := range 5 {
 		feedRound(c, 102+float64(r), c.Limit()+1)
 	}
 	require.Equal(t, 17, c.Limit(), "probing reached the level that failed")
-	feedRound(c, 106, c.Limit()) // a round trip at 17 starts, no 429
+	// The limit reached 17 at 106.016 (the 17th success of that round).
+	// A call sent before that proves nothing about 17, nor does one
+	// answered with fewer than 17 in flight.
+	assert.Equal(t, None, c.ObserveAt(ok(1, 17), at(106.9)), "sent at 105.9")
+	assert.Equal(t, None, c.ObserveAt(ok(0.4, 16), at(106.95)), "16 in flight")
 	assert.InDelta(t, 17, c.State().DecreaseLevel, 1e-9)
-	// ... and completes: capacity grew. The old level is forgotten and
-	// slow start resumes: +1 for each of the other 16 successes.
-	feedRound(c, 107, c.Limit())
+	// A call sent after it, answered with 17 in flight: the provider takes
+	// 17 now. Capacity grew: the old level is forgotten and slow start
+	// resumes at once, +1 per success.
+	before := c.State().Target
+	assert.Equal(t, Increased, c.ObserveAt(ok(0.5, 17), at(107)))
 	assert.Zero(t, c.State().DecreaseLevel, "the old level is forgotten")
+	assert.InDelta(t, before+2, c.State().Target, 1e-9, "slow start with no level remembered: +2")
+	feedRound(c, 108, c.Limit())
 	assert.GreaterOrEqual(t, c.Limit(), 32, "slow start")
 }
 
@@ -189,8 +230,154 @@ func TestDefaultRepeatDecreaseProbesAtOnce(t *testing.T) {
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 32), at(10)))
 	c.ObserveAt(ok(2, 32), at(10.1)) // an old call: breaks the storm streak only
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 28), at(10.2)))
-	require.Equal(t, 14, c.Limit(), "28.8 × 0.5")
+	require.Equal(t, 24, c.Limit(), "30 × 0.81 (the first cut: max(32 × 0.9, 32-2))")
 	c.ObserveAt(inUse(c, 1), at(11.3)) // confirms; the probe clock starts
-	feedRound(c, 12.3, 14)
-	assert.Equal(t, 15, c.Limit(), "no hold after a repeat decrease")
+	feedRound(c, 12.3, 25)
+	assert.Equal(t, 25, c.Limit(), "no hold after an unconfirmed decrease")
+}
+
+func TestDefaultFirstCut(t *testing.T) {
+	// A fresh signal after a confirmed level: target × DecreaseRatio, but
+	// a 429 frees at most overshootSlack (2) slots below its level.
+	for _, tc := range []struct {
+		name    string
+		initial float64
+		s       Sample
+		want    float64
+	}{
+		{"429 at 33: 33-2 beats 33 × 0.9", 33, limited(0.001, 33), 31},
+		{"429 at 20: equal", 20, limited(0.001, 20), 18},
+		{"429 at 17: 17 × 0.9", 17, limited(0.001, 17), 15.3},
+		{"429 at 8: 8 × 0.9", 8, limited(0.001, 8), 7.2},
+		{"429 with 20 of 33 in flight: level 20", 33, limited(0.001, 20), 29.7},
+		{"timeout at 33: always × 0.9", 33, timedOut(30), 29.7},
+	} {
+		c := New(Config{Max: 64, Initial: tc.initial}, t0)
+		warm(t, c)
+		require.Equal(t, Decreased, c.ObserveAt(tc.s, at(40)), tc.name)
+		assert.InDelta(t, tc.want, c.State().Target, 1e-9, tc.name)
+	}
+}
+
+func TestDefaultNewcomerNeverCollapses(t *testing.T) {
+	c := New(Config{Max: 64}, t0) // starts at 8; nothing answered yet
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 8), at(1)))
+	assert.InDelta(t, 7.2, c.State().Target, 1e-9, "8 × 0.9")
+	// Fresh 429s, nothing ever answered: others hold the capacity. No
+	// collapse, no further cut; each restarts the round trip.
+	for i, sec := range []float64{2, 3, 4} {
+		assert.Equal(t, None, c.ObserveAt(limited(0.001, 7), at(sec)), "429 %d before any success", i)
+		st := c.State()
+		assert.InDelta(t, 7.2, st.Target, 1e-9, "429 %d", i)
+		assert.False(t, st.Collapsed, "429 %d", i)
+		assert.Equal(t, at(sec), st.LastDecrease, "429 %d restarts the round trip", i)
+	}
+	assert.Equal(t, uint64(1), c.State().Decreases)
+	// Once a call has got through, the usual rules apply: a confirmed
+	// level, a gentle cut, then a storm collapses.
+	assert.Equal(t, None, c.ObserveAt(ok(0.4, 7), at(4.5)), "fresh, at ss: holding")
+	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 7), at(5)))
+	assert.InDelta(t, 6.48, c.State().Target, 1e-9, "7.2 × 0.9")
+	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 6), at(5.5)))
+	assert.Equal(t, 1, c.Limit())
+}
+
+func TestDefaultYield(t *testing.T) {
+	// A lane with 6 calls in flight under a limit of 10 (its clients'
+	// demand): it never sees congestion and never grows.
+	c := New(Config{Max: 64, Initial: 10}, t0)
+	for r := 1; r < yieldRounds; r++ {
+		// One success per round trip: each was sent when the last came back.
+		assert.Equal(t, None, c.ObserveAt(ok(1, 6), at(float64(r))), "round trip %d", r)
+	}
+	// The 8th quiet round trip: give back 40% of the 6 in flight.
+	require.Equal(t, Yielded, c.ObserveAt(ok(1, 6), at(8)))
+	st := c.State()
+	assert.InDelta(t, 3.6, st.Target, 1e-9, "min(6 × 0.6, 6-1)")
+	assert.Equal(t, uint64(1), st.Yields)
+	assert.Zero(t, st.Decreases, "a yield is not a decrease")
+	assert.True(t, st.LastDecrease.IsZero())
+	// Answers to calls sent before the yield change nothing: the freed
+	// slots stay free for a round trip.
+	assert.Equal(t, None, c.ObserveAt(ok(1, 5), at(8.5)), "sent at 7.5")
+	assert.Equal(t, None, c.ObserveAt(limited(0.6, 4), at(8.5)), "429 for a call sent at 7.9")
+	assert.InDelta(t, 3.6, c.State().Target, 1e-9)
+	// Then slow start back: +2 per in-use success of a call sent after it
+	// (no level is remembered: the lane never saw congestion).
+	for i, want := range []int{5, 7, 9} {
+		assert.Equal(t, Increased, c.ObserveAt(inUse(c, 0.5), at(9+0.01*float64(i))), "success %d", i)
+		assert.Equal(t, want, c.Limit(), "success %d", i)
+	}
+	// What a competitor took shows as a 429 on the way back: an ordinary
+	// decrease.
+	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 9), at(9.5)))
+	assert.Equal(t, 8, c.Limit(), "9.6 × 0.9 = 8.64")
+}
+
+func TestDefaultYieldClock(t *testing.T) {
+	t.Run("congestion restarts it", func(t *testing.T) {
+		c := New(Config{Max: 64, Initial: 10}, t0)
+		for r := 1; r < yieldRounds; r++ {
+			require.Equal(t, None, c.ObserveAt(ok(1, 6), at(float64(r))), "round trip %d", r)
+		}
+		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 6), at(7.5)))
+		// Round trips end at 8.6, 9.6, …: the 8th quiet one after the 429
+		// is at 15.6.
+		for r := range yieldRounds - 1 {
+			assert.Equal(t, None, c.ObserveAt(ok(1, 5), at(8.6+float64(r))), "round trip %d after the 429", r+1)
+		}
+		assert.Equal(t, Yielded, c.ObserveAt(ok(1, 5), at(15.6)))
+	})
+	t.Run("nothing to give from one call", func(t *testing.T) {
+		c := New(Config{Max: 64, Initial: 10}, t0)
+		for r := 1; r <= 2*yieldRounds; r++ {
+			assert.Equal(t, None, c.ObserveAt(ok(1, 1), at(float64(r))), "round trip %d", r)
+		}
+		assert.Zero(t, c.State().Yields)
+		assert.Equal(t, 10, c.Limit())
+	})
+}
+
+func TestDefaultProbeHold(t *testing.T) {
+	// 1 + limit/3 round trips, at most ProbeHold: lanes with a small share
+	// probe more often, which is how they win slots from larger ones.
+	for _, tc := range []struct {
+		limit, probeHold, want int
+	}{
+		{1, 0, 1}, {2, 0, 1}, {3, 0, 2}, {5, 0, 2}, {6, 0, 3}, {8, 0, 3},
+		{9, 0, 4}, {16, 0, 4}, {64, 0, 4},
+		{9, 2, 2}, {16, 10, 6}, {64, 1, 1},
+	} {
+		c := New(Config{Max: 64, Initial: float64(tc.limit), ProbeHold: tc.probeHold}, t0)
+		c.mu.Lock()
+		got := c.probeHoldLocked()
+		c.mu.Unlock()
+		assert.Equal(t, tc.want, got, "limit %d, ProbeHold %d", tc.limit, tc.probeHold)
+	}
+}
+
+func TestDecreaseCause(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		preset  Preset
+		samples []Sample
+		secs    []float64
+		want    Outcome
+	}{
+		{"default 429", Default, []Sample{limited(0.001, 8)}, []float64{1}, RateLimited},
+		{"default timeout", Default, []Sample{timedOut(0.5)}, []float64{1}, Timeout},
+		// Phoenix decreases when a window ends, here on a success: the
+		// cause is what the window held.
+		{"phoenix window of timeouts", Phoenix, []Sample{timedOut(0.5), ok(1, 0)}, []float64{1, 6}, Timeout},
+		{"phoenix window with a 429", Phoenix, []Sample{timedOut(0.5), limited(0.1, 0), ok(1, 0)}, []float64{1, 2, 6}, RateLimited},
+	} {
+		c := New(Config{Preset: tc.preset, Max: 16, Initial: 8}, t0)
+		assert.Equal(t, Success, c.State().DecreaseCause, "%s: none yet", tc.name)
+		var ev Event
+		for i, s := range tc.samples {
+			ev = c.ObserveAt(s, at(tc.secs[i]))
+		}
+		assert.Equal(t, Decreased, ev, tc.name)
+		assert.Equal(t, tc.want, c.State().DecreaseCause, tc.name)
+	}
 }

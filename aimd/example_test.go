@@ -15,7 +15,8 @@ func Example() {
 
 	now := start.Add(time.Second)
 	for range 4 {
-		// The lane uses its whole limit: slow start, +1 per success.
+		// The lane uses its whole limit: slow start, +2 per success
+		// while no level that failed is remembered.
 		ev := c.ObserveAt(aimd.Sample{Outcome: aimd.Success, Latency: time.Second, InFlight: c.Limit()}, now)
 		show("success at the limit", ev)
 		now = now.Add(10 * time.Millisecond)
@@ -23,26 +24,26 @@ func Example() {
 	ev := c.ObserveAt(aimd.Sample{Outcome: aimd.Success, Latency: time.Second, InFlight: 3}, now)
 	show("success with 3 in flight", ev)
 
-	ev = c.ObserveAt(aimd.Sample{Outcome: aimd.RateLimited, Latency: 50 * time.Millisecond, InFlight: 8}, now)
+	ev = c.ObserveAt(aimd.Sample{Outcome: aimd.RateLimited, Latency: 50 * time.Millisecond, InFlight: 12}, now)
 	show("429", ev)
 	// Sent before that decrease: already accounted for.
-	ev = c.ObserveAt(aimd.Sample{Outcome: aimd.RateLimited, Latency: time.Second, InFlight: 8}, now.Add(time.Millisecond))
+	ev = c.ObserveAt(aimd.Sample{Outcome: aimd.RateLimited, Latency: time.Second, InFlight: 12}, now.Add(time.Millisecond))
 	show("429 from an older call", ev)
-	ev = c.ObserveAt(aimd.Sample{Outcome: aimd.Failure, Latency: time.Second, InFlight: 7}, now.Add(2*time.Millisecond))
+	ev = c.ObserveAt(aimd.Sample{Outcome: aimd.Failure, Latency: time.Second, InFlight: 11}, now.Add(2*time.Millisecond))
 	show("500", ev)
 
 	st := c.State()
 	fmt.Printf("target %.1f, decreased at level %.0f, %d decrease(s)\n", st.Target, st.DecreaseLevel, st.Decreases)
 	// Output:
-	// success at the limit               increased limit 5
 	// success at the limit               increased limit 6
-	// success at the limit               increased limit 7
 	// success at the limit               increased limit 8
-	// success with 3 in flight           none      limit 8
-	// 429                                decreased limit 7
-	// 429 from an older call             none      limit 7
-	// 500                                none      limit 7
-	// target 7.2, decreased at level 8, 1 decrease(s)
+	// success at the limit               increased limit 10
+	// success at the limit               increased limit 12
+	// success with 3 in flight           none      limit 12
+	// 429                                decreased limit 10
+	// 429 from an older call             none      limit 10
+	// 500                                none      limit 10
+	// target 10.8, decreased at level 12, 1 decrease(s)
 }
 
 // The Phoenix preset: feedback windows of 5 seconds.

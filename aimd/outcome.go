@@ -64,9 +64,13 @@ const (
 	// Recovered: the controller left the collapsed state (see the preset
 	// documentation for when).
 	Recovered
+	// Yielded: the Default preset gave back part of its share of a
+	// provider for a round trip, so that competitors can grow (see the
+	// package documentation).
+	Yielded
 )
 
-var eventNames = [...]string{"none", "increased", "decreased", "collapsed", "recovered"}
+var eventNames = [...]string{"none", "increased", "decreased", "collapsed", "recovered", "yielded"}
 
 func (e Event) String() string {
 	if int(e) < len(eventNames) {

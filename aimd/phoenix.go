@@ -22,6 +22,7 @@ import "time"
 type phoenixState struct {
 	windowStart time.Time // _window_started_at
 	issues      int       // _timeout_count + _error_count
+	timeouts    int       // _timeout_count, for State.DecreaseCause only
 	// errTimes is _error_timestamps = deque(maxlen=collapse_error_threshold):
 	// the last CollapseThreshold 429 instants, oldest at errTimes[errHead].
 	// Phoenix never prunes or clears it (not even after a collapse).
@@ -64,6 +65,7 @@ func (c *Controller) observePhoenixLocked(s Sample, now time.Time) Event {
 		// record_timeout: _timeout_count += 1. Not added to the collapse
 		// deque: only record_error can collapse.
 		p.issues++
+		p.timeouts++
 	case RateLimited:
 		// record_error: _error_count += 1; _error_timestamps.append(now);
 		// if len(ts) >= threshold and now - ts[0] <= collapse_window:
@@ -76,6 +78,7 @@ func (c *Controller) observePhoenixLocked(s Sample, now time.Time) Event {
 			c.collapsed = true
 			c.collapses++
 			c.lastDecr = now
+			c.decrCause = RateLimited
 			ev = Collapsed
 		}
 	default:
@@ -99,6 +102,12 @@ func (c *Controller) observePhoenixLocked(s Sample, now time.Time) Event {
 			c.target *= c.cfg.DecreaseRatio
 			c.decreases++
 			c.lastDecr = now
+			// What the window held (not the sample that closed it, which
+			// is often a success): timeouts only, or some 429s.
+			c.decrCause = RateLimited
+			if p.timeouts == p.issues {
+				c.decrCause = Timeout
+			}
 			if ev == None {
 				ev = Decreased
 			}
@@ -112,7 +121,7 @@ func (c *Controller) observePhoenixLocked(s Sample, now time.Time) Event {
 			}
 		}
 		p.windowStart = now
-		p.issues = 0
+		p.issues, p.timeouts = 0, 0
 	}
 	return ev
 }

@@ -41,7 +41,14 @@ type simParams struct {
 	// Bounds[i] (the last cap applies to the rest).
 	Caps   []int
 	Bounds []int
-	Trace  func(t time.Duration, limit, inFlight int, ev Event)
+	// Until, instead of Bounds, changes the cap with time as govbench's
+	// S3 does: the cap is Caps[i] until Until[i].
+	Until []time.Duration
+	// Hint, if not zero, is the Retry-After of every 429, as the proxy
+	// honours it: the call waits it out before its retry, and the lane
+	// dispatches nothing until it ends or a call succeeds.
+	Hint  time.Duration
+	Trace func(t time.Duration, limit, inFlight int, ev Event)
 }
 
 type simResult struct {
@@ -50,7 +57,7 @@ type simResult struct {
 	Goodput  float64 // optimum / makespan
 	Rejected int     // 429s answered
 	Per100   float64 // 429s per 100 calls
-	Events   [5]int
+	Events   [6]int
 	Phases   []time.Duration // time at which each phase's last call completed
 	MaxLimit int
 }
@@ -62,6 +69,8 @@ type simEvent struct {
 	seq    uint64
 	call   int
 	reject bool
+	retry  bool // the call's hint is over: back to the queue's front
+	wake   bool // the lane's pause is over
 }
 
 type simHeap []simEvent
@@ -82,7 +91,12 @@ func (h *simHeap) Pop() any {
 	return x
 }
 
-func (p simParams) capAt(completed int) int {
+func (p simParams) capAt(completed int, now time.Duration) int {
+	for i, u := range p.Until {
+		if now < u {
+			return p.Caps[i]
+		}
+	}
 	for i, b := range p.Bounds {
 		if completed < b {
 			return p.Caps[i]
@@ -92,6 +106,24 @@ func (p simParams) capAt(completed int) int {
 }
 
 func (p simParams) optimum() time.Duration {
+	if p.Until != nil {
+		// The first instant at which the integral of cap/Latency reaches
+		// Calls (govbench's S3 optimum).
+		var t time.Duration
+		done := 0.0
+		for i, c := range p.Caps {
+			end := time.Duration(math.MaxInt64)
+			if i < len(p.Until) {
+				end = p.Until[i]
+			}
+			n := float64(c) * (end - t).Seconds() / p.Latency.Seconds()
+			if done+n >= float64(p.Calls) {
+				return t + time.Duration((float64(p.Calls)-done)/float64(c)*float64(p.Latency))
+			}
+			done += n
+			t = end
+		}
+	}
 	var rounds int
 	prev := 0
 	for i, c := range p.Caps {
@@ -120,6 +152,7 @@ func simulate(cfg Config, p simParams) simResult {
 		submitted int
 		completed int
 		inFlight  int // governor's count; equals the provider's
+		paused    time.Duration
 	)
 	submit := func() {
 		if submitted < p.Calls {
@@ -128,13 +161,13 @@ func simulate(cfg Config, p simParams) simResult {
 		}
 	}
 	pump := func() {
-		for len(queue) > 0 && inFlight < ctl.LimitAt(epoch.Add(now)) {
+		for len(queue) > 0 && inFlight < ctl.LimitAt(epoch.Add(now)) && now >= paused {
 			call := queue[0]
 			queue = queue[1:]
 			inFlight++
 			dispatch[call] = now
 			seq++
-			if inFlight > p.capAt(completed) { // provider already at its cap
+			if inFlight > p.capAt(completed, now) { // provider already at its cap
 				heap.Push(&events, simEvent{at: now + rejectLatency, seq: seq, call: call, reject: true})
 				continue
 			}
@@ -152,6 +185,13 @@ func simulate(cfg Config, p simParams) simResult {
 	for events.Len() > 0 {
 		e := heap.Pop(&events).(simEvent)
 		now = e.at
+		if e.retry || e.wake {
+			if e.retry {
+				queue = append([]int{e.call}, queue...)
+			}
+			pump()
+			continue
+		}
 		s := Sample{Outcome: Success, Latency: now - dispatch[e.call], InFlight: inFlight}
 		if e.reject {
 			s.Outcome = RateLimited
@@ -161,9 +201,20 @@ func simulate(cfg Config, p simParams) simResult {
 		inFlight--
 		if e.reject {
 			res.Rejected++
-			queue = append([]int{e.call}, queue...)
+			if p.Hint > 0 {
+				seq++
+				heap.Push(&events, simEvent{at: now + p.Hint, seq: seq, call: e.call, retry: true})
+				if now+p.Hint > paused {
+					paused = now + p.Hint
+					seq++
+					heap.Push(&events, simEvent{at: paused, seq: seq, wake: true})
+				}
+			} else {
+				queue = append([]int{e.call}, queue...)
+			}
 		} else {
 			completed++
+			paused = 0
 			res.Makespan = now
 			for i, b := range p.Bounds {
 				if completed == b {
@@ -196,6 +247,13 @@ func scenario(name string, latency time.Duration, seed uint64) simParams {
 	case "cap32-8-32":
 		p.Caps = []int{32, 8, 32}
 		p.Bounds = []int{p.Calls / 3, 2 * p.Calls / 3}
+	case "s3":
+		// govbench's S3: 3000 calls, cap 32, 8 from 20 one-minute-optimum
+		// latencies... scaled to the latency: 125·L/3 per phase.
+		p.Calls = 3000
+		p.Caps = []int{32, 8, 32}
+		phase := 125 * latency / 3
+		p.Until = []time.Duration{phase, 2 * phase}
 	default:
 		panic("unknown scenario " + name)
 	}
@@ -231,7 +289,7 @@ func TestSimulation(t *testing.T) {
 			assert.GreaterOrEqual(t, def.Goodput, 0.94, "default goodput, %s", name)
 			assert.LessOrEqual(t, def.Per100, 2.0, "default 429s per 100 calls, %s", name)
 			assert.Zero(t, def.Events[Collapsed], "default must not collapse against a hard cap, %s", name)
-			assert.LessOrEqual(t, def.MaxLimit, 33, "default overshoot, %s", name)
+			assert.LessOrEqual(t, def.MaxLimit, 34, "default overshoot (slow start adds 2 per success), %s", name)
 			assert.Less(t, phx.Goodput, def.Goodput-0.3, "phoenix should be far behind, %s", name)
 		})
 	}
@@ -243,19 +301,32 @@ func TestSimulationSeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many simulations")
 	}
-	for _, name := range simScenarios {
-		var sumG, sumR, minG float64 = 0, 0, 1
-		const n = 40
-		for seed := uint64(1); seed <= n; seed++ {
-			r := simulate(simConfig(Default), scenario(name, time.Second, seed))
-			sumG += r.Goodput
-			sumR += r.Per100
-			minG = math.Min(minG, r.Goodput)
+	// s3 is govbench's S3, whose phases last 20s each (a third of the
+	// calls in cap32-8-32 takes 4 times longer at 8): the climb back to 32
+	// weighs more, and the simulation gets what govbench measures (0.94).
+	minMean := map[string]float64{"cap16": 0.955, "cap32-8-32": 0.955, "s3": 0.935}
+	for _, name := range append(simScenarios, "s3") {
+		// Also as govbench runs it: L = 480ms and mockllm's Retry-After of
+		// one second on every 429, which the proxy honours.
+		for _, hint := range []time.Duration{0, time.Second} {
+			var sumG, sumR, minG float64 = 0, 0, 1
+			const n = 40
+			for seed := uint64(1); seed <= n; seed++ {
+				p := scenario(name, time.Second, seed)
+				if hint > 0 {
+					p = scenario(name, 480*time.Millisecond, seed)
+					p.Hint = hint
+				}
+				r := simulate(simConfig(Default), p)
+				sumG += r.Goodput
+				sumR += r.Per100
+				minG = math.Min(minG, r.Goodput)
+			}
+			t.Logf("%-10s hint %-4v default over %d seeds: mean goodput %.3f (min %.3f), mean 429s/100 %.2f", name, hint, n, sumG/n, minG, sumR/n)
+			assert.GreaterOrEqual(t, sumG/n, minMean[name], "mean goodput, %s, hint %v", name, hint)
+			assert.GreaterOrEqual(t, minG, minMean[name]-0.02, "min goodput, %s, hint %v", name, hint)
+			assert.LessOrEqual(t, sumR/n, 2.0, "mean 429s per 100 calls, %s, hint %v", name, hint)
 		}
-		t.Logf("%-10s default over %d seeds: mean goodput %.3f (min %.3f), mean 429s/100 %.2f", name, n, sumG/n, minG, sumR/n)
-		assert.GreaterOrEqual(t, sumG/n, 0.945, "mean goodput, %s", name)
-		assert.GreaterOrEqual(t, minG, 0.92, "min goodput, %s", name)
-		assert.LessOrEqual(t, sumR/n, 2.0, "mean 429s per 100 calls, %s", name)
 	}
 }
 

@@ -315,13 +315,29 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 	switch ev {
 	case aimd.Decreased:
 		l.m.decreases.Inc()
-		log.Info("lane limit decreased", "lane", l.id, "from", before, "to", limit, "cause", o.String())
+		log.Info("lane limit decreased", "lane", l.id, "from", before, "to", limit, "cause", l.decreaseCause())
 	case aimd.Collapsed:
 		l.m.collapses.Inc()
-		log.Info("lane collapsed", "lane", l.id, "from", before, "to", limit, "cause", o.String())
+		log.Info("lane collapsed", "lane", l.id, "from", before, "to", limit, "cause", l.ctrl.State().DecreaseCause.String())
 	case aimd.Recovered:
 		log.Info("lane recovered", "lane", l.id, "limit", limit)
+	case aimd.Yielded:
+		log.Debug("lane yielded", "lane", l.id, "from", before, "to", limit)
 	}
+}
+
+// decreaseCause says what made the controller decrease: the signal itself,
+// or for Phoenix, whose decreases happen when a feedback window ends (often
+// on a success, so the outcome at hand says nothing), what the window held.
+func (l *lane) decreaseCause() string {
+	c := l.ctrl.State().DecreaseCause
+	if l.ctrl.Config().Preset != aimd.Phoenix {
+		return c.String()
+	}
+	if c == aimd.Timeout {
+		return "window had timeouts"
+	}
+	return "window had rate limits"
 }
 
 // pause holds the lane's dispatches until t (the provider said Retry-After),

@@ -50,7 +50,7 @@ type config struct {
 	AIMDIncreaseStep        float64       `env:"GOVERNOR_AIMD_INCREASE_STEP" envDefault:"0" help:"0 = preset default (phoenix: +0.5 per clean window; default: +1 first probe per round trip)"`
 	AIMDDecreaseRatio       float64       `env:"GOVERNOR_AIMD_DECREASE_RATIO" envDefault:"0" help:"0 = preset default (phoenix: x0.5 per window with a 429/timeout; default: x0.9 per fresh signal)"`
 	AIMDRepeatDecreaseRatio float64       `env:"GOVERNOR_AIMD_REPEAT_DECREASE_RATIO" envDefault:"0.5" help:"default preset: cut when the previous cut did not help"`
-	AIMDProbeHold           int           `env:"GOVERNOR_AIMD_PROBE_HOLD" envDefault:"3" help:"default preset: clean round trips held below the last decrease level before probing"`
+	AIMDProbeHold           int           `env:"GOVERNOR_AIMD_PROBE_HOLD" envDefault:"4" help:"default preset: most clean round trips held below the last decrease level before probing (1 + limit/3, at most this)"`
 	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
 	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
