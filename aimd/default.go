@@ -48,6 +48,10 @@ type defaultState struct {
 	// yieldAt is when the lane last yielded (zero if never): like a
 	// decrease, it makes the answers to calls dispatched before it stale.
 	yieldAt time.Time
+	// stable: the last two decreases came at the same level, a ceiling
+	// that stays put (prevLevel is the last one's level).
+	stable    bool
+	prevLevel float64
 }
 
 // Constants of the Default preset that are not in Config: they were
@@ -149,6 +153,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		}
 		c.target = math.Min(c.target+inc, d.ss)
 	} else {
+		jump := 0.0
 		if !d.probing {
 			d.probing, d.roundStart, d.roundLimit, d.rounds, d.gain = true, now, c.limitLocked(), 0, 0
 			if d.skipHold {
@@ -173,6 +178,14 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 				// to slow start's.
 				if d.gain == 0 {
 					d.gain = c.cfg.IncreaseStep
+					if d.stable && !d.skipHold {
+						// The ceiling stayed put the last two times: ask
+						// for one more call now rather than over a round
+						// trip. Its answer comes a round trip sooner: a
+						// 429 if the ceiling is still there, a success if
+						// capacity grew (S3's 8 -> 32).
+						jump = math.Floor(c.target) + 1
+					}
 				} else {
 					d.gain *= 2
 				}
@@ -182,7 +195,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		}
 		// Congestion avoidance: +gain/target per success is +gain per
 		// round trip when the whole limit is in use.
-		c.target += d.gain / c.target
+		c.target = math.Max(c.target+d.gain/c.target, jump)
 	}
 	// Nothing accumulates above Max.
 	c.target = math.Min(c.target, float64(c.cfg.Max))
@@ -249,6 +262,17 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		c.collapses++
 		return Collapsed
 	}
+	if unconfirmed && !repeat && c.target <= c.cfg.Initial {
+		// At or below the level every lane starts at, a 429 before the
+		// last cut was confirmed comes from others taking what the cut
+		// freed: the lane is being squeezed out of a shared cap. Cutting
+		// again would leave it too few calls to ever ask for a slot as
+		// one frees up; it keeps asking at its level instead (only a
+		// confirmed cut or a storm takes it lower).
+		return None
+	}
+	d.stable = level == d.prevLevel
+	d.prevLevel = level
 	c.decrLevel = level
 	c.collapsed = false // a decrease is a new operating point
 	c.decreases++

@@ -35,8 +35,19 @@ func TestDefaultInitial(t *testing.T) {
 	assert.Equal(t, 3, New(Config{Max: 3}, t0).Limit(), "min(Max, 8)")
 }
 
+// from20 returns a controller that slow-started from 8 to 20: above the
+// level it started at, where an unconfirmed cut is not a squeeze.
+func from20(t *testing.T) *Controller {
+	c := New(Config{Max: 64}, t0)
+	for i := range 6 {
+		c.ObserveAt(inUse(c, 0.05), at(0.1+0.01*float64(i)))
+	}
+	require.InDelta(t, 20, c.State().Target, 1e-9, "8 + 6 × 2")
+	return c
+}
+
 func TestDefaultDecreaseOncePerRoundTrip(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 20}, t0)
+	c := from20(t)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	st := c.State()
 	assert.InDelta(t, 18, st.Target, 1e-9, "20 × 0.9")
@@ -121,8 +132,7 @@ func TestDefaultRepeatDecreaseBelowCollapseThreshold(t *testing.T) {
 }
 
 func TestDefaultNoStormWhenSpreadOut(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 20}, t0)
-	warm(t, c)
+	c := from20(t)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	// The next fresh 429 comes 16s later: outside the collapse window.
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.5, 18), at(26)))
@@ -198,6 +208,18 @@ func TestDefaultHoldThenProbe(t *testing.T) {
 	// The probe fails: a gentle decrease again.
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 17), at(106.5)))
 	assert.Equal(t, 15, c.Limit())
+
+	// The second decrease at 17: a ceiling that stays put. The hold is the
+	// same, but the probe then asks for the one more call at once.
+	require.Equal(t, Increased, c.ObserveAt(ok(1, 16), at(108)))
+	require.Equal(t, 16, c.Limit())
+	for r := range 4 {
+		feedRound(c, 109+float64(r), 16)
+		assert.Equal(t, 16, c.Limit(), "round trip %d: holding", r)
+	}
+	assert.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(113)), "the first success of the probing round trip")
+	assert.Equal(t, 17, c.Limit(), "one more call at once")
+	assert.InDelta(t, 17, c.State().Target, 1e-9)
 }
 
 func TestDefaultCapacityGrowthRestartsSlowStart(t *testing.T) {
@@ -226,7 +248,11 @@ func TestDefaultCapacityGrowthRestartsSlowStart(t *testing.T) {
 }
 
 func TestDefaultRepeatDecreaseProbesAtOnce(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 32}, t0)
+	c := New(Config{Max: 64}, t0)
+	for i := range 12 { // slow start from 8 to 32
+		c.ObserveAt(inUse(c, 0.05), at(0.1+0.01*float64(i)))
+	}
+	require.Equal(t, 32, c.Limit())
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 32), at(10)))
 	c.ObserveAt(ok(2, 32), at(10.1)) // an old call: breaks the storm streak only
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 28), at(10.2)))
@@ -234,6 +260,29 @@ func TestDefaultRepeatDecreaseProbesAtOnce(t *testing.T) {
 	c.ObserveAt(inUse(c, 1), at(11.3)) // confirms; the probe clock starts
 	feedRound(c, 12.3, 25)
 	assert.Equal(t, 25, c.Limit(), "no hold after an unconfirmed decrease")
+}
+
+func TestDefaultSqueezed(t *testing.T) {
+	c := New(Config{Max: 64}, t0) // starts at 8
+	warm(t, c)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 8), at(10)))
+	require.InDelta(t, 7.2, c.State().Target, 1e-9, "max(8 × 0.9, 8-2)")
+	assert.Equal(t, None, c.ObserveAt(ok(1, 7), at(10.3)), "an old call: breaks the storm streak only")
+	// A 429 for a call sent after the cut, before any such call
+	// succeeded, at or below the starting level: others took what the cut
+	// freed. No cut; the round trip restarts.
+	for i, sec := range []float64{10.5, 11, 11.5} {
+		assert.Equal(t, None, c.ObserveAt(limited(0.001, 7), at(sec)), "squeezed 429 %d", i)
+		st := c.State()
+		assert.InDelta(t, 7.2, st.Target, 1e-9, "squeezed 429 %d", i)
+		assert.Equal(t, at(sec), st.LastDecrease, "squeezed 429 %d restarts the round trip", i)
+		assert.Equal(t, uint64(1), st.Decreases, "squeezed 429 %d", i)
+		c.ObserveAt(ok(1, 7), at(sec+0.1)) // older calls still succeed
+	}
+	// A confirmed cut still goes lower.
+	require.Equal(t, None, c.ObserveAt(ok(0.4, 6), at(12)), "sent at 11.6: confirms")
+	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 7), at(12.5)))
+	assert.InDelta(t, 6.48, c.State().Target, 1e-9, "7.2 × 0.9")
 }
 
 func TestDefaultFirstCut(t *testing.T) {

@@ -304,7 +304,11 @@ func TestSimulationSeeds(t *testing.T) {
 	// s3 is govbench's S3, whose phases last 20s each (a third of the
 	// calls in cap32-8-32 takes 4 times longer at 8): the climb back to 32
 	// weighs more, and the simulation gets what govbench measures (0.94).
-	minMean := map[string]float64{"cap16": 0.955, "cap32-8-32": 0.955, "s3": 0.935}
+	minMean := map[string]float64{"cap16": 0.955, "cap32-8-32": 0.955, "s3": 0.945}
+	// cap32-8-32 spends two thirds of its time at a cap of 8, where a
+	// probe (one 429) comes every 40 calls or so: more 429s per call than
+	// govbench's S3, whose goal (2 per 100) s3 checks.
+	maxPer100 := map[string]float64{"cap16": 2, "cap32-8-32": 2.3, "s3": 2}
 	for _, name := range append(simScenarios, "s3") {
 		// Also as govbench runs it: L = 480ms and mockllm's Retry-After of
 		// one second on every 429, which the proxy honours.
@@ -325,7 +329,7 @@ func TestSimulationSeeds(t *testing.T) {
 			t.Logf("%-10s hint %-4v default over %d seeds: mean goodput %.3f (min %.3f), mean 429s/100 %.2f", name, hint, n, sumG/n, minG, sumR/n)
 			assert.GreaterOrEqual(t, sumG/n, minMean[name], "mean goodput, %s, hint %v", name, hint)
 			assert.GreaterOrEqual(t, minG, minMean[name]-0.02, "min goodput, %s, hint %v", name, hint)
-			assert.LessOrEqual(t, sumR/n, 2.0, "mean 429s per 100 calls, %s, hint %v", name, hint)
+			assert.LessOrEqual(t, sumR/n, maxPer100[name], "mean 429s per 100 calls, %s, hint %v", name, hint)
 		}
 	}
 }
