@@ -233,10 +233,10 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	d.confirmed = false
 	d.probing, d.gain = false, 0
 	d.reachedAt = time.Time{}
-	if !d.answered {
-		// No call of the lane has ever got through: others hold the
-		// capacity (a newcomer to a shared account), or it is not there
-		// yet. Neither is a storm, and a lane cut to 1 would ask too
+	if !d.answered && s.Outcome == RateLimited {
+		// No call of the lane has ever got through, and the provider says
+		// it is full: others hold the capacity (a newcomer to a shared
+		// account), or it is not there yet. Neither is a storm, and a lane cut to 1 would ask too
 		// rarely to ever win a slot that frees up: the first signal cuts
 		// gently, later ones only restart the round trip (lastDecr) and
 		// the lane keeps asking at that level until a call succeeds.
@@ -262,7 +262,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		c.collapses++
 		return Collapsed
 	}
-	if unconfirmed && !repeat && c.target <= c.cfg.Initial {
+	if unconfirmed && !repeat && s.Outcome == RateLimited && c.target <= c.cfg.Initial {
 		// At or below the level every lane starts at, a 429 before the
 		// last cut was confirmed comes from others taking what the cut
 		// freed: the lane is being squeezed out of a shared cap. Cutting

@@ -283,6 +283,10 @@ func TestDefaultSqueezed(t *testing.T) {
 	require.Equal(t, None, c.ObserveAt(ok(0.4, 6), at(12)), "sent at 11.6: confirms")
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 7), at(12.5)))
 	assert.InDelta(t, 6.48, c.State().Target, 1e-9, "7.2 × 0.9")
+	// So does an unconfirmed timeout: overload, not a squeeze.
+	c.ObserveAt(ok(1, 6), at(12.6))
+	assert.Equal(t, Decreased, c.ObserveAt(timedOut(0.4), at(13)))
+	assert.InDelta(t, 6.48*0.81, c.State().Target, 1e-9, "× 0.81")
 }
 
 func TestDefaultFirstCut(t *testing.T) {
@@ -329,6 +333,12 @@ func TestDefaultNewcomerNeverCollapses(t *testing.T) {
 	assert.InDelta(t, 6.48, c.State().Target, 1e-9, "7.2 × 0.9")
 	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 6), at(5.5)))
 	assert.Equal(t, 1, c.Limit())
+
+	// Timeouts say nothing of others holding the capacity: a newcomer's
+	// timeouts with nothing answered are a storm.
+	c = New(Config{Max: 64}, t0)
+	require.Equal(t, Decreased, c.ObserveAt(timedOut(0.5), at(1)))
+	assert.Equal(t, Collapsed, c.ObserveAt(timedOut(0.5), at(2)))
 }
 
 func TestDefaultYield(t *testing.T) {
