@@ -225,9 +225,12 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		d.streak, d.streakStart, d.streakLevel = 1, now, level
 	}
 	// unconfirmed: no call sent after the last decrease has succeeded.
-	// repeat: no call at all has succeeded since (the storm streak).
+	// repeat: no call at all has succeeded since (the storm streak), for
+	// at least a typical latency: two 429s a millisecond apart, with the
+	// lane's other calls still running, are not yet a storm.
 	unconfirmed := !d.confirmed
-	repeat := d.streak > 1
+	spanned := !c.hasLatency || now.Sub(d.streakStart).Seconds() >= c.latency
+	repeat := d.streak > 1 && spanned
 	c.lastDecr = now
 	c.decrCause = s.Outcome
 	d.confirmed = false
@@ -246,7 +249,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		}
 		repeat, unconfirmed = false, false
 	}
-	if d.streak >= c.cfg.CollapseThreshold {
+	if d.streak >= c.cfg.CollapseThreshold && spanned {
 		// A storm: CollapseThreshold decreases, each from a call sent
 		// after the previous one, and nothing got through in between.
 		// Stop at 1, and slow start back to half the pre-storm level, as

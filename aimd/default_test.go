@@ -440,3 +440,18 @@ func TestDecreaseCause(t *testing.T) {
 		assert.Equal(t, tc.want, c.State().DecreaseCause, tc.name)
 	}
 }
+
+func TestDefaultStormNeedsARoundTrip(t *testing.T) {
+	c := New(Config{Max: 64, Initial: 20}, t0)
+	warm(t, c) // latency EWMA 0.4s
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
+	// A second fresh 429 a millisecond later, nothing answered between:
+	// the lane's other calls have not had time to; not a storm (and, at
+	// or below the starting level, a squeeze: no cut).
+	assert.Equal(t, None, c.ObserveAt(limited(0.0005, 19), at(10.001)))
+	assert.False(t, c.State().Collapsed)
+	assert.InDelta(t, 18, c.State().Target, 1e-9)
+	// Still nothing answered half a second (more than the 0.4s latency)
+	// after the first: a storm.
+	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 18), at(10.5)))
+}

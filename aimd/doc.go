@@ -116,8 +116,10 @@
 //   - A round trip ends when a call dispatched after the round began
 //     succeeds, so no latency estimate is needed.
 //   - Collapse only on a storm: CollapseThreshold (2) decreases in a row,
-//     within CollapseWindow (15s), with no successful answer at all in
-//     between, in a lane that has had a call answered before. The target
+//     within CollapseWindow (15s) but at least a latency EWMA apart from
+//     the first, with no successful answer at all in between, in a lane
+//     that has had a call answered before. (Two 429s a millisecond apart
+//     say nothing yet of the lane's calls still running.) The target
 //     becomes 1, and slow start takes it back to half the pre-storm level
 //     (Recovered when it gets there); probing follows.
 //   - A newcomer is not in a storm: until a call of the lane has succeeded
