@@ -231,24 +231,36 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	unconfirmed := !d.confirmed
 	spanned := !c.hasLatency || now.Sub(d.streakStart).Seconds() >= c.latency
 	repeat := d.streak > 1 && spanned
-	c.lastDecr = now
-	c.decrCause = s.Outcome
-	d.confirmed = false
-	d.probing, d.gain = false, 0
-	d.reachedAt = time.Time{}
-	if !d.answered && s.Outcome == RateLimited {
+	newcomer := !d.answered && s.Outcome == RateLimited
+	if newcomer {
 		// No call of the lane has ever got through, and the provider says
 		// it is full: others hold the capacity (a newcomer to a shared
-		// account), or it is not there yet. Neither is a storm, and a lane cut to 1 would ask too
-		// rarely to ever win a slot that frees up: the first signal cuts
-		// gently, later ones only restart the round trip (lastDecr) and
-		// the lane keeps asking at that level until a call succeeds.
+		// account), or it is not there yet. Neither is a storm, and a lane
+		// cut to 1 would ask too rarely to ever win a slot that frees up:
+		// the first 429 cuts gently, later ones change nothing and the
+		// lane keeps asking at that level until a call succeeds.
 		d.streak = 0
 		if c.decreases > 0 {
 			return None
 		}
 		repeat, unconfirmed = false, false
 	}
+	if unconfirmed && !repeat && s.Outcome == RateLimited && c.target <= c.cfg.Initial {
+		// At or below the level every lane starts at, a 429 before the
+		// last cut was confirmed comes from others taking what the cut
+		// freed: the lane is being squeezed out of a shared cap. Cutting
+		// again would leave it too few calls to ever ask for a slot as
+		// one frees up; it keeps asking at its level instead, and changes
+		// nothing (not even the round trip: a fresh success must still be
+		// able to confirm the cut, after which a 429 cuts again, so that
+		// a lane alone above a small cap does come down to it).
+		return None
+	}
+	c.lastDecr = now
+	c.decrCause = s.Outcome
+	d.confirmed = false
+	d.probing, d.gain = false, 0
+	d.reachedAt = time.Time{}
 	if d.streak >= c.cfg.CollapseThreshold && spanned {
 		// A storm: CollapseThreshold decreases, each from a call sent
 		// after the previous one, and nothing got through in between.
@@ -264,15 +276,6 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		c.collapsed = true
 		c.collapses++
 		return Collapsed
-	}
-	if unconfirmed && !repeat && s.Outcome == RateLimited && c.target <= c.cfg.Initial {
-		// At or below the level every lane starts at, a 429 before the
-		// last cut was confirmed comes from others taking what the cut
-		// freed: the lane is being squeezed out of a shared cap. Cutting
-		// again would leave it too few calls to ever ask for a slot as
-		// one frees up; it keeps asking at its level instead (only a
-		// confirmed cut or a storm takes it lower).
-		return None
 	}
 	d.stable = level == d.prevLevel
 	d.prevLevel = level

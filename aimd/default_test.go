@@ -270,14 +270,14 @@ func TestDefaultSqueezed(t *testing.T) {
 	assert.Equal(t, None, c.ObserveAt(ok(1, 7), at(10.3)), "an old call: breaks the storm streak only")
 	// A 429 for a call sent after the cut, before any such call
 	// succeeded, at or below the starting level: others took what the cut
-	// freed. No cut; the round trip restarts.
+	// freed. Nothing changes, not even the round trip.
 	for i, sec := range []float64{10.5, 11, 11.5} {
 		assert.Equal(t, None, c.ObserveAt(limited(0.001, 7), at(sec)), "squeezed 429 %d", i)
 		st := c.State()
 		assert.InDelta(t, 7.2, st.Target, 1e-9, "squeezed 429 %d", i)
-		assert.Equal(t, at(sec), st.LastDecrease, "squeezed 429 %d restarts the round trip", i)
+		assert.Equal(t, at(10), st.LastDecrease, "squeezed 429 %d", i)
 		assert.Equal(t, uint64(1), st.Decreases, "squeezed 429 %d", i)
-		c.ObserveAt(ok(1, 7), at(sec+0.1)) // older calls still succeed
+		c.ObserveAt(ok(2, 7), at(sec+0.1)) // older calls still succeed
 	}
 	// A confirmed cut still goes lower.
 	require.Equal(t, None, c.ObserveAt(ok(0.4, 6), at(12)), "sent at 11.6: confirms")
@@ -317,13 +317,13 @@ func TestDefaultNewcomerNeverCollapses(t *testing.T) {
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 8), at(1)))
 	assert.InDelta(t, 7.2, c.State().Target, 1e-9, "8 × 0.9")
 	// Fresh 429s, nothing ever answered: others hold the capacity. No
-	// collapse, no further cut; each restarts the round trip.
+	// collapse, no further cut, nothing changes.
 	for i, sec := range []float64{2, 3, 4} {
 		assert.Equal(t, None, c.ObserveAt(limited(0.001, 7), at(sec)), "429 %d before any success", i)
 		st := c.State()
 		assert.InDelta(t, 7.2, st.Target, 1e-9, "429 %d", i)
 		assert.False(t, st.Collapsed, "429 %d", i)
-		assert.Equal(t, at(sec), st.LastDecrease, "429 %d restarts the round trip", i)
+		assert.Equal(t, at(1), st.LastDecrease, "429 %d", i)
 	}
 	assert.Equal(t, uint64(1), c.State().Decreases)
 	// Once a call has got through, the usual rules apply: a confirmed

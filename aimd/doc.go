@@ -80,11 +80,12 @@
 //   - If no fresh call has succeeded since the last decrease (but older
 //     calls have), that cut was not enough, or others sharing the
 //     provider took what it freed: multiply by DecreaseRatio² (0.81) and
-//     probe from there at once. At or below Initial, such a 429 does
-//     not cut at all (it only restarts the round trip): the lane is being
-//     squeezed out of a shared cap, and a lane cut to 2 or 3 calls asks
-//     too rarely to win back a slot as one frees up. Confirmed cuts and
-//     storms still take it lower. If no call at all has succeeded since
+//     probe from there at once. At or below Initial, such a 429 changes
+//     nothing: the lane is being squeezed out of a shared cap, and a lane
+//     cut to 2 or 3 calls asks too rarely to win back a slot as one frees
+//     up. A fresh success still confirms the last cut, after which a 429
+//     cuts again, so a lane alone above a small cap does come down to it;
+//     storms take it lower too. If no call at all has succeeded since
 //     the last decrease, it is a storm (below): with CollapseThreshold
 //     above 2, the decreases before the collapse multiply by
 //     RepeatDecreaseRatio (0.5).
@@ -123,12 +124,12 @@
 //     becomes 1, and slow start takes it back to half the pre-storm level
 //     (Recovered when it gets there); probing follows.
 //   - A newcomer is not in a storm: until a call of the lane has succeeded
-//     once, the first 429 cuts by DecreaseRatio and later ones only
-//     restart the round trip (timeouts follow the storm rule). Others hold the capacity; a lane
+//     once, the first 429 cuts by DecreaseRatio and later ones change
+//     nothing (timeouts follow the storm rule). Others hold the capacity; a lane
 //     that keeps asking at its level wins slots as they free up, where a
 //     lane collapsed to 1 asks too rarely to ever get any. The price is
-//     more 429s while a shared cap is contended (about 5 per 100 calls in
-//     the shared simulation, against 3 without these two rules).
+//     more 429s while a shared cap is contended (about 3.5 per 100 calls
+//     in the shared simulation, against 3 without these two rules).
 //   - Yield: after 8 round trips without a congestion signal the lane
 //     gives back 40% of its calls in flight (at least one; none below 2),
 //     does not refill those slots for a round trip (until a call
