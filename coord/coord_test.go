@@ -157,9 +157,12 @@ func TestOneDecreasePerRoundTrip(t *testing.T) {
 	assert.Equal(t, 18.0, s.Target, "explained by the decrease b had not seen")
 
 	// An increase earned before b knew of the decrease is dropped too.
-	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0.Add(-time.Hour)})
+	// (A second later, past the hold below the ceiling: see
+	// TestHoldBelowAStableCeiling.)
+	clk.Add(time.Second)
+	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0.Add(-time.Hour), Demand: 100})
 	assert.Equal(t, 18.0, s.Target)
-	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0})
+	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0, Demand: 100})
 	assert.Equal(t, 21.0, s.Target, "once b knows of it, its increases count")
 
 	// A decrease never raises the target.
@@ -334,4 +337,92 @@ func TestConfigValidate(t *testing.T) {
 	err := Config{Options: opts, Metrics: metrics.NewSet(), SyncInterval: time.Second, LeaseTTL: time.Second}.Validate()
 	assert.Error(t, err)
 	assert.False(t, errors.Is(err, ErrLocal))
+}
+
+// Under a hard cap, the level of the last decrease is a ceiling: the target
+// holds just below it, probes one slot above it now and then, and a probe
+// that fails again costs one slot, not a multiplicative cut; a decrease
+// below the ceiling (the capacity fell) is cut as the reporter cut it.
+func TestHoldBelowAStableCeiling(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	rtt := 500 * time.Millisecond
+	sync1(t, a, Report{Initial: 33, Demand: 100, Latency: rtt})
+	sync1(t, b, Report{Demand: 100, Latency: rtt})
+
+	// The first decrease is the reporter's cut; 33 is the ceiling.
+	s := sync1(t, a, Report{Decreased: true, DecreaseTarget: 29.7, DecreaseDispatched: t0.Add(-time.Millisecond),
+		DecreaseAt: t0, DecreaseLevel: 33, Latency: rtt})
+	assert.Equal(t, 29.7, s.Target)
+
+	// Slow start back: increases stop just below the ceiling.
+	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	assert.Equal(t, 32.0, s.Target, "held at the ceiling - 1")
+	clk.Add(time.Second)
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	assert.Equal(t, 32.0, s.Target, "still held (4 round trips)")
+
+	// The probe: one slot above the hold.
+	clk.Add(time.Second + 100*time.Millisecond)
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	assert.Equal(t, 33.0, s.Target, "probing: one slot more")
+	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	assert.Equal(t, 33.0, s.Target, "probing: one slot more, not two")
+
+	// It fails at the ceiling again: back to just below, not ×0.9.
+	probe := clk.Now()
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 29.7, DecreaseDispatched: probe.Add(-time.Millisecond),
+		DecreaseAt: probe, DecreaseLevel: 33, SeenDecrease: t0, Latency: rtt})
+	assert.Equal(t, 32.0, s.Target, "a probe that fails at the ceiling costs one slot")
+	assert.WithinDuration(t, probe, s.LastDecrease, 0)
+
+	// The next probe waits twice as long (8 round trips).
+	clk.Add(3 * time.Second)
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, Latency: rtt})
+	assert.Equal(t, 32.0, s.Target, "held longer after a confirmed ceiling")
+	clk.Add(1100 * time.Millisecond)
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, Latency: rtt})
+	assert.Equal(t, 33.0, s.Target, "probing again")
+
+	// A probe that holds for two round trips: capacity grew, the ceiling
+	// is forgotten.
+	clk.Add(1100 * time.Millisecond)
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, Latency: rtt})
+	assert.Equal(t, 38.0, s.Target, "free to grow")
+
+	// A gentle decrease below the ceiling: the reporter's cut.
+	drop := clk.Now()
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 34.2, DecreaseDispatched: drop.Add(-time.Millisecond),
+		DecreaseAt: drop, DecreaseLevel: 38, SeenDecrease: probe, Latency: rtt})
+	assert.Equal(t, 34.2, s.Target, "the first decrease at a new level")
+	// The capacity fell: a decrease below the ceiling is the reporter's
+	// cut, however deep.
+	drop2 := drop.Add(time.Second)
+	clk.Add(time.Second)
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 30.8, DecreaseDispatched: drop2.Add(-time.Millisecond),
+		DecreaseAt: drop2, DecreaseLevel: 34, SeenDecrease: drop, Latency: rtt})
+	assert.Equal(t, 30.8, s.Target, "below the ceiling: the reporter's cut")
+	drop3 := drop2.Add(time.Second)
+	clk.Add(time.Second)
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 15.4, DecreaseDispatched: drop3.Add(-time.Millisecond),
+		DecreaseAt: drop3, DecreaseLevel: 30, SeenDecrease: drop2, Latency: rtt})
+	assert.Equal(t, 15.4, s.Target, "below the ceiling again: the reporter's halving")
+}
+
+// The target does not grow past what the Governors use: the sum of their
+// demands, and one more.
+func TestTargetGrowsOnlyToWhatIsUsed(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 30, Demand: 16})
+	s := sync1(t, b, Report{Increase: 5, Demand: 16})
+	assert.Equal(t, 33.0, s.Target, "32 in use, and one more")
+	s = sync1(t, a, Report{Increase: 5, Demand: 10})
+	assert.Equal(t, 33.0, s.Target, "less used: no growth, and no cut either")
+	s = sync1(t, a, Report{Increase: 5, Demand: 40})
+	assert.Equal(t, 38.0, s.Target)
 }

@@ -59,6 +59,9 @@ type Report struct {
 	// Rate and Burst are the pacing the provider's rate-limit headers
 	// showed (tokens per second and bucket size; zero: unknown).
 	Rate, Burst float64
+	// Latency is the lane's round-trip time here (zero: unknown): the
+	// shared record counts its holds and probes in round trips.
+	Latency time.Duration
 }
 
 // Shared is the shared record of one lane after a sync.
@@ -304,7 +307,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
 			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), max(r.Demand, 0), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed)
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds())
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err

@@ -11,7 +11,8 @@ import "github.com/redis/go-redis/v9"
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
 // the last shared decrease the reporter knew of, when the pause was asked
-// for, the reporter's last success, 1 if the decrease is a collapse.
+// for, the reporter's last success, 1 if the decrease is a collapse, the
+// reporter's round-trip time (ms, 0: unknown).
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
@@ -19,7 +20,7 @@ import "github.com/redis/go-redis/v9"
 var syncScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
-local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at')
+local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt')
 local target = tonumber(st[1]) or tonumber(ARGV[6])
 local lastdec = tonumber(st[2]) or 0
 local level = tonumber(st[3]) or 0
@@ -29,26 +30,78 @@ local burst = tonumber(st[6]) or 0
 local rate_at = tonumber(st[7]) or 0
 local paused_at = tonumber(st[8]) or 0
 
+local ceil = tonumber(st[10]) or 0
+local probes = tonumber(st[11]) or 0
+local probe_at = tonumber(st[12]) or 0
+local rtt = tonumber(st[13]) or 0
+if tonumber(ARGV[21]) > 0 then rtt = tonumber(ARGV[21]) end
+local round = math.max(rtt, 100)
+
+-- The members: expired leases go, this one is renewed.
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREM', KEYS[2], unpack(gone))
+  redis.call('HDEL', KEYS[3], unpack(gone))
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
+
 local dec = tonumber(ARGV[8])
 local seen = tonumber(ARGV[17])
 local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
 -- A collapse is a storm seen by one Governor: nothing it sent got through.
 -- If another Governor's call succeeded after the call behind it was sent,
 -- the lane is not in a storm; the collapse stays local.
-local storm = ARGV[20] ~= '1' or ok_at <= tonumber(ARGV[9])
+-- (Successes reach the record at syncs: one a round trip before the call
+-- was sent shows the lane was not in a storm then.)
+local storm = ARGV[20] ~= '1' or ok_at <= tonumber(ARGV[9]) - round
 if dec and tonumber(ARGV[9]) > lastdec and seen >= lastdec and dec < target and storm then
   -- A decrease caused by a call sent after the last shared one, by a
   -- Governor that knew of it. (One that did not sent the call at its old
   -- share: the last decrease explains it.) A decrease never raises the
   -- target that others lowered meanwhile.
-  target = dec
+  --
+  -- The ceiling: the limit at which the last decrease came. A gentle
+  -- decrease at that ceiling again (or one above it: the probe) is the
+  -- probe one slot too many under a stable cap: the target goes just
+  -- below it, where it holds, and the next probe waits longer. Any other
+  -- decrease (the first, one below the ceiling: the capacity fell, a
+  -- repeat or a collapse) is the reporter's cut, multiplicative.
+  local pre = math.floor(target)
+  if ARGV[20] ~= '1' and ceil > 0 and pre >= ceil and pre <= ceil + 1 and dec >= 0.75 * target then
+    target = pre - 1
+    probes = probes + 1
+  else
+    target = dec
+    probes = 0
+  end
+  ceil = pre
+  probe_at = tonumber(ARGV[10]) + round * math.min(4 * 2 ^ probes, 32)
   lastdec = tonumber(ARGV[10])
   level = tonumber(ARGV[11])
 elseif seen >= lastdec then
   -- An increase earned by calls answered before the reporter knew of the
   -- last decrease was made on the old, larger target: it is dropped, as
   -- the reporter's controller drops answers of calls sent before it.
-  target = target + math.max(0, tonumber(ARGV[7]))
+  local grown = target + math.max(0, tonumber(ARGV[7]))
+  -- Not past what the Governors use: their calls in flight and queued,
+  -- and one more to learn whether the limit holds them back.
+  local want = 0
+  local demands = redis.call('HVALS', KEYS[3])
+  for i = 1, #demands do want = want + (tonumber(demands[i]) or 0) end
+  grown = math.min(grown, math.max(target, want + 1))
+  if ceil > 0 and now < probe_at then
+    -- Hold just below the ceiling until the probe is due.
+    grown = math.min(grown, math.max(target, ceil - 1))
+  elseif ceil > 0 and now < probe_at + 2 * round then
+    -- The probe: one slot more, for a couple of round trips.
+    grown = math.min(grown, math.max(target, ceil))
+  elseif ceil > 0 then
+    -- The ceiling held for the probe: capacity grew, forget it.
+    ceil = 0
+    probes = 0
+  end
+  target = grown
 end
 if target > max then target = max end
 if target < 1 then target = 1 end
@@ -62,15 +115,9 @@ if tonumber(ARGV[13]) > 0 then
   rate_at = now
 end
 redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(lastdec), 'level', tostring(level),
-  'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at), 'paused_at', tostring(paused_at), 'ok_at', tostring(ok_at))
+  'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at), 'paused_at', tostring(paused_at), 'ok_at', tostring(ok_at),
+  'ceil', tostring(ceil), 'probes', tostring(probes), 'probe_at', tostring(probe_at), 'rtt', tostring(rtt))
 
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-if #gone > 0 then
-  redis.call('ZREM', KEYS[2], unpack(gone))
-  redis.call('HDEL', KEYS[3], unpack(gone))
-end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 local ttl = tonumber(ARGV[15])
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
 

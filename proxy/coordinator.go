@@ -29,22 +29,23 @@ type Coordinator interface {
 // LaneReport is what this Governor tells the others about a lane. Its
 // fields mirror coord.Report, field for field.
 type LaneReport struct {
-	Lane               string    // the lane id, free of credentials
-	Max                int       // upper bound of the target
-	Initial            float64   // the target a lane with no shared state starts from
-	Increase           float64   // the local controller's increase since the last sync
-	SeenDecrease       time.Time // the shared last decrease adopted last
-	Decreased          bool      // the local controller decreased since the last sync:
-	Collapsed          bool      // by a collapse,
-	DecreaseTarget     float64   // to this target,
-	DecreaseDispatched time.Time // for a call dispatched then,
-	DecreaseAt         time.Time // at this instant,
-	DecreaseLevel      float64   // at this level
-	Demand             int       // calls in flight plus queued
-	PausedUntil        time.Time // the provider's Retry-After, if any,
-	PausedAt           time.Time // given then
-	LastSuccess        time.Time // the lane's last successful call here
-	Rate, Burst        float64   // the pacing learned from rate-limit headers, if any
+	Lane               string        // the lane id, free of credentials
+	Max                int           // upper bound of the target
+	Initial            float64       // the target a lane with no shared state starts from
+	Increase           float64       // the local controller's increase since the last sync
+	SeenDecrease       time.Time     // the shared last decrease adopted last
+	Decreased          bool          // the local controller decreased since the last sync:
+	Collapsed          bool          // by a collapse,
+	DecreaseTarget     float64       // to this target,
+	DecreaseDispatched time.Time     // for a call dispatched then,
+	DecreaseAt         time.Time     // at this instant,
+	DecreaseLevel      float64       // at this level
+	Demand             int           // calls in flight plus queued
+	PausedUntil        time.Time     // the provider's Retry-After, if any,
+	PausedAt           time.Time     // given then
+	LastSuccess        time.Time     // the lane's last successful call here
+	Rate, Burst        float64       // the pacing learned from rate-limit headers, if any
+	Latency            time.Duration // the lane's round-trip time (latency EWMA), if known
 }
 
 // LaneShared is a lane's shared state. Its fields mirror coord.Shared,
@@ -68,6 +69,7 @@ type laneCoord struct {
 	kick chan struct{} // asks the sync loop for a sync now
 
 	joined       bool      // the last sync succeeded: the queue's limit is the share
+	starting     bool      // not yet synced: the queue's limit is 1 (see newLane)
 	share        int       // this Governor's part of the shared limit
 	members      int       // live Governors at the last sync
 	sharedTarget float64   // the shared target at the last sync
@@ -83,6 +85,47 @@ type laneCoord struct {
 	remotePause   time.Time // the pause last taken from another Governor
 	seenPause     time.Time // the latest pause applied or sent
 	rate, burst   float64   // the shared pacing
+	// shares are the shares the last syncs gave, newest last, for
+	// grownShare.
+	shares []shareAt
+}
+
+// shareAt is the share a sync gave at an instant.
+type shareAt struct {
+	at    time.Time
+	share int
+}
+
+// grownShare returns the share this Governor may use now, given the share
+// s that the sync at now gave it, and records s. A smaller share applies at
+// once; a larger one only once every other Governor has synced since it was
+// given (grace: a sync interval and a half), that is, the least of the
+// shares given since the newest sync at least grace old, that one included. The slots a Governor gains
+// are the slots another lost, or a target that grew: the others give theirs
+// up at their next sync, and until then both would use them, over the cap.
+// (A Governor joining takes its share from the others; a remainder that
+// turns moves one slot from one to another.) Without a sync grace old,
+// from is the share: the lane's limit before it joined.
+//
+// grownShare requires the lane's mu to be held.
+func (c *laneCoord) grownShare(s int, now time.Time, grace time.Duration, from int) int {
+	cut := now.Add(-grace)
+	k, found := 0, false // the syncs older than grace, but the newest of them, are dropped
+	for i, e := range c.shares {
+		if !e.at.After(cut) {
+			k, found = i, true
+		}
+	}
+	c.shares = append(c.shares[:0], c.shares[k:]...)
+	use := s
+	if !found {
+		use = min(use, from)
+	}
+	for _, e := range c.shares {
+		use = min(use, e.share)
+	}
+	c.shares = append(c.shares, shareAt{now, s})
+	return use
 }
 
 // signal asks the sync loop for a sync now, without waiting.
@@ -130,7 +173,8 @@ func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
 	st := l.ctrl.State()
 	decs := st.Decreases + st.Collapses
 	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: qs.InFlight + qs.Waiting,
-		PausedUntil: co.pendingPause, PausedAt: co.pendingAt, LastSuccess: co.lastOK, Rate: rate, Burst: burst, SeenDecrease: co.seenDec}
+		PausedUntil: co.pendingPause, PausedAt: co.pendingAt, LastSuccess: co.lastOK, Rate: rate, Burst: burst, SeenDecrease: co.seenDec,
+		Latency: st.LatencyEWMA}
 	switch {
 	case !co.joined:
 		// Joining, or rejoining after Redis was lost: the local target
@@ -149,7 +193,9 @@ func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
 // adopt takes a lane's shared state after a sync: the shared target (plus
 // what the local controller grew since the report), the share as the
 // queue's limit, another Governor's pause, the shared pacing.
-func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, log *slog.Logger) {
+//
+// A share larger than the last applies only after grace (see grownShare).
+func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Duration, log *slog.Logger) {
 	l.mu.Lock()
 	co := l.co
 	st := l.ctrl.State()
@@ -168,8 +214,12 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, log *slog.Logge
 	}
 	co.decCount = snap.decs
 	joined := co.joined
-	co.joined = true
-	co.share, co.members, co.sharedTarget = s.Share, s.Members, s.Target
+	from := co.share
+	if !joined {
+		from = l.q.Stats().Limit // joining: the start's 1, or a local limit
+	}
+	co.joined, co.starting = true, false
+	co.share, co.members, co.sharedTarget = co.grownShare(s.Share, now, grace, from), s.Members, s.Target
 	co.seenDec = s.LastDecrease
 	co.rate, co.burst = s.Rate, s.Burst
 	if !co.pendingPause.After(snap.pause) {
@@ -219,10 +269,16 @@ func (l *lane) fallback(log *slog.Logger) {
 	l.mu.Lock()
 	co := l.co
 	if !co.joined {
+		if co.starting {
+			// The first sync failed: govern alone from the start.
+			co.starting = false
+			l.q.SetLimit(l.ctrl.Limit())
+		}
 		l.mu.Unlock()
 		return
 	}
 	co.joined = false
+	co.shares = co.shares[:0]
 	fair := co.share
 	if co.members > 0 {
 		fair = max(fair, int(co.sharedTarget)/co.members)
@@ -303,6 +359,6 @@ func (p *Proxy) syncLanes() {
 	}
 	now := p.cfg.Now()
 	for i, l := range lanes {
-		l.adopt(snaps[i], shared[i], now, p.cfg.Logger)
+		l.adopt(snaps[i], shared[i], now, p.cfg.SyncInterval*3/2, p.cfg.Logger)
 	}
 }

@@ -71,9 +71,8 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 	var li LaneInfo
 	require.Eventually(t, func() bool {
 		li = lanesOf(t, c, base)[0]
-		return li.Coordinated
-	}, 2*time.Second, 5*time.Millisecond)
-	assert.Equal(t, 3, li.Limit, "this Governor's limit is its share")
+		return li.Coordinated && li.Limit == 3
+	}, 2*time.Second, 5*time.Millisecond, "this Governor's limit is its share")
 	assert.Equal(t, 10, li.SharedLimit, "the controller holds the shared target")
 	assert.Equal(t, 2, li.Members)
 	lane := p.lanes.all()[0]
@@ -201,4 +200,24 @@ func TestCtrlInFlight(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, ctrlInFlight(tc.inFlight, tc.share, tc.synced, tc.limit), "%+v", tc)
 	}
+}
+
+// A share that grows applies only once the others have synced since it was
+// given; one that shrinks applies at once.
+func TestGrownShareWaitsForTheOthers(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	grace := 150 * time.Millisecond
+	c := &laneCoord{}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+	assert.Equal(t, 1, c.grownShare(8, at(0), grace, 1), "joining: the start's limit until the others have synced")
+	assert.Equal(t, 1, c.grownShare(8, at(100), grace, 1))
+	assert.Equal(t, 8, c.grownShare(8, at(200), grace, 1), "a grace later, the share")
+	assert.Equal(t, 8, c.grownShare(11, at(300), grace, 8), "a larger share waits")
+	assert.Equal(t, 8, c.grownShare(11, at(400), grace, 8))
+	assert.Equal(t, 11, c.grownShare(11, at(500), grace, 8), "then applies")
+	assert.Equal(t, 7, c.grownShare(7, at(510), grace, 11), "a smaller share applies at once")
+	assert.Equal(t, 7, c.grownShare(9, at(600), grace, 7), "the share of a grace ago bounds it")
+	assert.Equal(t, 9, c.grownShare(9, at(800), grace, 7))
+	assert.LessOrEqual(t, len(c.shares), 3, "old syncs are dropped")
 }

@@ -232,6 +232,13 @@ func (ls *lanes) newLane(key laneKey) *lane {
 	if ls.kick != nil {
 		l.co = &laneCoord{kick: ls.kick}
 		defer l.co.signal() // join at once
+		if ls.cfg.Coordinator.Up() {
+			// Until the first sync tells this Governor its share, the
+			// others may be using the whole shared limit: one call at a
+			// time. (A failed sync gives the lane its local limit.)
+			l.co.starting = true
+			l.q.SetLimit(1)
+		}
 	}
 	l.m = newLaneMetrics(ls.set, l)
 	ls.log.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", ls.cfg.AIMD.Preset.String())
