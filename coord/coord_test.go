@@ -112,14 +112,14 @@ func TestSyncMergesTargets(t *testing.T) {
 	assert.Equal(t, 4, s.Share)
 
 	// Increases from both add up.
-	sync1(t, a, Report{Increase: 1.5, Demand: 100})
-	s = sync1(t, b, Report{Increase: 0.5, Demand: 2})
+	sync1(t, a, Report{Increase: 1.5, Demand: 100, InFlight: 8})
+	s = sync1(t, b, Report{Increase: 0.5, Demand: 2, InFlight: 2})
 	assert.Equal(t, 10.0, s.Target)
 	assert.Equal(t, 2, s.Share, "b needs 2: it gets 2")
-	assert.Equal(t, 8, sync1(t, a, Report{Demand: 100}).Share, "a gets the rest")
+	assert.Equal(t, 8, sync1(t, a, Report{Demand: 100, InFlight: 8}).Share, "a gets the rest")
 
 	// Clamped to max.
-	s = sync1(t, a, Report{Increase: 500, Demand: 100})
+	s = sync1(t, a, Report{Increase: 500, Demand: 100, InFlight: 100})
 	assert.Equal(t, 64.0, s.Target)
 	s = sync1(t, a, Report{Decreased: true, DecreaseTarget: -3, DecreaseDispatched: t0, DecreaseAt: t0, Demand: 100})
 	assert.Equal(t, 1.0, s.Target, "and to 1")
@@ -162,18 +162,23 @@ func TestOneDecreasePerRoundTrip(t *testing.T) {
 	clk.Add(time.Second)
 	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0.Add(-time.Hour), Demand: 100})
 	assert.Equal(t, 18.0, s.Target)
-	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0, Demand: 100})
-	assert.Equal(t, 21.0, s.Target, "once b knows of it, its increases count")
+	s = sync1(t, b, Report{Increase: 3, SeenDecrease: t0, Demand: 100, InFlight: 19})
+	assert.Equal(t, 20.0, s.Target, "once b knows of it, its increases count (up to the ceiling)")
 
 	// A decrease never raises the target.
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 25, DecreaseDispatched: t0.Add(time.Millisecond),
 		DecreaseAt: t0.Add(time.Second), DecreaseLevel: 26, SeenDecrease: t0})
-	assert.Equal(t, 21.0, s.Target)
+	assert.Equal(t, 20.0, s.Target)
 	assert.WithinDuration(t, t0, s.LastDecrease, 0)
 
-	// A call sent after the decrease, limited again, by a Governor that
-	// knew of it: a new decrease.
-	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 9, DecreaseDispatched: t0.Add(time.Millisecond),
+	// A call sent just after the decrease, by a Governor that knew of it:
+	// the others' calls sent at their old shares were still in flight,
+	// explained by the decrease. A round trip later (100ms when no one
+	// reports a latency), a new decrease.
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 9, DecreaseDispatched: t0.Add(50 * time.Millisecond),
+		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 18, SeenDecrease: t0})
+	assert.Equal(t, 20.0, s.Target, "within a round trip of the last decrease: explained by it")
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 9, DecreaseDispatched: t0.Add(101 * time.Millisecond),
 		DecreaseAt: t0.Add(2 * time.Second), DecreaseLevel: 18, SeenDecrease: t0})
 	assert.Equal(t, 9.0, s.Target)
 	assert.WithinDuration(t, t0.Add(2*time.Second), s.LastDecrease, 0)
@@ -349,65 +354,73 @@ func TestHoldBelowAStableCeiling(t *testing.T) {
 	clk := &clock{t: t0}
 	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
 	rtt := 500 * time.Millisecond
-	sync1(t, a, Report{Initial: 33, Demand: 100, Latency: rtt})
-	sync1(t, b, Report{Demand: 100, Latency: rtt})
+	sync1(t, a, Report{Initial: 33, Demand: 100, InFlight: 50, Latency: rtt})
+	sync1(t, b, Report{Demand: 100, InFlight: 50, Latency: rtt})
 
 	// The first decrease is the reporter's cut; 33 is the ceiling.
 	s := sync1(t, a, Report{Decreased: true, DecreaseTarget: 29.7, DecreaseDispatched: t0.Add(-time.Millisecond),
-		DecreaseAt: t0, DecreaseLevel: 33, Latency: rtt})
+		DecreaseAt: t0, DecreaseLevel: 33, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 29.7, s.Target)
 
 	// Slow start back: increases stop just below the ceiling.
-	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 32.0, s.Target, "held at the ceiling - 1")
 	clk.Add(time.Second)
-	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 32.0, s.Target, "still held (4 round trips)")
 
 	// The probe: one slot above the hold.
 	clk.Add(time.Second + 100*time.Millisecond)
-	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 33.0, s.Target, "probing: one slot more")
-	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, Latency: rtt})
+	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 33.0, s.Target, "probing: one slot more, not two")
 
 	// It fails at the ceiling again: back to just below, not ×0.9.
 	probe := clk.Now()
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 29.7, DecreaseDispatched: probe.Add(-time.Millisecond),
-		DecreaseAt: probe, DecreaseLevel: 33, SeenDecrease: t0, Latency: rtt})
+		DecreaseAt: probe, DecreaseLevel: 33, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 32.0, s.Target, "a probe that fails at the ceiling costs one slot")
 	assert.WithinDuration(t, probe, s.LastDecrease, 0)
 
 	// The next probe waits twice as long (8 round trips).
 	clk.Add(3 * time.Second)
-	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 32.0, s.Target, "held longer after a confirmed ceiling")
 	clk.Add(1100 * time.Millisecond)
-	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 33.0, s.Target, "probing again")
 
 	// A probe that holds for two round trips: capacity grew, the ceiling
-	// is forgotten.
+	// rises by 1, 2, 4... slots, each probed for two round trips.
+	for _, c := range [][2]float64{{33, 34}, {34, 36}, {36, 40}} {
+		clk.Add(1100 * time.Millisecond)
+		s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
+		assert.Equal(t, c[0], s.Target, "the probe held: the ceiling rises")
+		s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
+		assert.Equal(t, c[1], s.Target, "probing the new ceiling")
+	}
 	clk.Add(1100 * time.Millisecond)
-	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, Latency: rtt})
-	assert.Equal(t, 38.0, s.Target, "free to grow")
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 2, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
+	assert.Equal(t, 42.0, s.Target)
 
 	// A gentle decrease below the ceiling: the reporter's cut.
 	drop := clk.Now()
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 34.2, DecreaseDispatched: drop.Add(-time.Millisecond),
-		DecreaseAt: drop, DecreaseLevel: 38, SeenDecrease: probe, Latency: rtt})
+		DecreaseAt: drop, DecreaseLevel: 38, SeenDecrease: probe, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 34.2, s.Target, "the first decrease at a new level")
 	// The capacity fell: a decrease below the ceiling is the reporter's
 	// cut, however deep.
 	drop2 := drop.Add(time.Second)
 	clk.Add(time.Second)
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 30.8, DecreaseDispatched: drop2.Add(-time.Millisecond),
-		DecreaseAt: drop2, DecreaseLevel: 34, SeenDecrease: drop, Latency: rtt})
+		DecreaseAt: drop2, DecreaseLevel: 34, SeenDecrease: drop, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 30.8, s.Target, "below the ceiling: the reporter's cut")
 	drop3 := drop2.Add(time.Second)
 	clk.Add(time.Second)
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 15.4, DecreaseDispatched: drop3.Add(-time.Millisecond),
-		DecreaseAt: drop3, DecreaseLevel: 30, SeenDecrease: drop2, Latency: rtt})
+		DecreaseAt: drop3, DecreaseLevel: 30, SeenDecrease: drop2, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 15.4, s.Target, "below the ceiling again: the reporter's halving")
 }
 
@@ -418,11 +431,73 @@ func TestTargetGrowsOnlyToWhatIsUsed(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := &clock{t: t0}
 	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
-	sync1(t, a, Report{Initial: 30, Demand: 16})
-	s := sync1(t, b, Report{Increase: 5, Demand: 16})
+	sync1(t, a, Report{Initial: 30, Demand: 16, InFlight: 16})
+	s := sync1(t, b, Report{Increase: 5, Demand: 16, InFlight: 16})
 	assert.Equal(t, 33.0, s.Target, "32 in use, and one more")
-	s = sync1(t, a, Report{Increase: 5, Demand: 10})
+	s = sync1(t, a, Report{Increase: 5, Demand: 10, InFlight: 10})
 	assert.Equal(t, 33.0, s.Target, "less used: no growth, and no cut either")
-	s = sync1(t, a, Report{Increase: 5, Demand: 40})
+	s = sync1(t, a, Report{Increase: 5, Demand: 40, InFlight: 33})
 	assert.Equal(t, 38.0, s.Target)
+}
+
+// A share is what the others leave: a Governor given slots another still
+// has calls in takes them as those calls finish.
+func TestShareWaitsForTheOthersCalls(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	s := sync1(t, a, Report{Initial: 32, Demand: 40, InFlight: 30})
+	assert.Equal(t, 32, s.Share, "alone")
+	s = sync1(t, b, Report{Demand: 16})
+	assert.Equal(t, 2, s.Share, "a has 30 calls in flight: 2 are left")
+	s = sync1(t, a, Report{Demand: 40, InFlight: 30})
+	assert.Equal(t, 16, s.Share, "a's share shrinks at once")
+	s = sync1(t, b, Report{Demand: 16})
+	assert.Equal(t, 2, s.Share, "a's calls are still in flight")
+	sync1(t, a, Report{Demand: 30, InFlight: 16})
+	s = sync1(t, b, Report{Demand: 16})
+	assert.Equal(t, 16, s.Share, "a's calls finished")
+}
+
+// A target that ran ahead of the calls in flight (a slow start) is cut from
+// what was in flight.
+func TestCutFromWhatWasInFlight(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 48, Demand: 30, InFlight: 16})
+	sync1(t, b, Report{Demand: 30, InFlight: 16})
+	s := sync1(t, a, Report{Decreased: true, DecreaseTarget: 43.2, DecreaseDispatched: t0.Add(-time.Millisecond),
+		DecreaseAt: t0, DecreaseLevel: 48, Demand: 30, InFlight: 16})
+	assert.InDelta(t, 28.8, s.Target, 1e-9, "0.9 of the 32 in flight, not of 48")
+}
+
+// A Governor whose controller cut hard (a repeat: no success of its own
+// since the decrease it adopted) gets the gentle cut when another
+// Governor's call succeeded a round trip after that decrease.
+func TestRepeatOnlyIfTheLaneRepeats(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 40, Demand: 30, InFlight: 20})
+	sync1(t, b, Report{Demand: 30, InFlight: 20})
+	s := sync1(t, a, Report{Decreased: true, DecreaseTarget: 36, DecreaseDispatched: t0.Add(-time.Millisecond),
+		DecreaseAt: t0, DecreaseLevel: 40, Demand: 30, InFlight: 20, DecreaseRatio: 0.9})
+	assert.Equal(t, 36.0, s.Target)
+
+	// a's calls succeed; b, which adopted the decrease late, cuts hard.
+	at := t0.Add(500 * time.Millisecond)
+	sync1(t, a, Report{SeenDecrease: t0, LastSuccess: at, Demand: 30, InFlight: 20})
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 18, DecreaseDispatched: at, DecreaseAt: at.Add(time.Millisecond),
+		DecreaseLevel: 36, SeenDecrease: t0, Demand: 30, InFlight: 20, DecreaseRatio: 0.9})
+	assert.InDelta(t, 32.4, s.Target, 1e-9, "the lane is not in a repeat: 0.9, not 0.5")
+
+	// Nothing succeeded since: a repeat, cut hard.
+	at2 := at.Add(500 * time.Millisecond)
+	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 16.2, DecreaseDispatched: at2, DecreaseAt: at2,
+		DecreaseLevel: 32, SeenDecrease: at.Add(time.Millisecond), Demand: 30, InFlight: 20, DecreaseRatio: 0.9})
+	assert.InDelta(t, 16.2, s.Target, 1e-9)
 }

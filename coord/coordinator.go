@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +49,9 @@ type Report struct {
 	DecreaseDispatched time.Time
 	DecreaseAt         time.Time
 	DecreaseLevel      float64
-	// Demand is the lane's calls in flight plus queued in this Governor.
-	Demand int
+	// Demand is the lane's calls in flight plus queued in this Governor,
+	// InFlight those in flight.
+	Demand, InFlight int
 	// PausedUntil is a pause the provider asked for (zero: none), at
 	// PausedAt.
 	PausedUntil, PausedAt time.Time
@@ -62,6 +64,10 @@ type Report struct {
 	// Latency is the lane's round-trip time here (zero: unknown): the
 	// shared record counts its holds and probes in round trips.
 	Latency time.Duration
+	// DecreaseRatio is the controller's gentle cut (aimd
+	// Config.DecreaseRatio; zero: unknown), which a repeat decrease is
+	// given when the lane is not in a repeat (see doc.go).
+	DecreaseRatio float64
 }
 
 // Shared is the shared record of one lane after a sync.
@@ -305,9 +311,9 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 			dec, decDispatched, decAt = num(r.DecreaseTarget), ms(r.DecreaseDispatched), ms(r.DecreaseAt)
 		}
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
-			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), max(r.Demand, 0), r.Max, num(r.Initial),
+			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), strconv.Itoa(max(r.Demand, 0))+","+strconv.Itoa(max(r.InFlight, 0)), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds())
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio))
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
@@ -346,8 +352,10 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 		LastDecrease: fromMs(f[1]), PausedUntil: fromMs(f[3]), PausedAt: fromMs(f[6])}
 	mems := make([]Member, 0, (len(vals)-7)/2)
 	for i := 7; i+1 < len(vals); i += 2 {
-		d, _ := strconv.Atoi(vals[i+1])
-		mems = append(mems, Member{Instance: vals[i], Demand: d})
+		ds, fs, _ := strings.Cut(vals[i+1], ",")
+		d, _ := strconv.Atoi(ds)
+		f, _ := strconv.Atoi(fs)
+		mems = append(mems, Member{Instance: vals[i], Demand: d, InFlight: f})
 	}
 	slices.SortFunc(mems, func(a, b Member) int {
 		switch {
@@ -363,10 +371,22 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 	// same instant for every Governor, so that no one is always the one
 	// without; rarely, since a turn moves shares before every Governor
 	// has seen it.
-	shares := Shares(int(math.Floor(s.Target)), mems, int(now.UnixMilli()/remainderTurn.Milliseconds()))
+	limit := int(math.Floor(s.Target))
+	shares := Shares(limit, mems, int(now.UnixMilli()/remainderTurn.Milliseconds()))
+	// A share is what is left of the limit once the others' calls are
+	// counted: their shares, or more if more are still in flight (sent
+	// at a larger share before it shrank). So a Governor joining, or
+	// given slots another had, takes them as the other's calls finish,
+	// not over the cap at once.
+	left := limit
+	for i, m := range mems {
+		if m.Instance != co.cfg.Instance {
+			left -= max(shares[i], m.InFlight)
+		}
+	}
 	for i, m := range mems {
 		if m.Instance == co.cfg.Instance {
-			s.Share = shares[i]
+			s.Share = max(0, min(shares[i], left))
 		}
 	}
 	return s, nil

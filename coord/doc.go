@@ -14,9 +14,9 @@
 // of the credential: never the credential) in a hash tag, so a lane's keys
 // live in one Redis Cluster slot:
 //
-//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt
+//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
-//	governor:{<lane id>}:demand   hash: instance id -> calls in flight + queued
+//	governor:{<lane id>}:demand   hash: instance id -> "calls in flight + queued,calls in flight"
 //	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
 //
 // Values are numbers; member names are instance ids (GOVERNOR_INSTANCE).
@@ -36,24 +36,30 @@
 //     in between (the increase was earned at the old, larger target), and
 //     only up to what the Governors use: the sum of their demands, plus one;
 //   - a decrease lowers the shared target only if the call that caused it
-//     was dispatched after the shared last decrease by a Governor that knew
-//     of that decrease: one decrease per round trip across every Governor,
-//     as one controller would make, and none for 429s of calls sent at a
-//     share that was already cut elsewhere; the target is clamped to
-//     [1, max];
+//     was dispatched a round trip after the shared last decrease (until
+//     then the others' calls sent at their old shares are still in flight)
+//     by a Governor that knew of that decrease: one decrease per round trip
+//     across every Governor, as one controller would make, and none for
+//     429s of calls sent at a share that was already cut elsewhere; the
+//     target is clamped to [1, max];
 //   - the ceiling: the limit at which the last decrease came (ceil). Until
-//     a probe is due (probe_at), increases stop just below it; then, for
-//     two round trips, one slot above it may be tried; if that holds, the
-//     capacity grew and the ceiling is forgotten. A gentle decrease at the
-//     ceiling (or one slot above it) is that probe failing under a stable
-//     cap: the target goes back just below the ceiling, not by the
-//     controller's cut, and the next probe waits twice as long (4, 8, 16,
-//     then every 32 round trips, rtt being the latency the Governors
-//     report). Any other decrease (the first, one below the ceiling: the
-//     capacity fell, a repeat decrease) is the reporter's cut and starts
-//     the probes again from 4 round trips. So one lane of many Governors
-//     makes one 429 per probe, not one per Governor's probe, and a probe
-//     that fails costs one slot;
+//     a probe is due (probe_at), increases stop just below it; then the
+//     target may reach it, one slot above the hold; if the target holds
+//     there for two round trips (tried: since when) while the Governors
+//     want more, the capacity grew, and the ceiling rises by up slots (1,
+//     2, 4...) and is probed again. A gentle decrease at the ceiling (or
+//     one slot above it) is that probe failing under a stable cap: the
+//     target goes back just below the ceiling, not by the controller's
+//     cut, and the next probe waits twice as long (4, 8, 16, then every 32
+//     round trips, rtt being the latency the Governors report). Any other
+//     decrease (the first, one below the ceiling: the capacity fell, a
+//     repeat decrease) is the reporter's cut (its gentle one if a call of
+//     any Governor succeeded a round trip after the last decrease: a
+//     Governor that adopted that decrease late is in no repeat), from the calls in flight if
+//     the target ran ahead of them (a slow start), and starts the probes
+//     again from 4 round trips. So one lane of many Governors makes one 429
+//     per probe, not one per Governor's probe, and a probe that fails costs
+//     one slot;
 //   - a pause (the provider's Retry-After) is merged as the latest of the
 //     two instants, so one Governor's 429 pauses the lane everywhere; as a
 //     pause of one Governor is lifted by a success, a shared pause ends
@@ -66,7 +72,8 @@
 // The script returns the shared record and the live members with their
 // demands; the Governor adopts the shared target ([aimd.Controller.Adopt])
 // and takes its share of the shared limit by water-filling ([Shares]): its
-// queue lets out as many calls as its share (a larger share than the last
+// queue lets out as many calls as its share, less any calls the others
+// still have in flight beyond theirs (a larger share than the last
 // only after a sync interval and a half, when the others have synced and
 // given up theirs: else a joining Governor, or a remainder moving from one
 // to another, would put both over the cap for a moment), while its

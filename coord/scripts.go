@@ -7,20 +7,21 @@ import "github.com/redis/go-redis/v9"
 // doc.go, atomic on the server.
 //
 // KEYS: state, members, demand.
-// ARGV: now, instance, lease expiry, demand, max, initial target, increase,
+// ARGV: now, instance, lease expiry, "demand,in flight", max, initial target, increase,
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
 // the last shared decrease the reporter knew of, when the pause was asked
 // for, the reporter's last success, 1 if the decrease is a collapse, the
-// reporter's round-trip time (ms, 0: unknown).
+// reporter's round-trip time (ms, 0: unknown), the reporter's gentle
+// decrease ratio (0: unknown).
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
-// turns Lua numbers into integers), then instance, demand pairs.
+// turns Lua numbers into integers), then instance, "demand,in flight" pairs.
 var syncScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
-local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt')
+local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt', 'tried', 'up')
 local target = tonumber(st[1]) or tonumber(ARGV[6])
 local lastdec = tonumber(st[2]) or 0
 local level = tonumber(st[3]) or 0
@@ -34,6 +35,8 @@ local ceil = tonumber(st[10]) or 0
 local probes = tonumber(st[11]) or 0
 local probe_at = tonumber(st[12]) or 0
 local rtt = tonumber(st[13]) or 0
+local tried = tonumber(st[14]) or 0
+local up = tonumber(st[15]) or 0
 if tonumber(ARGV[21]) > 0 then rtt = tonumber(ARGV[21]) end
 local round = math.max(rtt, 100)
 
@@ -46,6 +49,21 @@ end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 
+-- What every Governor wants (calls in flight and queued) and uses (calls
+-- in flight), as of their last syncs.
+local want, used, n = 0, 0, 0
+local demands = redis.call('HVALS', KEYS[3])
+for i = 1, #demands do
+  local d, f = string.match(demands[i], '^([^,]*),?(.*)$')
+  want = want + (tonumber(d) or 0)
+  n = n + 1
+  if used and tonumber(f) then
+    used = used + tonumber(f)
+  else
+    used = nil -- a Governor that does not say (an older version)
+  end
+end
+
 local dec = tonumber(ARGV[8])
 local seen = tonumber(ARGV[17])
 local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
@@ -55,9 +73,20 @@ local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
 -- (Successes reach the record at syncs: one a round trip before the call
 -- was sent shows the lane was not in a storm then.)
 local storm = ARGV[20] ~= '1' or ok_at <= tonumber(ARGV[9]) - round
-if dec and tonumber(ARGV[9]) > lastdec and seen >= lastdec and dec < target and storm then
-  -- A decrease caused by a call sent after the last shared one, by a
-  -- Governor that knew of it. (One that did not sent the call at its old
+-- A repeat decrease (the reporter's controller had seen no success of a
+-- call sent after the last decrease, so it cut hard) is no repeat for the
+-- lane if any Governor's call succeeded a round trip after it: the
+-- reporter only adopted that decrease late (joining, or at a sync). Its cut
+-- is the gentle one.
+local gentle = tonumber(ARGV[22]) or 0
+if dec and ARGV[20] ~= '1' and gentle > 0 and ok_at > lastdec + round then
+  dec = math.max(dec, gentle * target)
+end
+if dec and tonumber(ARGV[9]) > lastdec + round and seen >= lastdec and dec < target and storm then
+  -- A decrease caused by a call sent a round trip after the last shared
+  -- one (until then, calls the others sent at their old shares are still
+  -- in flight: a 429 is explained by that decrease), by a Governor that
+  -- knew of it. (One that did not sent the call at its old
   -- share: the last decrease explains it.) A decrease never raises the
   -- target that others lowered meanwhile.
   --
@@ -71,12 +100,24 @@ if dec and tonumber(ARGV[9]) > lastdec and seen >= lastdec and dec < target and 
   if ARGV[20] ~= '1' and ceil > 0 and pre >= ceil and pre <= ceil + 1 and dec >= 0.75 * target then
     target = pre - 1
     probes = probes + 1
+    ceil = pre
   else
-    target = dec
+    -- The cut is the reporter's, from what was in use if less than the
+    -- target: a target that ran ahead of the calls in flight (a slow
+    -- start, which doubles every round trip) is not what the provider
+    -- refused.
+    local ratio = math.min(1, dec / math.max(target, 1))
+    ceil = pre
+    if used and used > 0 and 1.25 * used + n < pre then
+      target = math.min(dec, math.max(1, used * ratio))
+    else
+      target = dec
+    end
     probes = 0
   end
-  ceil = pre
   probe_at = tonumber(ARGV[10]) + round * math.min(4 * 2 ^ probes, 32)
+  tried = 0
+  up = 0
   lastdec = tonumber(ARGV[10])
   level = tonumber(ARGV[11])
 elseif seen >= lastdec then
@@ -86,20 +127,23 @@ elseif seen >= lastdec then
   local grown = target + math.max(0, tonumber(ARGV[7]))
   -- Not past what the Governors use: their calls in flight and queued,
   -- and one more to learn whether the limit holds them back.
-  local want = 0
-  local demands = redis.call('HVALS', KEYS[3])
-  for i = 1, #demands do want = want + (tonumber(demands[i]) or 0) end
   grown = math.min(grown, math.max(target, want + 1))
   if ceil > 0 and now < probe_at then
     -- Hold just below the ceiling until the probe is due.
     grown = math.min(grown, math.max(target, ceil - 1))
-  elseif ceil > 0 and now < probe_at + 2 * round then
-    -- The probe: one slot more, for a couple of round trips.
-    grown = math.min(grown, math.max(target, ceil))
   elseif ceil > 0 then
-    -- The ceiling held for the probe: capacity grew, forget it.
-    ceil = 0
-    probes = 0
+    -- The probe: up to the ceiling, one slot more than the hold. If the
+    -- target holds there for two round trips, the capacity grew: the
+    -- ceiling rises (by 1, 2, 4... slots) and is probed at once.
+    grown = math.min(grown, math.max(target, ceil))
+    if tried == 0 and grown >= ceil and want > ceil then
+      -- (A probe is a test only if the Governors want more than it.)
+      tried = now
+    elseif tried > 0 and now >= tried + 2 * round then
+      up = math.max(1, 2 * up)
+      ceil = ceil + up
+      tried = 0
+    end
   end
   target = grown
 end
@@ -116,7 +160,8 @@ if tonumber(ARGV[13]) > 0 then
 end
 redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(lastdec), 'level', tostring(level),
   'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at), 'paused_at', tostring(paused_at), 'ok_at', tostring(ok_at),
-  'ceil', tostring(ceil), 'probes', tostring(probes), 'probe_at', tostring(probe_at), 'rtt', tostring(rtt))
+  'ceil', tostring(ceil), 'probes', tostring(probes), 'probe_at', tostring(probe_at), 'rtt', tostring(rtt),
+  'tried', tostring(tried), 'up', tostring(up))
 
 local ttl = tonumber(ARGV[15])
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end

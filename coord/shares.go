@@ -4,6 +4,7 @@ package coord
 type Member struct {
 	Instance string
 	Demand   int // calls in flight + queued at its last sync
+	InFlight int // calls in flight at its last sync
 }
 
 // Shares splits limit among members by water-filling: a member that needs

@@ -40,12 +40,13 @@ type LaneReport struct {
 	DecreaseDispatched time.Time     // for a call dispatched then,
 	DecreaseAt         time.Time     // at this instant,
 	DecreaseLevel      float64       // at this level
-	Demand             int           // calls in flight plus queued
+	Demand, InFlight   int           // calls in flight plus queued; in flight
 	PausedUntil        time.Time     // the provider's Retry-After, if any,
 	PausedAt           time.Time     // given then
 	LastSuccess        time.Time     // the lane's last successful call here
 	Rate, Burst        float64       // the pacing learned from rate-limit headers, if any
 	Latency            time.Duration // the lane's round-trip time (latency EWMA), if known
+	DecreaseRatio      float64       // the controller's gentle cut
 }
 
 // LaneShared is a lane's shared state. Its fields mirror coord.Shared,
@@ -69,7 +70,8 @@ type laneCoord struct {
 	kick chan struct{} // asks the sync loop for a sync now
 
 	joined       bool      // the last sync succeeded: the queue's limit is the share
-	starting     bool      // not yet synced: the queue's limit is 1 (see newLane)
+	starting     bool      // not yet synced: the queue is held (see newLane)
+	held         bool      // the queue is held: no share
 	share        int       // this Governor's part of the shared limit
 	members      int       // live Governors at the last sync
 	sharedTarget float64   // the shared target at the last sync
@@ -85,6 +87,7 @@ type laneCoord struct {
 	remotePause   time.Time // the pause last taken from another Governor
 	seenPause     time.Time // the latest pause applied or sent
 	rate, burst   float64   // the shared pacing
+	demands       []shareAt // the demands of the last syncs (see peakDemand)
 	// shares are the shares the last syncs gave, newest last, for
 	// grownShare.
 	shares []shareAt
@@ -155,6 +158,31 @@ func ctrlInFlight(inFlight, share, synced, limit int) int {
 	return max(1, min(n, limit))
 }
 
+// peakDemand returns the demand to report, given d, the calls in flight
+// and queued now: the most seen at the syncs of the last demandMemory. It
+// rises at once and falls after demandMemory: in a closed loop, a client
+// between two calls, or waiting out a retry hint, is no demand gone, and a
+// share that shrank for it and grew back would wait for the others (see
+// grownShare). A Governor that stops gives its share back at once (Leave).
+//
+// peakDemand requires the lane's mu to be held.
+func (c *laneCoord) peakDemand(d int, now time.Time) int {
+	cut := now.Add(-demandMemory)
+	k := 0
+	for k < len(c.demands) && c.demands[k].at.Before(cut) {
+		k++
+	}
+	c.demands = append(c.demands[:0], c.demands[k:]...)
+	c.demands = append(c.demands, shareAt{now, d})
+	for _, e := range c.demands {
+		d = max(d, e.share)
+	}
+	return d
+}
+
+// demandMemory is how long a demand reported stands.
+const demandMemory = time.Second
+
 // syncSnap is what report saw, for adopt to know what changed since.
 type syncSnap struct {
 	target float64
@@ -164,7 +192,7 @@ type syncSnap struct {
 }
 
 // report is the lane's report for a sync.
-func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
+func (l *lane) report(maxTarget int, now time.Time) (LaneReport, syncSnap) {
 	qs := l.q.Stats()
 	rate, burst := l.pace.learned()
 	l.mu.Lock()
@@ -172,9 +200,10 @@ func (l *lane) report(maxTarget int) (LaneReport, syncSnap) {
 	co := l.co
 	st := l.ctrl.State()
 	decs := st.Decreases + st.Collapses
-	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: qs.InFlight + qs.Waiting,
+	demand := co.peakDemand(qs.InFlight+qs.Waiting, now)
+	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: demand, InFlight: qs.InFlight,
 		PausedUntil: co.pendingPause, PausedAt: co.pendingAt, LastSuccess: co.lastOK, Rate: rate, Burst: burst, SeenDecrease: co.seenDec,
-		Latency: st.LatencyEWMA}
+		Latency: st.LatencyEWMA, DecreaseRatio: l.ctrl.Config().DecreaseRatio}
 	switch {
 	case !co.joined:
 		// Joining, or rejoining after Redis was lost: the local target
@@ -248,7 +277,19 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Dura
 		l.pausedUntil = time.Time{}
 	}
 	l.q.SetLimit(co.share)
+	// No share (the others use the whole limit): no call at all, rather
+	// than the one a queue's limit of 1 lets out, until a sync gives one.
+	// The hold lasts a grace at most: a sync that does not come (Redis
+	// lost) does not hold the lane.
+	hold, unhold := co.share == 0, co.held && co.share > 0 && !l.pausedUntil.After(now)
+	co.held = hold
 	l.mu.Unlock()
+	if hold {
+		l.q.PauseUntil(now.Add(grace))
+	}
+	if unhold {
+		l.q.Resume()
+	}
 	if resume {
 		l.q.Resume()
 		log.Debug("lane resumed: a call succeeded in another governor", "lane", l.id)
@@ -257,6 +298,9 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Dura
 		l.q.PauseUntil(pauseTo)
 		l.m.pauses.Inc()
 		log.Info("lane paused by another governor", "lane", l.id, "until", pauseTo.Format(time.RFC3339Nano))
+	}
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", co.share, "members", s.Members)
 	}
 	if !joined {
 		log.Info("lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
@@ -268,6 +312,8 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Dura
 func (l *lane) fallback(log *slog.Logger) {
 	l.mu.Lock()
 	co := l.co
+	held := co.held
+	co.held = false
 	if !co.joined {
 		if co.starting {
 			// The first sync failed: govern alone from the start.
@@ -275,6 +321,9 @@ func (l *lane) fallback(log *slog.Logger) {
 			l.q.SetLimit(l.ctrl.Limit())
 		}
 		l.mu.Unlock()
+		if held {
+			l.q.Resume()
+		}
 		return
 	}
 	co.joined = false
@@ -287,6 +336,9 @@ func (l *lane) fallback(log *slog.Logger) {
 	limit := l.ctrl.Limit()
 	l.q.SetLimit(limit)
 	l.mu.Unlock()
+	if held {
+		l.q.Resume()
+	}
 	log.Info("lane governed locally", "lane", l.id, "limit", limit)
 }
 
@@ -347,8 +399,9 @@ func (p *Proxy) syncLanes() {
 	}
 	reports := make([]LaneReport, len(lanes))
 	snaps := make([]syncSnap, len(lanes))
+	at := p.cfg.Now()
 	for i, l := range lanes {
-		reports[i], snaps[i] = l.report(p.cfg.AIMD.Max)
+		reports[i], snaps[i] = l.report(p.cfg.AIMD.Max, at)
 	}
 	shared, err := p.cfg.Coordinator.Sync(p.ctx, reports)
 	if err != nil || len(shared) != len(lanes) {

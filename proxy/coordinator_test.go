@@ -221,3 +221,47 @@ func TestGrownShareWaitsForTheOthers(t *testing.T) {
 	assert.Equal(t, 9, c.grownShare(9, at(800), grace, 7))
 	assert.LessOrEqual(t, len(c.shares), 3, "old syncs are dropped")
 }
+
+func TestPeakDemand(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	c := &laneCoord{}
+	assert.Equal(t, 16, c.peakDemand(16, at(0)), "rises at once")
+	assert.Equal(t, 16, c.peakDemand(15, at(100)), "a client between two calls is no demand gone")
+	assert.Equal(t, 16, c.peakDemand(0, at(900)))
+	assert.Equal(t, 15, c.peakDemand(0, at(1050)), "a second later, it is")
+	assert.Equal(t, 0, c.peakDemand(0, at(2000)))
+	assert.Len(t, c.demands, 2, "old syncs are dropped")
+}
+
+// A Governor with no share (the others use the whole shared limit) sends
+// nothing until a sync gives it one, rather than the one call a queue's
+// limit of 1 would let out; and it fails open: with the coordinator down
+// the call goes.
+func TestNoShareHoldsTheLane(t *testing.T) {
+	checkLeaks(t)
+	_, mockURL := startMock(t, mockllm.Config{})
+	fc := &fakeCoordinator{shared: LaneShared{Target: 32, Members: 4, Share: 0}}
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	c := client(t)
+	done := make(chan int, 1)
+	go func() {
+		resp, _ := chat(t, c, base, nil)
+		done <- resp.StatusCode
+	}()
+	syncs := func() (n int) { fc.get(func(f *fakeCoordinator) { n = len(f.reports) }); return n }
+	require.Eventually(t, func() bool { return syncs() >= 20 }, 2*time.Second, 5*time.Millisecond, "a few syncs")
+	select {
+	case <-done:
+		t.Fatal("a call went with no share")
+	default:
+	}
+	fc.set(func(f *fakeCoordinator) { f.shared.Share = 2 })
+	assert.Equal(t, 200, <-done)
+
+	fc.set(func(f *fakeCoordinator) { f.shared.Share = 0 })
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].PausedUntil != nil }, 2*time.Second, 5*time.Millisecond, "held again")
+	fc.set(func(f *fakeCoordinator) { f.down = true })
+	resp, _ := chat(t, c, base, nil)
+	assert.Equal(t, 200, resp.StatusCode, "Redis down: the lane goes on alone")
+}

@@ -234,10 +234,12 @@ func (ls *lanes) newLane(key laneKey) *lane {
 		defer l.co.signal() // join at once
 		if ls.cfg.Coordinator.Up() {
 			// Until the first sync tells this Governor its share, the
-			// others may be using the whole shared limit: one call at a
-			// time. (A failed sync gives the lane its local limit.)
-			l.co.starting = true
+			// others may be using the whole shared limit: no call, for a
+			// sync interval at most. (A failed sync gives the lane its
+			// local limit at once.)
+			l.co.starting, l.co.held = true, true
 			l.q.SetLimit(1)
+			l.q.PauseUntil(now.Add(ls.cfg.SyncInterval))
 		}
 	}
 	l.m = newLaneMetrics(ls.set, l)
