@@ -159,11 +159,12 @@ func ctrlInFlight(inFlight, share, synced, limit int) int {
 }
 
 // peakDemand returns the demand to report, given d, the calls in flight
-// and queued now: the most seen at the syncs of the last demandMemory. It
-// rises at once and falls after demandMemory: in a closed loop, a client
-// between two calls, or waiting out a retry hint, is no demand gone, and a
-// share that shrank for it and grew back would wait for the others (see
-// grownShare). A Governor that stops gives its share back at once (Leave).
+// and queued now: the most seen at the syncs of the last demandMemory, but
+// at most demandDip above d. It rises at once; a dip of a call or two is
+// held for demandMemory (in a closed loop, a client between two calls is no
+// demand gone, and a share that shrank for it and grew back would wait for
+// the others: see grownShare), and a larger fall is taken at once but for
+// those two (clients that stopped: their slots go to the others).
 //
 // peakDemand requires the lane's mu to be held.
 func (c *laneCoord) peakDemand(d int, now time.Time) int {
@@ -174,11 +175,15 @@ func (c *laneCoord) peakDemand(d int, now time.Time) int {
 	}
 	c.demands = append(c.demands[:0], c.demands[k:]...)
 	c.demands = append(c.demands, shareAt{now, d})
+	peak := d
 	for _, e := range c.demands {
-		d = max(d, e.share)
+		peak = max(peak, e.share)
 	}
-	return d
+	return min(peak, d+demandDip)
 }
+
+// demandDip is the largest fall of the demand that peakDemand holds.
+const demandDip = 2
 
 // demandMemory is how long a demand reported stands.
 const demandMemory = time.Second

