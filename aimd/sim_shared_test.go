@@ -84,23 +84,7 @@ type shEvent struct {
 	sent   time.Duration
 }
 
-type shHeap []shEvent
-
-func (h shHeap) Len() int { return len(h) }
-func (h shHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-func (h shHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *shHeap) Push(x any)   { *h = append(*h, x.(shEvent)) }
-func (h *shHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
+func (e shEvent) when() (time.Duration, uint64) { return e.at, e.seq }
 
 func simulateShared(cfg Config, p sharedParams) sharedResult {
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -116,7 +100,7 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 	}
 	lanes := make([]lane, n)
 	var (
-		events   shHeap
+		events   eventHeap[shEvent]
 		seq      uint64
 		now      time.Duration
 		accepted int // calls the provider is running

@@ -73,18 +73,29 @@ type simEvent struct {
 	wake   bool // the lane's pause is over
 }
 
-type simHeap []simEvent
+func (e simEvent) when() (time.Duration, uint64) { return e.at, e.seq }
 
-func (h simHeap) Len() int { return len(h) }
-func (h simHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
+// timed is an event of a simulation: its time, and the sequence number
+// that keeps events of the same time in the order they were scheduled.
+type timed interface {
+	when() (time.Duration, uint64)
 }
-func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *simHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
-func (h *simHeap) Pop() any {
+
+// eventHeap is a simulation's future events, earliest first.
+type eventHeap[E timed] []E
+
+func (h eventHeap[E]) Len() int { return len(h) }
+func (h eventHeap[E]) Less(i, j int) bool {
+	ai, si := h[i].when()
+	aj, sj := h[j].when()
+	if ai != aj {
+		return ai < aj
+	}
+	return si < sj
+}
+func (h eventHeap[E]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap[E]) Push(x any)   { *h = append(*h, x.(E)) }
+func (h *eventHeap[E]) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -144,7 +155,7 @@ func simulate(cfg Config, p simParams) simResult {
 	rng := rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15))
 	var (
 		res       simResult
-		events    simHeap
+		events    eventHeap[simEvent]
 		seq       uint64
 		now       time.Duration
 		queue     []int // front = next to dispatch; retries are put at the front
