@@ -73,6 +73,11 @@ type Config struct {
 	Max int
 	// Initial is the starting target, at most Max. Zero means Max for
 	// Phoenix (what its AsyncExecutor passes) and min(Max, 8) for Default.
+	// In the Default preset it is also the level above which a lane gives
+	// a slot back each time it overshoots (see the package doc): lanes of
+	// several processes that share one account without coordination
+	// settle near Initial each when it is about the account's concurrency
+	// divided by the number of processes.
 	Initial float64
 	// Window is Phoenix's feedback window (default 5s). Unused by Default,
 	// which is clocked by round trips instead.

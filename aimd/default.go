@@ -277,6 +277,11 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		c.collapses++
 		return Collapsed
 	}
+	// taken: the ceiling came down since the last decrease. Alone under a
+	// fixed cap, every decrease comes at the same level (one probe above
+	// the cap); a lower one means that a slot this lane held and gave
+	// back was taken by someone else sharing the provider.
+	taken := d.prevLevel > 0 && level < d.prevLevel
 	d.stable = level == d.prevLevel
 	d.prevLevel = level
 	c.decrLevel = level
@@ -315,11 +320,42 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 			// it frees for that round trip is what lets competitors for a
 			// shared cap grow: see doc.go.)
 			c.target = math.Max(c.target, level-overshootSlack)
+			c.target = c.shareAboveInitialLocked(level, taken)
 		}
 		d.ss = math.Max(c.target, level-1)
 		d.skipHold = false
 	}
 	return Decreased
+}
+
+// shareAboveInitialLocked applies, after a confirmed 429 at level (one
+// probe above the held level - 1), the rule that keeps a shared cap from
+// freezing in an unfair split: a lane holding more than Initial gives
+// back one slot (two when taken, the last slot it gave back having gone
+// to someone else) until a fresh call succeeds, whatever the 10% cut
+// would leave it. It returns the new target. It requires c.mu to be held.
+//
+// Why: below 10 calls, a cut of 10% from one probe too many rounds back
+// to exactly the level the lane held (0.9 x 10 = 9), so a failed probe
+// costs it nothing, and any split of a shared cap among lanes holding 9
+// or fewer is a fixed point: in govbench's S4 three early processes
+// settled at 9 each and the last to join kept the remaining 5 for the
+// rest of the run. A lane above Initial, the level every lane starts at,
+// now gives a slot back each time it overshoots, which the lane that
+// joined last (squeezed below Initial) can catch; a lane at or below
+// Initial keeps what it has. Alone under a cap the rule changes nothing
+// above 10 (the cut already gives a slot back) and costs one slot for a
+// round trip per probe between 9 and 10.
+func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 {
+	held := level - 1
+	if held <= c.cfg.Initial {
+		return c.target
+	}
+	give := 0.5 // the limit is the integer part: one slot below held
+	if taken {
+		give = 1.5
+	}
+	return math.Max(1, math.Min(c.target, held-give))
 }
 
 // yieldDefaultLocked gives back yieldShare of the lane's calls in flight

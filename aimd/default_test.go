@@ -21,7 +21,7 @@ func TestDefaultSlowStart(t *testing.T) {
 	}
 	// Toward a remembered level, +1 per success (doubling).
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 12), at(2)))
-	require.InDelta(t, 10.8, c.State().Target, 1e-9, "12 × 0.9")
+	require.InDelta(t, 10.5, c.State().Target, 1e-9, "12 × 0.9 = 10.8, and, above Initial, one slot below the 11 held")
 	c = New(Config{Max: 64, Initial: 20}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(2)))
 	for i, want := range []float64{19, 19} {
@@ -161,7 +161,46 @@ func TestDefaultNoWindUpAboveMax(t *testing.T) {
 	}
 	assert.InDelta(t, 10, c.State().Target, 1e-9)
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 10), at(1000)))
-	assert.Equal(t, 9, c.Limit(), "10 × 0.9: the decrease bites at once")
+	assert.Equal(t, 8, c.Limit(), "10 × 0.9 = 9, and, above Initial, one slot below the 9 held: the decrease bites at once")
+}
+
+// TestDefaultAboveInitialGivesBack: after a confirmed 429, a lane holding
+// more than Initial gives a slot back (two when the last one it gave back
+// was taken), where a cut of 10% would round back to what it held; a lane
+// at or below Initial keeps what it holds.
+func TestDefaultAboveInitialGivesBack(t *testing.T) {
+	// up slow-starts a lane from 8 (Initial) by +2 per in-use success.
+	up := func(to int) *Controller {
+		c := New(Config{Max: 64}, t0)
+		for i := 0; c.Limit() < to; i++ {
+			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))))
+		}
+		require.Equal(t, to, c.Limit())
+		return c
+	}
+
+	c := up(10)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 9), at(2)), "8 held and one more")
+	assert.Equal(t, 9, c.Limit(), "at Initial: 10 × 0.9, what it holds with the call that failed")
+
+	c = up(10)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 10), at(2)), "9 held and one more")
+	assert.Equal(t, 8, c.Limit(), "above Initial: 9 held, one given back (10 × 0.9 would keep 9)")
+
+	c = up(14)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 14), at(2)))
+	assert.Equal(t, 12, c.Limit(), "13 held, one given back")
+	require.Equal(t, Increased, c.ObserveAt(ok(0.5, 12), at(3)), "a call sent after the cut: slow start back toward 13")
+	require.Equal(t, 13, c.Limit())
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 13), at(4)), "the ceiling came down to 13: the slot was taken")
+	assert.Equal(t, 10, c.Limit(), "12 held, two given back")
+	assert.InDelta(t, 10.5, c.State().Target, 1e-9)
+
+	// Alone above 20, where the cut frees a slot anyway, nothing changes:
+	// 33 × 0.9 is below 33 - 2.
+	c = up(34)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 33), at(2)))
+	assert.Equal(t, 31, c.Limit(), "max(34 × 0.9, 33 - 2), one below the 32 held")
 }
 
 func TestDefaultFailureChangesNothing(t *testing.T) {

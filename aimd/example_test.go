@@ -43,7 +43,7 @@ func Example() {
 	// 429                                decreased limit 10
 	// 429 from an older call             none      limit 10
 	// 500                                none      limit 10
-	// target 10.8, decreased at level 12, 1 decrease(s)
+	// target 10.5, decreased at level 12, 1 decrease(s)
 }
 
 // The Phoenix preset: feedback windows of 5 seconds.

@@ -218,17 +218,19 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 }
 
 // TestSimulationShared runs S4 over many seeds with the Default preset and
-// asserts loose bounds on the means: they catch regressions of the rules
-// that make the lanes share (the yield, the newcomer rule, the probe hold
-// that grows with the limit). One seed varies a lot (Jain from about 0.8
-// to 1), as govbench's S4 does from run to run.
+// asserts loose bounds on the means and on how many seeds meet the
+// benchmark's fairness goal (Jain >= 0.95): they catch regressions of the
+// rules that make the lanes share (the yield, the newcomer rule, the give
+// back above Initial, the probe hold that grows with the limit). One seed
+// varies, as govbench's S4 does from run to run: before the give back
+// above Initial, 58 of 100 seeds met the goal (Jain from 0.82 to 1).
 func TestSimulationShared(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many simulations")
 	}
 	const seeds = 20
 	var sumJ, sumA, minJ, sumR float64 = 0, 0, 1, 0
-	collapses := 0
+	collapses, fair := 0, 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		r := simulateShared(simConfig(Default), s4Params(seed))
 		if seed <= 3 {
@@ -240,10 +242,14 @@ func TestSimulationShared(t *testing.T) {
 		collapses += r.Collapses
 		sumR += r.Per100
 		minJ = math.Min(minJ, r.Jain)
+		if r.Jain >= 0.95 {
+			fair++
+		}
 	}
-	t.Logf("default over %d seeds: mean aggregate %.3f, mean Jain %.3f (min %.3f), mean 429s/100 %.2f",
-		seeds, sumA/seeds, sumJ/seeds, minJ, sumR/seeds)
-	assert.GreaterOrEqual(t, sumA/seeds, 0.92, "mean aggregate")
-	assert.GreaterOrEqual(t, sumJ/seeds, 0.93, "mean Jain")
+	t.Logf("default over %d seeds: mean aggregate %.3f, mean Jain %.3f (min %.3f, %d seeds >= 0.95), mean 429s/100 %.2f",
+		seeds, sumA/seeds, sumJ/seeds, minJ, fair, sumR/seeds)
+	assert.GreaterOrEqual(t, sumA/seeds, 0.93, "mean aggregate")
+	assert.GreaterOrEqual(t, sumJ/seeds, 0.97, "mean Jain")
+	assert.GreaterOrEqual(t, fair, seeds*8/10, "seeds with Jain >= 0.95")
 	assert.LessOrEqual(t, collapses, seeds/10, "collapses against a shared cap are rare")
 }

@@ -315,7 +315,7 @@ func TestSimulationSeeds(t *testing.T) {
 	// s3 is govbench's S3, whose phases last 20s each (a third of the
 	// calls in cap32-8-32 takes 4 times longer at 8): the climb back to 32
 	// weighs more, and the simulation gets what govbench measures (0.94).
-	minMean := map[string]float64{"cap16": 0.955, "cap32-8-32": 0.955, "s3": 0.945}
+	minMean := map[string]float64{"cap16": 0.954, "cap32-8-32": 0.955, "s3": 0.945}
 	// cap32-8-32 spends two thirds of its time at a cap of 8, where a
 	// probe (one 429) comes every 40 calls or so: more 429s per call than
 	// govbench's S3, whose goal (2 per 100) s3 checks.

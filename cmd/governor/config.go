@@ -45,7 +45,7 @@ type config struct {
 	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept"`
 
 	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
-	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target; 0 = preset default (phoenix: max, default: min(max, 8))"`
+	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target; 0 = preset default (phoenix: max, default: min(max, 8)); default preset: also the share above which a lane gives slots back, so replicas sharing an account without Redis settle near it (set about the account's concurrency / replicas)"`
 	AIMDWindow              time.Duration `env:"GOVERNOR_AIMD_WINDOW" envDefault:"5s" help:"phoenix: feedback window"`
 	AIMDIncreaseStep        float64       `env:"GOVERNOR_AIMD_INCREASE_STEP" envDefault:"0" help:"0 = preset default (phoenix: +0.5 per clean window; default: +1 first probe per round trip)"`
 	AIMDDecreaseRatio       float64       `env:"GOVERNOR_AIMD_DECREASE_RATIO" envDefault:"0" help:"0 = preset default (phoenix: x0.5 per window with a 429/timeout; default: x0.9 per fresh signal)"`
