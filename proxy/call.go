@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -153,7 +154,10 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 // ctx (a sync batch): it ends when that client disconnects or the proxy
 // stops for good. Call stop when the work is done.
 func (p *Proxy) ClientContext(ctx *fasthttp.RequestCtx) (context.Context, func()) {
-	return watchClient(p.ctx, ctx.Conn(), clientCheckInterval)
+	w := newClientWatch(ctx.Conn(), clientCheckInterval, nil)
+	// stop may be called more than once; w, once stopped, may serve
+	// another call.
+	return w.context(p.ctx), sync.OnceFunc(w.stop)
 }
 
 // ClientLeft reports whether a context from ClientContext ended because

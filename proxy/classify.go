@@ -25,9 +25,10 @@ const (
 	outcomeServerError                // 500, 502, 503, 504: retry
 	outcomeTimeout                    // no answer within the attempt timeout: retry
 	outcomeConnError                  // no answer at all (refused, reset): retry
+	outcomeClientGone                 // cut because the client left: not the provider's doing, not fed to the controller
 )
 
-var outcomeNames = [...]string{"answered", "rate_limited", "quota_exhausted", "server_error", "timeout", "connection_error"}
+var outcomeNames = [...]string{"answered", "rate_limited", "quota_exhausted", "server_error", "timeout", "connection_error", "client_gone"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -132,6 +133,8 @@ func attemptError(o outcome, status int, body []byte, err error, timeout time.Du
 		return "timeout after " + timeout.String()
 	case outcomeConnError:
 		return "connection error: " + truncate(err.Error(), 200)
+	case outcomeClientGone:
+		return "cut: client disconnected"
 	}
 	if code := errorCode(body); code != "" {
 		return strconv.Itoa(status) + " " + code

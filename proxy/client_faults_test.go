@@ -13,47 +13,84 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/mockllm"
 )
 
-// A client that leaves while its call is in flight upstream: the attempt
-// runs to its end, nothing is retried on the departed client's behalf, the
-// lane's slot comes back, and the next client's call goes through.
-func TestClientLeavingInFlightIsNotRetried(t *testing.T) {
-	checkSockets(t)
-	checkLeaks(t)
-	mock, mockURL := startMock(t, mockllm.Config{})
-	// One call at a time, and an attempt timeout well above the interval
-	// at which a waiting call checks its client (clientCheckInterval).
-	_, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: time.Second}))
-	c := client(t)
+// A client that leaves while its call is in flight upstream cuts the
+// attempt: the provider sees its connection close at once (not when its
+// answer is ready or the attempt times out), the lane's one slot goes to the
+// call queued behind, nothing is retried for the departed client, and the
+// controller does not take the cut for a failure of the provider's. JSON
+// and streamed calls alike: both wait for the provider's headers.
+func TestClientLeavingInFlightCutsTheAttempt(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"json", `{"model":"gpt-test"}`},
+		{"stream", `{"model":"gpt-test","stream":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkSockets(t)
+			checkLeaks(t)
+			mock, mockURL := startMock(t, mockllm.Config{})
+			set := metrics.NewSet()
+			// One call at a time, and an attempt timeout far beyond the
+			// test's: without the cut, the call queued behind would wait
+			// an hour.
+			_, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: time.Hour, Metrics: set}))
+			c := client(t)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	left := make(chan struct{})
-	go func() {
-		defer close(left)
-		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-test"}`))
-		req.Header.Set("X-Request-Id", "leaver")
-		req.Header.Set(mockllm.HeaderFault, "hang,hang,hang,hang,hang,hang,hang,hang,hang,hang,hang")
-		_, err := c.Do(req)
-		assert.Error(t, err)
-	}()
-	require.Eventually(t, func() bool { return mock.Stats().Hangs == 1 }, 10*time.Second, 5*time.Millisecond,
-		"the call is in flight")
-	cancel()
-	<-left
+			ctx, cancel := context.WithCancel(context.Background())
+			left := make(chan struct{})
+			go func() {
+				defer close(left)
+				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(tc.body))
+				req.Header.Set("X-Request-Id", "leaver")
+				// Hangs until Governor closes the connection; so would
+				// every retry.
+				req.Header.Set(mockllm.HeaderFault, "hang,hang,hang,hang,hang,hang,hang,hang,hang,hang,hang")
+				_, err := c.Do(req)
+				assert.Error(t, err)
+			}()
+			require.Eventually(t, func() bool { return mock.Stats().Hangs == 1 }, 10*time.Second, 5*time.Millisecond,
+				"the call is in flight")
 
-	// The next call on the lane waits for the slot the leaver held, then
-	// goes through.
-	resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "next"})
-	assert.Equal(t, 200, resp.StatusCode, body)
-	assert.Equal(t, int64(1), mock.Stats().ByRequestID["leaver"], "no retry for a client that has left")
-	assert.Equal(t, int64(1), mock.Stats().ByRequestID["next"])
-	for _, l := range lanesOf(t, c, base) {
-		assert.Zero(t, l.InFlight, l.ID)
+			next := make(chan int, 1)
+			go func() {
+				resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "next"})
+				assert.Equal(t, 200, resp.StatusCode, body)
+				next <- resp.StatusCode
+			}()
+			waitQueued(t, c, base, 1)
+			cancel()
+			<-left
+
+			select {
+			case <-next:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the call queued behind the departed client's never got the slot")
+			}
+			require.Eventually(t, func() bool {
+				st := mock.Stats()
+				return st.ClientGone == 1 && st.InFlight == 0
+			}, 10*time.Second, 5*time.Millisecond, "the provider saw the departed client's request end")
+			st := mock.Stats()
+			assert.Equal(t, int64(1), st.ByRequestID["leaver"], "no retry for a client that has left")
+			assert.Equal(t, int64(1), st.ByRequestID["next"])
+
+			lanes := lanesOf(t, c, base)
+			require.Len(t, lanes, 1)
+			l := lanes[0]
+			assert.Zero(t, l.InFlight)
+			assert.Zero(t, l.Decreases, "the cut is no congestion signal")
+			prom := promText(set)
+			for outcome, want := range map[string]int{"client_gone": 1, "answered": 1, "timeout": 0, "connection_error": 0} {
+				assert.Contains(t, prom, fmt.Sprintf("governor_attempts_total{lane=%q,outcome=%q} %d\n", l.ID, outcome, want))
+			}
+			assert.NotRegexp(t, `governor_retries_total\{[^}]*\} [1-9]`, prom)
+		})
 	}
 }
 

@@ -52,7 +52,11 @@
 // fasthttp was chosen for its allocation-free request handling; its
 // contracts shape the code (see STYLE.md): nothing from a RequestCtx
 // outlives its handler; a client that disconnects is invisible to fasthttp,
-// so a waiting call peeks at its client's socket (MSG_PEEK) to notice;
+// so a call peeks at its client's socket (MSG_PEEK) to notice, leaves the
+// queue if it waits, and cuts its attempt if one is in flight (fasthttp's
+// client cannot be cancelled: the attempt's upstream connection is found
+// through the request body's writer and its read deadline moved to now; the
+// cut is counted as outcome client_gone and not fed to the controller);
 // upstream bodies are streamed with our own bounds and idle timeouts, and
 // only the goroutine that reads a body stream closes it.
 //

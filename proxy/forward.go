@@ -38,6 +38,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 		maxRetries:     maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries),
 		attemptTimeout: p.cfg.AttemptTimeout,
 		client:         ctx.Conn(),
+		body:           ctx.Request.Body(),
 	}
 	l, lerr := p.lanes.forRequest(up, req)
 	if lerr != nil {
@@ -173,8 +174,8 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 	ctx.Response.SetBodyStream(body, size)
 }
 
-// clientCheckInterval is how often a waiting or streaming call checks that
-// its client is still connected.
+// clientCheckInterval is how often a call checks that its client is still
+// connected.
 const clientCheckInterval = 250 * time.Millisecond
 
 // isEventStream reports whether a Content-Type is text/event-stream,

@@ -204,7 +204,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	// streamBody.moveDeadlines and respond) is replaced or cleared before
 	// each answer is written, and the read deadline that fasthttp (or a
 	// drain, see connTracker) set is cleared when a client watch starts
-	// peeking at the socket (see watchClient).
+	// peeking at the socket (see clientWatch).
 	p.conns.busy(ctx.Conn())
 	path := ctx.Path()
 	if bytes.HasPrefix(path, []byte(APIPrefix)) || bytes.Equal(path, []byte("/governor")) {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,10 +19,14 @@ type callOptions struct {
 	urgency        int
 	maxRetries     int
 	attemptTimeout time.Duration
-	// client is the caller's connection, watched while the call waits
-	// so that a caller who leaves takes the call out of the queue; nil for
-	// calls with no connection of their own (batch items).
+	// client is the caller's connection, watched during the call so that
+	// a caller who leaves takes the call out of the queue and cuts its
+	// attempt in flight; nil for calls with no connection of their own
+	// (batch items).
 	client net.Conn
+	// body is the request body, which stays valid for the round trip;
+	// used only with client (see clientWatch.carryBody).
+	body []byte
 }
 
 // callResult is what a governed round trip came to: an upstream answer to
@@ -57,26 +60,28 @@ var errClientLeft = errors.New("client disconnected")
 // backoff, until the budget is spent. A streamed answer is returned as soon
 // as its headers arrive; it is never retried after that.
 func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o callOptions) callResult {
-	// The client is watched from the first time the call has to wait: a
-	// call let out at once pays for no timer.
-	var stopWatch func()
+	// The client is watched for the whole round trip: a client that
+	// leaves takes its call out of the queue and cuts its attempt in
+	// flight. The watch's context is made the first time the call has to
+	// wait: a call let out at once pays for a timer and nothing more.
+	var w *clientWatch
+	if o.client != nil {
+		w = newClientWatch(o.client, clientCheckInterval, o.body)
+		defer w.stop()
+	}
+	watching := false
 	watch := func() {
-		if o.client != nil && stopWatch == nil {
-			ctx, stopWatch = watchClient(ctx, o.client, clientCheckInterval)
+		if w != nil && !watching {
+			ctx, watching = w.context(ctx), true
 		}
 	}
-	defer func() {
-		if stopWatch != nil {
-			stopWatch()
-		}
-	}()
 	var d Details
 	var last *fasthttp.Response // the previous failed answer, returned if we give up
 	// giveUp ends the call: with the provider's last answer when there is
 	// one and someone to read it, else with e.
 	giveUp := func(e *apiError) callResult {
 		d.Status = StatusFailed
-		clientLeft := errors.Is(context.Cause(ctx), errClientLeft)
+		clientLeft := errors.Is(context.Cause(ctx), errClientLeft) || w != nil && w.left()
 		if last != nil && !clientLeft {
 			return callResult{resp: last, details: d}
 		}
@@ -119,6 +124,9 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 		}
 
 		resp := fasthttp.AcquireResponse()
+		if w != nil {
+			w.carryBody(req, resp)
+		}
 		start := p.cfg.Now()
 		err := l.upstream.client.DoDeadline(req, resp, start.Add(o.attemptTimeout))
 		oc := outcomeAnswered
@@ -140,6 +148,19 @@ func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o
 		}
 		now := p.cfg.Now()
 		latency := now.Sub(start)
+		if w != nil && w.land() {
+			// Cut because the client left: the provider did nothing
+			// wrong, so the controller does not hear of it, and nobody
+			// is left to retry for.
+			fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
+			l.q.Release()
+			l.lastUsed.Store(now.UnixNano())
+			d.Attempts++
+			d.Execution += latency
+			d.Errors = append(d.Errors, attemptError(outcomeClientGone, 0, nil, nil, 0))
+			l.m.attempts[outcomeClientGone].Inc()
+			return giveUp(&apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"})
+		}
 		if err == nil {
 			l.pace.observe(&resp.Header, seq, start, now)
 		}
@@ -304,47 +325,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// watchClient returns a context that ends when the client behind conn
-// disconnects, checked at once and then every interval with peerGone. stop
-// ends the watch.
-func watchClient(parent context.Context, conn net.Conn, every time.Duration) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	// The request is read: the read deadline fasthttp set for it, or a
-	// drain's (see connTracker), must not blind peerGone. fasthttp sets its
-	// own again before the next request.
-	_ = conn.SetReadDeadline(time.Time{})
-	if peerGone(conn) {
-		// Gone already (a client that left while its attempt ran): the
-		// retry about to wait for it must not be sent.
-		cancel(errClientLeft)
-		return ctx, func() { cancel(nil) }
-	}
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	check := func() {
-		if peerGone(conn) {
-			cancel(errClientLeft)
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(every)
-		}
-	}
-	mu.Lock()
-	t = time.AfterFunc(every, check)
-	mu.Unlock()
-	return ctx, func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		cancel(nil)
 	}
 }
 

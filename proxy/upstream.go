@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -118,11 +119,26 @@ type trackedConn struct {
 	// far has all been read (see streamBody.WriteTo). Only the goroutine
 	// that reads the connection sets, clears and calls it.
 	stream *streamBody
+
+	// owner is the client watch of the attempt whose request was last
+	// written to the connection (see clientWatch.takeOff); severed says
+	// that watch has cut the attempt. A new exchange on the connection
+	// clears both before its request is written (see SetWriteDeadline), so
+	// a watch whose attempt has ended never cuts the next call's.
+	ownerMu sync.Mutex
+	owner   *clientWatch
+	severed atomic.Bool
 }
 
 // Read reads from the connection, first letting a stream in progress pass
-// on what it holds: the read may block.
+// on what it holds: the read may block. A read of an attempt that was cut
+// fails.
 func (c *trackedConn) Read(p []byte) (int, error) {
+	if c.severed.Load() {
+		// The cut may have come before fasthttp set the deadline for
+		// the answer, which replaced the cut's.
+		return 0, errClientLeft
+	}
 	if s := c.stream; s != nil {
 		if err := s.beforeUpstreamRead(); err != nil {
 			return 0, err
@@ -139,6 +155,39 @@ func (c *trackedConn) Close() error {
 		}
 	})
 	return c.Conn.Close()
+}
+
+// SetWriteDeadline sets the write deadline. fasthttp sets it first
+// thing in every exchange on the connection (HostClient's transport, before
+// writing the request), which is how the connection knows that a new
+// exchange begins and the previous one's owner has no say over it.
+func (c *trackedConn) SetWriteDeadline(t time.Time) error {
+	c.ownerMu.Lock()
+	c.owner = nil
+	c.severed.Store(false)
+	c.ownerMu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// own makes w the owner of the exchange whose request is being written.
+func (c *trackedConn) own(w *clientWatch) {
+	c.ownerMu.Lock()
+	c.owner = w
+	c.severed.Store(false)
+	c.ownerMu.Unlock()
+}
+
+// cut ends the exchange of w's attempt, if it still runs on c: reads fail
+// and a read in progress returns at once. fasthttp then closes the
+// connection, which tells the provider.
+func (c *trackedConn) cut(w *clientWatch) {
+	c.ownerMu.Lock()
+	defer c.ownerMu.Unlock()
+	if c.owner != w {
+		return
+	}
+	c.severed.Store(true)
+	_ = c.Conn.SetReadDeadline(time.Now())
 }
 
 func (up *upstream) track(c *trackedConn) *trackedConn {
