@@ -22,7 +22,8 @@ type Coordinator interface {
 	Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error)
 	// Up reports whether coordination is on.
 	Up() bool
-	// Leave gives this Governor's shares of the lanes back (shutdown).
+	// Leave gives this Governor's shares of the lanes back (shutdown, or
+	// a lane evicted).
 	Leave(ctx context.Context, lanes []string) error
 }
 
@@ -375,7 +376,8 @@ func (p *Proxy) reserveShared(ctx context.Context, l *lane) (time.Duration, bool
 
 // coordinate syncs the lanes every SyncInterval, and at once when a lane
 // asks (a decrease, a pause), until the Proxy stops; then it gives the
-// lanes' shares back.
+// lanes' shares back. It gives an evicted lane's share back before the
+// next sync.
 func (p *Proxy) coordinate() {
 	defer close(p.coordDone)
 	t := time.NewTicker(p.cfg.SyncInterval)
@@ -383,7 +385,7 @@ func (p *Proxy) coordinate() {
 	for {
 		select {
 		case <-p.ctx.Done():
-			ids := make([]string, 0)
+			ids := p.lanes.takeLeaving()
 			for _, l := range p.lanes.all() {
 				ids = append(ids, l.id)
 			}
@@ -391,6 +393,11 @@ func (p *Proxy) coordinate() {
 			return
 		case <-t.C:
 		case <-p.lanes.kick:
+		}
+		if ids := p.lanes.takeLeaving(); len(ids) > 0 {
+			// Evicted lanes: their shares go back at once, as at a
+			// shutdown. (A failure leaves their leases to expire.)
+			_ = p.cfg.Coordinator.Leave(p.ctx, ids)
 		}
 		p.syncLanes()
 	}

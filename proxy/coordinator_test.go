@@ -266,3 +266,36 @@ func TestNoShareHoldsTheLane(t *testing.T) {
 	resp, _ := chat(t, c, base, nil)
 	assert.Equal(t, 200, resp.StatusCode, "Redis down: the lane goes on alone")
 }
+
+// An evicted lane gives its share back to the other Governors at once, as a
+// shutdown does, instead of holding it until its lease expires; the lanes
+// that stay are not left.
+func TestEvictedLaneLeavesTheCoordinator(t *testing.T) {
+	checkLeaks(t)
+	_, up := newRecorder(t)
+	clock := newManualClock()
+	fc := &fakeCoordinator{shared: LaneShared{Target: 4, Members: 2, Share: 2}}
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxLanes: 1, Metrics: newSet(), Now: clock.Now,
+		Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	c := client(t)
+
+	require.Equal(t, 200, chatModel(t, c, base, "m", bearer("sk-a")))
+	lanes := lanesOf(t, c, base)
+	require.Len(t, lanes, 1)
+	idA := lanes[0].ID
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+
+	clock.Advance(p.lanes.idle + time.Second)
+	require.Equal(t, 200, chatModel(t, c, base, "m", bearer("sk-b")))
+	lanes = lanesOf(t, c, base)
+	require.Len(t, lanes, 1)
+	idB := lanes[0].ID
+	require.NotEqual(t, idA, idB, "sk-a's lane is evicted")
+
+	var left []string
+	require.Eventually(t, func() bool {
+		fc.get(func(f *fakeCoordinator) { left = append([]string(nil), f.left...) })
+		return len(left) > 0
+	}, 2*time.Second, 5*time.Millisecond, "the evicted lane leaves the coordinator")
+	assert.Equal(t, []string{idA}, left)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,9 @@ type lanes struct {
 	byKey   map[laneKey]*lane
 	ordered []*lane                   // in creation order, for /governor/lanes
 	creds   map[[sha256.Size]byte]int // lanes per credential
+	// leaving are the ids of evicted lanes whose shares the sync loop is
+	// to give back to the Coordinator (see takeLeaving); nil without one.
+	leaving []string
 }
 
 func newLanes(cfg *Config) *lanes {
@@ -164,6 +168,9 @@ func (ls *lanes) get(up *upstream, cred [sha256.Size]byte, model string) (*lane,
 	}
 	if l == nil {
 		l = ls.newLane(key)
+		// A lane evicted and back before its share was given back keeps
+		// its place in the Coordinator.
+		ls.leaving = slices.DeleteFunc(ls.leaving, func(id string) bool { return id == l.id })
 		ls.byKey[key] = l
 		ls.ordered = append(ls.ordered, l)
 		ls.creds[cred]++
@@ -201,6 +208,16 @@ func (ls *lanes) evictIdleLocked(now time.Time) bool {
 		delete(ls.creds, l.cred)
 	}
 	l.close(ls.set)
+	if ls.kick != nil {
+		// Give the lane's share back to the other Governors now, as a
+		// shutdown does, rather than let its lease expire. The Coordinator
+		// is called from the sync loop, never under ls.mu.
+		ls.leaving = append(ls.leaving, l.id)
+		select {
+		case ls.kick <- struct{}{}:
+		default:
+		}
+	}
 	ls.evicted.Inc()
 	ls.log.Info("lane evicted: idle, and the lane limit is reached", "lane", l.id,
 		"idle", now.Sub(time.Unix(0, oldest)).Round(time.Second).String())
@@ -245,6 +262,16 @@ func (ls *lanes) newLane(key laneKey) *lane {
 	l.m = newLaneMetrics(ls.set, l)
 	ls.log.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", ls.cfg.AIMD.Preset.String())
 	return l
+}
+
+// takeLeaving returns the ids of the lanes evicted since the last call, for
+// the sync loop to leave the Coordinator.
+func (ls *lanes) takeLeaving() []string {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ids := ls.leaving
+	ls.leaving = nil
+	return ids
 }
 
 // all returns the lanes in creation order.
