@@ -451,8 +451,10 @@ func TestShareWaitsForTheOthersCalls(t *testing.T) {
 	assert.Equal(t, 32, s.Share, "alone")
 	s = sync1(t, b, Report{Demand: 16})
 	assert.Equal(t, 2, s.Share, "a has 30 calls in flight: 2 are left")
+	assert.Equal(t, 16, s.Fair, "b's fair part")
 	s = sync1(t, a, Report{Demand: 40, InFlight: 30})
 	assert.Equal(t, 16, s.Share, "a's share shrinks at once")
+	assert.Equal(t, 16, s.Fair)
 	s = sync1(t, b, Report{Demand: 16})
 	assert.Equal(t, 2, s.Share, "a's calls are still in flight")
 	sync1(t, a, Report{Demand: 30, InFlight: 16})
@@ -500,4 +502,25 @@ func TestRepeatOnlyIfTheLaneRepeats(t *testing.T) {
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 16.2, DecreaseDispatched: at2, DecreaseAt: at2,
 		DecreaseLevel: 32, SeenDecrease: at.Add(time.Millisecond), Demand: 30, InFlight: 20, DecreaseRatio: 0.9})
 	assert.InDelta(t, 16.2, s.Target, 1e-9)
+}
+
+// A sync says since when every other Governor has synced.
+func TestOthersSynced(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	s := sync1(t, a, Report{Initial: 32, Demand: 8})
+	assert.True(t, t0.Equal(s.OthersSynced), "alone: the sync itself, got %v", s.OthersSynced)
+	clk.Add(40 * time.Millisecond)
+	sync1(t, b, Report{Demand: 8})
+	clk.Add(50 * time.Millisecond)
+	s = sync1(t, a, Report{Demand: 8})
+	assert.True(t, t0.Add(40*time.Millisecond).Equal(s.OthersSynced), "b's last sync, got %v", s.OthersSynced)
+	clk.Add(30 * time.Millisecond)
+	s = sync1(t, b, Report{Demand: 8})
+	assert.True(t, t0.Add(90*time.Millisecond).Equal(s.OthersSynced), "a's last sync, got %v", s.OthersSynced)
+	require.NoError(t, a.Leave(context.Background(), []string{"default/m/abc123"}))
+	s = sync1(t, b, Report{Demand: 8})
+	assert.True(t, t0.Add(120*time.Millisecond).Equal(s.OthersSynced), "a left: alone, got %v", s.OthersSynced)
 }

@@ -81,8 +81,21 @@ type Shared struct {
 	// Members is the number of live Governors on the lane, this one
 	// included.
 	Members int
-	// Share is this Governor's part of the shared limit, floor(Target).
+	// Share is what this Governor may use of the shared limit,
+	// floor(Target), now: Fair, less any calls the others still have in
+	// flight beyond their fair shares.
 	Share int
+	// Fair is this Governor's part of the shared limit by water-filling
+	// (Shares), the others' calls not counted. A Governor whose part
+	// shrinks or holds takes no slot from anyone and may use Fair at once;
+	// one whose part grows takes only Share.
+	Fair int
+	// OthersSynced is the earliest of the other live Governors' last
+	// syncs: every one of them has synced since, and applied the shares
+	// of the record as it was then. It is the sync's own instant when
+	// there are no others, and zero when one of them does not say (an
+	// older version).
+	OthersSynced time.Time
 }
 
 // Coordinator shares lane state with the other Governors through Redis. It
@@ -302,7 +315,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 	pipe := co.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(reports))
 	for i, r := range reports {
-		state, members, demand, _ := keys(r.Lane)
+		state, members, demand, synced, _ := keys(r.Lane)
 		dec, decDispatched, decAt, collapsed := "", int64(0), int64(0), "0"
 		if r.Decreased && r.Collapsed {
 			collapsed = "1"
@@ -310,7 +323,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		if r.Decreased {
 			dec, decDispatched, decAt = num(r.DecreaseTarget), ms(r.DecreaseDispatched), ms(r.DecreaseAt)
 		}
-		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand},
+		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced},
 			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), strconv.Itoa(max(r.Demand, 0))+","+strconv.Itoa(max(r.InFlight, 0)), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
 			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio))
@@ -337,7 +350,7 @@ func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, t
 const rateMemory = time.Minute
 
 func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error) {
-	if len(vals) < 7 || len(vals)%2 != 1 {
+	if len(vals) < 7 || (len(vals)-7)%3 != 0 {
 		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
 	}
 	f := make([]float64, 7)
@@ -350,12 +363,16 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 	}
 	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
 		LastDecrease: fromMs(f[1]), PausedUntil: fromMs(f[3]), PausedAt: fromMs(f[6])}
-	mems := make([]Member, 0, (len(vals)-7)/2)
-	for i := 7; i+1 < len(vals); i += 2 {
+	mems := make([]Member, 0, (len(vals)-7)/3)
+	for i := 7; i+2 < len(vals); i += 3 {
 		ds, fs, _ := strings.Cut(vals[i+1], ",")
 		d, _ := strconv.Atoi(ds)
 		f, _ := strconv.Atoi(fs)
-		mems = append(mems, Member{Instance: vals[i], Demand: d, InFlight: f})
+		m := Member{Instance: vals[i], Demand: d, InFlight: f}
+		if v, err := strconv.ParseInt(vals[i+2], 10, 64); err == nil && v > 0 {
+			m.Synced = time.UnixMilli(v)
+		}
+		mems = append(mems, m)
 	}
 	slices.SortFunc(mems, func(a, b Member) int {
 		switch {
@@ -367,6 +384,21 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 		return 0
 	})
 	s.Members = len(mems)
+	// Every other Governor has synced since OthersSynced (an older version
+	// that does not say: unknown).
+	s.OthersSynced = now
+	for _, m := range mems {
+		if m.Instance == co.cfg.Instance {
+			continue
+		}
+		if m.Synced.IsZero() {
+			s.OthersSynced = time.Time{}
+			break
+		}
+		if m.Synced.Before(s.OthersSynced) {
+			s.OthersSynced = m.Synced
+		}
+	}
 	// Who gets an integer remainder turns every remainderTurn, at the
 	// same instant for every Governor, so that no one is always the one
 	// without; rarely, since a turn moves shares before every Governor
@@ -386,6 +418,7 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 	}
 	for i, m := range mems {
 		if m.Instance == co.cfg.Instance {
+			s.Fair = shares[i]
 			s.Share = max(0, min(shares[i], left))
 		}
 	}
@@ -409,7 +442,7 @@ func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst flo
 	}
 	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
 	defer cancel()
-	_, _, _, key := keys(lane)
+	_, _, _, _, key := keys(lane)
 	v, err := gcraScript.Run(tctx, co.rdb, []string{key}, ms(co.cfg.Now()), num(1000/rate), num(max(burst, 1))).Text()
 	if err != nil {
 		return 0, co.failed(ctx, err)
@@ -431,8 +464,8 @@ func (co *Coordinator) Leave(ctx context.Context, lanes []string) error {
 	defer cancel()
 	pipe := co.rdb.Pipeline()
 	for _, l := range lanes {
-		_, members, demand, _ := keys(l)
-		leaveScript.Eval(tctx, pipe, []string{members, demand}, co.cfg.Instance)
+		_, members, demand, synced, _ := keys(l)
+		leaveScript.Eval(tctx, pipe, []string{members, demand, synced}, co.cfg.Instance)
 	}
 	if _, err := pipe.Exec(tctx); err != nil {
 		return co.failed(ctx, err)

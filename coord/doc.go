@@ -17,6 +17,7 @@
 //	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
 //	governor:{<lane id>}:demand   hash: instance id -> "calls in flight + queued,calls in flight"
+//	governor:{<lane id>}:synced   hash: instance id -> its last sync (Unix ms)
 //	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
 //
 // Values are numbers; member names are instance ids (GOVERNOR_INSTANCE).
@@ -63,23 +64,26 @@
 //   - a pause (the provider's Retry-After) is merged as the latest of the
 //     two instants, so one Governor's 429 pauses the lane everywhere; as a
 //     pause of one Governor is lifted by a success, a shared pause ends
-//     when any Governor's call succeeds after it was asked for (under a
-//     concurrency cap the hint was for one call; under a request budget
-//     nothing succeeds and the pause holds everywhere);
+//     everywhere, in the Governor that asked for it too, when any
+//     Governor's call succeeds after it was asked for (under a concurrency
+//     cap the hint was for one call; under a request budget nothing
+//     succeeds and the pause holds everywhere);
 //   - a pacing rate learned from the provider's rate-limit headers is
 //     published with its bucket size.
 //
 // The script returns the shared record and the live members with their
-// demands; the Governor adopts the shared target ([aimd.Controller.Adopt])
-// and takes its share of the shared limit by water-filling ([Shares]): its
-// queue lets out as many calls as its share, less any calls the others
-// still have in flight beyond theirs (a larger share than the last
-// only after a sync interval and a half, when the others have synced and
-// given up theirs: else a joining Governor, or a remainder moving from one
-// to another, would put both over the cap for a moment), while its
-// controller, which
-// holds the shared target, counts the lane as in use when the Governor uses
-// its whole share. When a rate is known, each dispatch books a slot in the
+// demands and last syncs; the Governor adopts the shared target
+// ([aimd.Controller.Adopt]) and takes its fair share of the shared limit by
+// water-filling ([Shares]): its queue lets out as many calls as that share
+// at once if it shrank or held (it takes no slot from anyone); a share that
+// grew takes only what the others' calls leave, their shares or more if
+// more are still in flight (so a joining Governor takes its share as the
+// others' calls finish), and only once every other Governor has synced
+// since it grew (their last syncs, or else a sync interval and a half),
+// when they have given up theirs: else a joining Governor, or a remainder
+// moving from one to another, would put both over the cap for a moment.
+// Meanwhile its controller, which holds the shared target, counts the lane
+// as in use when the Governor uses its whole share. When a rate is known, each dispatch books a slot in the
 // shared bucket with a GCRA script ([Coordinator.Reserve]) and waits what it
 // returns.
 //

@@ -6,7 +6,7 @@ import "github.com/redis/go-redis/v9"
 // and returns the record and the live members. It is the whole protocol of
 // doc.go, atomic on the server.
 //
-// KEYS: state, members, demand.
+// KEYS: state, members, demand, synced.
 // ARGV: now, instance, lease expiry, "demand,in flight", max, initial target, increase,
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
@@ -17,7 +17,8 @@ import "github.com/redis/go-redis/v9"
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
-// turns Lua numbers into integers), then instance, "demand,in flight" pairs.
+// turns Lua numbers into integers), then instance, "demand,in flight", last sync
+// (Unix ms, "" if the member did not say: an older version) triples.
 var syncScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
@@ -45,9 +46,11 @@ local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
   redis.call('ZREM', KEYS[2], unpack(gone))
   redis.call('HDEL', KEYS[3], unpack(gone))
+  redis.call('HDEL', KEYS[4], unpack(gone))
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
+redis.call('HSET', KEYS[4], ARGV[2], ARGV[1])
 
 -- What every Governor wants (calls in flight and queued) and uses (calls
 -- in flight), as of their last syncs.
@@ -164,7 +167,7 @@ redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(last
   'tried', tostring(tried), 'up', tostring(up))
 
 local ttl = tonumber(ARGV[15])
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 
 if now - rate_at > tonumber(ARGV[16]) then
   rate = 0
@@ -179,9 +182,11 @@ end
 local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at)}
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 local demands = redis.call('HMGET', KEYS[3], unpack(ids))
+local synced = redis.call('HMGET', KEYS[4], unpack(ids))
 for i, id in ipairs(ids) do
   out[#out + 1] = id
   out[#out + 1] = demands[i] or '0'
+  out[#out + 1] = synced[i] or ''
 end
 return out
 `)
@@ -208,16 +213,17 @@ return tostring(wait)
 
 // leaveScript gives a Governor's shares back at once (a clean shutdown).
 //
-// KEYS: members, demand. ARGV: instance.
+// KEYS: members, demand, synced. ARGV: instance.
 var leaveScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 `)
 
 // keys returns the keys of a lane. The lane id is in a hash tag so that a
 // lane's keys share one Redis Cluster slot.
-func keys(lane string) (state, members, demand, gcra string) {
+func keys(lane string) (state, members, demand, synced, gcra string) {
 	p := "governor:{" + lane + "}:"
-	return p + "state", p + "members", p + "demand", p + "gcra"
+	return p + "state", p + "members", p + "demand", p + "synced", p + "gcra"
 }

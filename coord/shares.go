@@ -1,10 +1,14 @@
 package coord
 
+import "time"
+
 // Member is one live Governor of a lane, as the shared record lists it.
 type Member struct {
 	Instance string
 	Demand   int // calls in flight + queued at its last sync
 	InFlight int // calls in flight at its last sync
+	// Synced is its last sync (zero: it did not say).
+	Synced time.Time
 }
 
 // Shares splits limit among members by water-filling: a member that needs

@@ -60,7 +60,11 @@ type LaneShared struct {
 	PausedAt      time.Time
 	Rate, Burst   float64
 	Members       int // live Governors on the lane
-	Share         int // this Governor's part of the shared limit
+	Share         int // what this Governor may use of the shared limit now
+	Fair          int // its fair part, the others' calls not counted (see adopt)
+	// OthersSynced: every other Governor has synced since (the sync's
+	// instant if there are none; zero if unknown).
+	OthersSynced time.Time
 }
 
 // DefaultSyncInterval is how often lanes are synced with a Coordinator.
@@ -103,18 +107,18 @@ type shareAt struct {
 // grownShare returns the share this Governor may use now, given the share
 // s that the sync at now gave it, and records s. A smaller share applies at
 // once; a larger one only once every other Governor has synced since it was
-// given (grace: a sync interval and a half), that is, the least of the
-// shares given since the newest sync at least grace old, that one included. The slots a Governor gains
-// are the slots another lost, or a target that grew: the others give theirs
-// up at their next sync, and until then both would use them, over the cap.
-// (A Governor joining takes its share from the others; a remainder that
-// turns moves one slot from one to another.) Without a sync grace old,
-// from is the share: the lane's limit before it joined.
+// given (at cut, every other Governor had synced since), that is, the least
+// of the shares given since the newest sync at or before cut, that one
+// included. The slots a Governor gains are the slots another lost, or a
+// target that grew: the others give theirs up at their next sync, and until
+// then both would use them, over the cap. (A Governor joining takes its
+// share from the others; a remainder that turns moves one slot from one to
+// another.) Without a sync at or before cut, from is the share: the lane's
+// limit before it joined.
 //
 // grownShare requires the lane's mu to be held.
-func (c *laneCoord) grownShare(s int, now time.Time, grace time.Duration, from int) int {
-	cut := now.Add(-grace)
-	k, found := 0, false // the syncs older than grace, but the newest of them, are dropped
+func (c *laneCoord) grownShare(s int, now, cut time.Time, from int) int {
+	k, found := 0, false // the syncs before cut, but the newest of them, are dropped
 	for i, e := range c.shares {
 		if !e.at.After(cut) {
 			k, found = i, true
@@ -160,16 +164,16 @@ func ctrlInFlight(inFlight, share, synced, limit int) int {
 }
 
 // peakDemand returns the demand to report, given d, the calls in flight
-// and queued now: the most seen at the syncs of the last demandMemory, but
-// at most demandDip above d. It rises at once; a dip of a call or two is
-// held for demandMemory (in a closed loop, a client between two calls is no
-// demand gone, and a share that shrank for it and grew back would wait for
-// the others: see grownShare), and a larger fall is taken at once but for
-// those two (clients that stopped: their slots go to the others).
+// and queued now: the most seen at the syncs of the last memory, but at
+// most demandDip above d. It rises at once; a dip of a call or two is held
+// for memory (in a closed loop, a client between two calls is no demand
+// gone, and a share that shrank for it and grew back would wait for the
+// others: see grownShare), and a larger fall is taken at once but for those
+// two (clients that stopped: their slots go to the others).
 //
 // peakDemand requires the lane's mu to be held.
-func (c *laneCoord) peakDemand(d int, now time.Time) int {
-	cut := now.Add(-demandMemory)
+func (c *laneCoord) peakDemand(d int, now time.Time, memory time.Duration) int {
+	cut := now.Add(-memory)
 	k := 0
 	for k < len(c.demands) && c.demands[k].at.Before(cut) {
 		k++
@@ -186,8 +190,11 @@ func (c *laneCoord) peakDemand(d int, now time.Time) int {
 // demandDip is the largest fall of the demand that peakDemand holds.
 const demandDip = 2
 
-// demandMemory is how long a demand reported stands.
-const demandMemory = time.Second
+// demandMemory is how long a demand reported stands, in sync intervals:
+// the two syncs before this one. A client between two calls is back within
+// a millisecond or so, so a dip is seen at one sync, rarely two; a Governor
+// whose clients stopped gives their slots back within a few syncs.
+const demandMemory = 2.5
 
 // syncSnap is what report saw, for adopt to know what changed since.
 type syncSnap struct {
@@ -198,7 +205,7 @@ type syncSnap struct {
 }
 
 // report is the lane's report for a sync.
-func (l *lane) report(maxTarget int, now time.Time) (LaneReport, syncSnap) {
+func (l *lane) report(maxTarget int, now time.Time, memory time.Duration) (LaneReport, syncSnap) {
 	qs := l.q.Stats()
 	rate, burst := l.pace.learned()
 	l.mu.Lock()
@@ -206,7 +213,7 @@ func (l *lane) report(maxTarget int, now time.Time) (LaneReport, syncSnap) {
 	co := l.co
 	st := l.ctrl.State()
 	decs := st.Decreases + st.Collapses
-	demand := co.peakDemand(qs.InFlight+qs.Waiting, now)
+	demand := co.peakDemand(qs.InFlight+qs.Waiting, now, memory)
 	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: demand, InFlight: qs.InFlight,
 		PausedUntil: co.pendingPause, PausedAt: co.pendingAt, LastSuccess: co.lastOK, Rate: rate, Burst: burst, SeenDecrease: co.seenDec,
 		Latency: st.LatencyEWMA, DecreaseRatio: l.ctrl.Config().DecreaseRatio}
@@ -253,8 +260,25 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Dura
 	if !joined {
 		from = l.q.Stats().Limit // joining: the start's 1, or a local limit
 	}
+	// A part that shrinks or holds is taken at once, whatever the others
+	// still have in flight: it takes no slot from them (at a join, the
+	// Governors that were there give the newcomer its part as their calls
+	// finish, and must not also wait for each other's). A part that grows
+	// takes what the others' calls leave (Share), and keeps what it had
+	// unless the shared limit fell (then what it had may be over it).
+	share := s.Share
+	if joined && (s.Fair <= co.share || int(s.Target) >= int(co.sharedTarget)) {
+		share = max(s.Share, min(s.Fair, co.share))
+	}
+	// Every other Governor has synced since cut: since OthersSynced, as
+	// the record says, or else (an older version among them) since a grace
+	// (a sync interval and a half) ago.
+	cut := now.Add(-grace)
+	if s.OthersSynced.After(cut) && !s.OthersSynced.After(now) {
+		cut = s.OthersSynced
+	}
 	co.joined, co.starting = true, false
-	co.share, co.members, co.sharedTarget = co.grownShare(s.Share, now, grace, from), s.Members, s.Target
+	co.share, co.members, co.sharedTarget = co.grownShare(share, now, cut, from), s.Members, s.Target
 	co.seenDec = s.LastDecrease
 	co.rate, co.burst = s.Rate, s.Burst
 	if !co.pendingPause.After(snap.pause) {
@@ -274,8 +298,13 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Dura
 			co.remotePause = pauseTo
 		}
 	}
-	// A pause taken from another Governor that a success elsewhere ended.
-	resume := !co.remotePause.IsZero() && s.PausedUntil.Before(co.remotePause) && l.pausedUntil.Equal(co.remotePause)
+	// A pause taken from another Governor that a success elsewhere ended,
+	// or one of this Governor's own, sent, that a success elsewhere ended:
+	// the shared record holds no pause as late (a Governor that has no call
+	// in flight, joining, would else wait out the whole hint while the
+	// others' calls succeed).
+	resume := !co.remotePause.IsZero() && s.PausedUntil.Before(co.remotePause) && l.pausedUntil.Equal(co.remotePause) ||
+		co.pendingPause.IsZero() && l.pausedUntil.After(now) && l.pausedUntil.Equal(co.seenPause) && s.PausedUntil.UnixMilli() < l.pausedUntil.UnixMilli()
 	if resume || !co.remotePause.After(now) {
 		co.remotePause = time.Time{}
 	}
@@ -413,7 +442,7 @@ func (p *Proxy) syncLanes() {
 	snaps := make([]syncSnap, len(lanes))
 	at := p.cfg.Now()
 	for i, l := range lanes {
-		reports[i], snaps[i] = l.report(p.cfg.AIMD.Max, at)
+		reports[i], snaps[i] = l.report(p.cfg.AIMD.Max, at, time.Duration(demandMemory*float64(p.cfg.SyncInterval)))
 	}
 	shared, err := p.cfg.Coordinator.Sync(p.ctx, reports)
 	if err != nil || len(shared) != len(lanes) {

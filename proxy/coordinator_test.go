@@ -209,29 +209,38 @@ func TestGrownShareWaitsForTheOthers(t *testing.T) {
 	grace := 150 * time.Millisecond
 	c := &laneCoord{}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// g is a sync at ms when the others last synced a grace ago.
+	g := func(s, ms, from int) int { return c.grownShare(s, at(ms), at(ms).Add(-grace), from) }
 
-	assert.Equal(t, 1, c.grownShare(8, at(0), grace, 1), "joining: the start's limit until the others have synced")
-	assert.Equal(t, 1, c.grownShare(8, at(100), grace, 1))
-	assert.Equal(t, 8, c.grownShare(8, at(200), grace, 1), "a grace later, the share")
-	assert.Equal(t, 8, c.grownShare(11, at(300), grace, 8), "a larger share waits")
-	assert.Equal(t, 8, c.grownShare(11, at(400), grace, 8))
-	assert.Equal(t, 11, c.grownShare(11, at(500), grace, 8), "then applies")
-	assert.Equal(t, 7, c.grownShare(7, at(510), grace, 11), "a smaller share applies at once")
-	assert.Equal(t, 7, c.grownShare(9, at(600), grace, 7), "the share of a grace ago bounds it")
-	assert.Equal(t, 9, c.grownShare(9, at(800), grace, 7))
+	assert.Equal(t, 1, g(8, 0, 1), "joining: the start's limit until the others have synced")
+	assert.Equal(t, 1, g(8, 100, 1))
+	assert.Equal(t, 8, g(8, 200, 1), "a grace later, the share")
+	assert.Equal(t, 8, g(11, 300, 8), "a larger share waits")
+	assert.Equal(t, 8, g(11, 400, 8))
+	assert.Equal(t, 11, g(11, 500, 8), "then applies")
+	assert.Equal(t, 7, g(7, 510, 11), "a smaller share applies at once")
+	assert.Equal(t, 7, g(9, 600, 7), "the share of a grace ago bounds it")
+	assert.Equal(t, 9, g(9, 800, 7))
 	assert.LessOrEqual(t, len(c.shares), 3, "old syncs are dropped")
+
+	// When the record says when the others last synced, a larger share
+	// applies as soon as they all have since it was given.
+	assert.Equal(t, 9, c.grownShare(12, at(900), at(850), 9), "given at 900: the others synced at 850 at the latest")
+	assert.Equal(t, 9, c.grownShare(12, at(1000), at(880), 9), "one of them has not synced since 900")
+	assert.Equal(t, 12, c.grownShare(12, at(1100), at(1010), 9), "all have: it applies, before a grace")
 }
 
 func TestPeakDemand(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	memory := 250 * time.Millisecond
 	c := &laneCoord{}
-	assert.Equal(t, 16, c.peakDemand(16, at(0)), "rises at once")
-	assert.Equal(t, 16, c.peakDemand(15, at(100)), "a client between two calls is no demand gone")
-	assert.Equal(t, 16, c.peakDemand(14, at(900)))
-	assert.Equal(t, 15, c.peakDemand(14, at(1050)), "a second later, it is")
-	assert.Equal(t, 2, c.peakDemand(0, at(1100)), "clients gone: all but two slots go at once")
-	assert.Equal(t, 0, c.peakDemand(0, at(2200)))
+	assert.Equal(t, 16, c.peakDemand(16, at(0), memory), "rises at once")
+	assert.Equal(t, 16, c.peakDemand(15, at(100), memory), "a client between two calls is no demand gone")
+	assert.Equal(t, 16, c.peakDemand(14, at(200), memory))
+	assert.Equal(t, 15, c.peakDemand(14, at(300), memory), "two syncs later, it is")
+	assert.Equal(t, 2, c.peakDemand(0, at(400), memory), "clients gone: all but two slots go at once")
+	assert.Equal(t, 0, c.peakDemand(0, at(700), memory))
 	assert.Len(t, c.demands, 1, "old syncs are dropped")
 }
 
@@ -298,4 +307,48 @@ func TestEvictedLaneLeavesTheCoordinator(t *testing.T) {
 		return len(left) > 0
 	}, 2*time.Second, 5*time.Millisecond, "the evicted lane leaves the coordinator")
 	assert.Equal(t, []string{idA}, left)
+}
+
+// A pause of this Governor's own ends when the shared record holds no pause
+// as late (a call succeeded in another Governor since it was asked for): a
+// Governor with no call in flight, joining, does not wait out the hint.
+func TestOwnPauseEndsOnASuccessElsewhere(t *testing.T) {
+	checkLeaks(t)
+	_, mockURL := startMock(t, mockllm.Config{})
+	fc := &fakeCoordinator{shared: LaneShared{Target: 8, Members: 2, Share: 4, Fair: 4}}
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	c := client(t)
+	resp, _ := chat(t, c, base, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+
+	now := time.Now()
+	until := now.Add(time.Minute)
+	// The record keeps the pause in milliseconds, as coord does.
+	fc.set(func(f *fakeCoordinator) {
+		f.shared.PausedUntil, f.shared.PausedAt = time.UnixMilli(until.UnixMilli()), now
+	})
+	p.lanes.all()[0].pause(until, now, p.cfg.Logger)
+	require.Eventually(t, func() bool {
+		sent := false
+		fc.get(func(f *fakeCoordinator) {
+			for _, r := range f.reports {
+				sent = sent || r.PausedUntil.Equal(until)
+			}
+		})
+		return sent
+	}, 2*time.Second, 5*time.Millisecond, "the pause is sent")
+	fc.set(func(f *fakeCoordinator) { f.reports = nil })
+	require.Eventually(t, func() bool {
+		n := 0
+		fc.get(func(f *fakeCoordinator) { n = len(f.reports) })
+		return n >= 3
+	}, 2*time.Second, 5*time.Millisecond, "a few syncs")
+	require.NotNil(t, lanesOf(t, c, base)[0].PausedUntil, "the record holds the pause: so does the lane")
+
+	fc.set(func(f *fakeCoordinator) { f.shared.PausedUntil = time.Time{} })
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].PausedUntil == nil }, 2*time.Second, 5*time.Millisecond,
+		"a success elsewhere ended the pause")
+	resp, _ = chat(t, c, base, nil)
+	assert.Equal(t, 200, resp.StatusCode)
 }
