@@ -252,7 +252,10 @@ func TestNoShareHoldsTheLane(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
 	fc := &fakeCoordinator{shared: LaneShared{Target: 32, Members: 4, Share: 0}}
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	// The hold lasts a sync interval (a grace) past each sync by design:
+	// long enough here that a sync delayed by a loaded machine under -race
+	// does not let the call out.
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 50 * time.Millisecond}))
 	c := client(t)
 	done := make(chan int, 1)
 	go func() {
@@ -260,7 +263,7 @@ func TestNoShareHoldsTheLane(t *testing.T) {
 		done <- resp.StatusCode
 	}()
 	syncs := func() (n int) { fc.get(func(f *fakeCoordinator) { n = len(f.reports) }); return n }
-	require.Eventually(t, func() bool { return syncs() >= 20 }, 2*time.Second, 5*time.Millisecond, "a few syncs")
+	require.Eventually(t, func() bool { return syncs() >= 10 }, 5*time.Second, 5*time.Millisecond, "a few syncs")
 	select {
 	case <-done:
 		t.Fatal("a call went with no share")
