@@ -138,32 +138,10 @@ func (q *Queue) Acquire(ctx context.Context, p Priority) error {
 		}
 	}
 
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
+	w, err := q.enqueue(p)
+	if w == nil {
+		return err
 	}
-	if q.grantableLocked() {
-		q.inFlight++
-		q.mu.Unlock()
-		return nil
-	}
-	room := q.capacity
-	if p.Retry {
-		room += q.reserve
-	}
-	if len(q.waiters) >= room {
-		q.mu.Unlock()
-		return ErrFull
-	}
-	u := clampUrgency(p.Urgency)
-	w := q.pool.Get().(*waiter)
-	w.key = makeKey(u, p.Retry, q.seq)
-	q.seq++
-	heap.Push(&q.waiters, w)
-	q.byUrgency[u]++
-	q.mu.Unlock()
-
 	select {
 	case err := <-w.ready:
 		q.pool.Put(w)
@@ -180,25 +158,67 @@ func (q *Queue) Acquire(ctx context.Context, p Priority) error {
 		return err
 
 	case <-done:
-		if q.testHookCancel != nil {
-			q.testHookCancel()
-		}
-		q.mu.Lock()
-		if w.index >= 0 {
-			// Still waiting: leave. No slot is free while anyone waits
-			// (see grantLocked), so no one else can be granted now.
-			heap.Remove(&q.waiters, w.index)
-			q.byUrgency[u]--
-		} else if err := <-w.ready; err == nil {
-			// Granted after the cancel: give the slot back.
-			q.inFlight--
-			q.grantLocked()
-		}
-		q.notifyIdleLocked()
-		q.mu.Unlock()
-		q.pool.Put(w)
+		q.leave(w)
 		return ctx.Err()
 	}
+}
+
+// enqueue grants a slot to a call of priority p at once (nil, nil), puts
+// it in the queue (w, nil), or refuses it (nil, ErrClosed or ErrFull).
+// (Acquire's frame stays on the stack while the call waits; this one
+// does not.)
+//
+//go:noinline
+func (q *Queue) enqueue(p Priority) (*waiter, error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if q.grantableLocked() {
+		q.inFlight++
+		q.mu.Unlock()
+		return nil, nil
+	}
+	room := q.capacity
+	if p.Retry {
+		room += q.reserve
+	}
+	if len(q.waiters) >= room {
+		q.mu.Unlock()
+		return nil, ErrFull
+	}
+	u := clampUrgency(p.Urgency)
+	w := q.pool.Get().(*waiter)
+	w.key = makeKey(u, p.Retry, q.seq)
+	q.seq++
+	heap.Push(&q.waiters, w)
+	q.byUrgency[u]++
+	q.mu.Unlock()
+	return w, nil
+}
+
+// leave takes w, whose caller has gone, out of the queue.
+//
+//go:noinline
+func (q *Queue) leave(w *waiter) {
+	if q.testHookCancel != nil {
+		q.testHookCancel()
+	}
+	q.mu.Lock()
+	if w.index >= 0 {
+		// Still waiting: leave. No slot is free while anyone waits
+		// (see grantLocked), so no one else can be granted now.
+		heap.Remove(&q.waiters, w.index)
+		q.byUrgency[w.urgency()]--
+	} else if err := <-w.ready; err == nil {
+		// Granted after the cancel: give the slot back.
+		q.inFlight--
+		q.grantLocked()
+	}
+	q.notifyIdleLocked()
+	q.mu.Unlock()
+	q.pool.Put(w)
 }
 
 // TryAcquire takes an in-flight slot if one can be granted at once to a call
