@@ -72,3 +72,16 @@ func stripConnectionTokens(h header) {
 		h.DelBytes(tok)
 	}
 }
+
+// namedInConnection reports whether one of h's Connection headers names
+// the header name, which stripHopHeaders would then remove.
+func namedInConnection(h *fasthttp.RequestHeader, name string) bool {
+	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+		for tok := range bytes.SplitSeq(v, []byte{','}) {
+			if bytes.EqualFold(bytes.TrimSpace(tok), []byte(name)) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // chatModel posts a chat completion for model with headers.
@@ -70,4 +71,39 @@ func TestCredentialsNeverShareALane(t *testing.T) {
 	}
 	require.Len(t, overflow, 2, "one overflow lane per credential")
 	assert.NotEqual(t, overflow[0].Credential, overflow[1].Credential)
+}
+
+// A lane is chosen by the credential the provider will see, whether it is
+// read from the client's request or from the one built for the upstream: a
+// credential header named in Connection is hop-by-hop, not sent, so it does
+// not count.
+func TestHopByHopCredentialIsNotALaneKey(t *testing.T) {
+	hash := func(headers ...string) [32]byte {
+		req := fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(req)
+		for i := 0; i < len(headers); i += 2 {
+			req.Header.Add(headers[i], headers[i+1])
+		}
+		return credentialHash(&req.Header)
+	}
+	none := hash()
+	key := hash("Authorization", "Bearer sk-a")
+	require.NotEqual(t, none, key)
+	for _, conn := range []string{"Authorization", "keep-alive, authorization", " X-Other ,AUTHORIZATION "} {
+		assert.Equal(t, none, hash("Authorization", "Bearer sk-a", "Connection", conn), "Connection: %s", conn)
+	}
+	assert.Equal(t, key, hash("Authorization", "Bearer sk-a", "Connection", "X-Api-Key"), "Connection naming another header")
+	assert.Equal(t, key, hash("Authorization", "Bearer sk-a", "X-Api-Key", "sk-b", "Connection", "x-api-key"),
+		"Connection naming another credential header")
+
+	// The request sent upstream agrees.
+	in := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(in)
+	in.Header.Set("Authorization", "Bearer sk-a")
+	in.Header.Set("Connection", "Authorization")
+	out := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(out)
+	buildUpstreamRequest(in, &upstream{scheme: "http", host: "up"}, []byte("/v1/x"), out)
+	assert.Empty(t, out.Header.Peek("Authorization"))
+	assert.Equal(t, credentialHash(&out.Header), credentialHash(&in.Header))
 }

@@ -56,14 +56,21 @@ type laneKey struct {
 // credentialHeaders identify the account a call is billed to.
 var credentialHeaders = []string{"Authorization", "X-Api-Key", "Openai-Organization", "Openai-Project"}
 
-// credentialHash hashes the credential headers of a request. The hash is
+// credentialHash hashes the credential headers of a client's request as
+// they are sent upstream: a credential header named in Connection is
+// hop-by-hop (see stripHopHeaders), so it counts as absent. The hash is
 // shown shortened; the credential itself is never stored.
 func credentialHash(h *fasthttp.RequestHeader) [sha256.Size]byte {
+	hop := len(h.Peek(fasthttp.HeaderConnection)) > 0 // most calls have no Connection header
 	d := sha256.New()
 	for _, name := range credentialHeaders {
+		v := h.Peek(name)
+		if hop && len(v) > 0 && namedInConnection(h, name) {
+			v = nil
+		}
 		d.Write([]byte(name))
 		d.Write([]byte{0})
-		d.Write(h.Peek(name))
+		d.Write(v)
 		d.Write([]byte{0})
 	}
 	var sum [sha256.Size]byte
