@@ -171,6 +171,9 @@ func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 		defer stopWatch()
 		defer cancel(nil)
 		s.execute(runCtx, e)
+		// Before the stream ends: fasthttp may then read the client's
+		// next request, which a peek at the client would wait behind.
+		stopWatch()
 		_, sum := e.snapshot(s.cfg.Now())
 		line, _ := json.Marshal(summaryLine{Summary: sum})
 		ls.push(line)

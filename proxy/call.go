@@ -104,9 +104,6 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 
 	// Route on the normalized path, as for a proxied call.
 	up, path := p.router.resolve(in.URI().Path())
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	buildUpstreamRequest(in, up, path, req)
 
 	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout}
 	if opts.maxRetries < 0 {
@@ -116,7 +113,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if opts.attemptTimeout <= 0 {
 		opts.attemptTimeout = p.cfg.AttemptTimeout
 	}
-	l, lerr := p.lanes.forRequest(up, req)
+	l, lerr := p.lanes.forRequest(up, in)
 	if lerr != nil {
 		return Result{Err: &Error{Status: lerr.Status, Code: lerr.Code, Message: lerr.Message},
 			Details: Details{Status: StatusDidNotRun}}
@@ -125,7 +122,9 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(p.ctx, cancel)()
-	res := p.roundTrip(ctx, l, req, opts)
+	g := governedCall{p: p, l: l, req: upstreamRequest{in: in, up: up, path: path}, o: opts}
+	g.run(ctx)
+	res := &g.res
 	if res.err != nil {
 		e := res.err
 		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details}
@@ -154,10 +153,11 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 // ctx (a sync batch): it ends when that client disconnects or the proxy
 // stops for good. Call stop when the work is done.
 func (p *Proxy) ClientContext(ctx *fasthttp.RequestCtx) (context.Context, func()) {
-	w := newClientWatch(ctx.Conn(), clientCheckInterval, nil)
-	// stop may be called more than once; w, once stopped, may serve
+	wc := p.clients.watch(ctx.Conn(), nil)
+	cctx, _ := wc.context(p.ctx)
+	// stop may be called more than once; wc, once unwatched, may serve
 	// another call.
-	return w.context(p.ctx), sync.OnceFunc(w.stop)
+	return cctx, sync.OnceFunc(func() { p.clients.unwatch(wc) })
 }
 
 // ClientLeft reports whether a context from ClientContext ended because

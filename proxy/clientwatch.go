@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -10,156 +11,253 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// clientWatch watches the client of one call, from the moment the call
-// enters the round trip until it leaves it, and acts when the client
-// disconnects: a call waiting (in the queue, for the provider's budget, for
-// a retry) sees its context end; an attempt in flight upstream is cut at
-// once, its upstream connection closed, so the provider stops generating an
-// answer nobody will read and the lane's slot comes back.
+// errClientLeft is the cause of a call's context ending because its
+// client disconnected.
+var errClientLeft = errors.New("client disconnected")
+
+// clientWatch watches the clients of calls, from the moment a call enters
+// its round trip until it leaves it (and of sync batches while they run),
+// and acts when a client disconnects: a call waiting (in a lane's queue, for
+// the provider's budget, for a retry) sees its context end; an attempt in
+// flight upstream is cut at once, its upstream connection closed, so the
+// provider stops generating an answer nobody will read and the lane's slot
+// comes back. fasthttp notices a departed client only when a write to it
+// fails, and its client cannot be cancelled, so both halves are Governor's
+// own.
 //
-// fasthttp notices a departed client only when a write to it fails, and its
-// client cannot be cancelled, so both halves are Governor's own. The watch is
-// a timer that peeks at the client socket every interval (see peerGone); a
-// call answered within the first interval costs one timer and no syscall.
+// One goroutine peeks at every watched client each interval (see
+// peerGone). Ten thousand waiting calls thus cost no timer and no goroutine
+// each, only an entry here, taken from a pool. A client is first peeked at
+// after a full interval: a call answered within it costs no syscall. The
+// goroutine runs while something is watched and ends at the first check
+// that finds nothing to watch, or at close.
 //
 // Cutting an attempt needs the upstream connection it runs on, which
 // fasthttp picks from its pool inside DoDeadline and does not tell. The
-// watch learns it from the request body: the request carries the watch as
-// its body stream, fasthttp writes the body from the goroutine that runs the
-// attempt after it has taken a connection and recorded it in the response
-// (Response.ParseNetConn), and WriteTo reads it from there (see connOf) before
-// writing the body. A client that is gone by then gets nothing sent at all.
-//
-// A clientWatch is used by the goroutine that runs the call and by the
-// timer; the fields below mu are guarded by it.
+// watch learns it from the request body: the request carries the
+// watchedClient as its body stream, fasthttp writes the body from the
+// goroutine that runs the attempt after it has taken a connection and
+// recorded it in the response (Response.ParseNetConn), and WriteTo reads it
+// from there (see connOf) before writing the body. A client that is gone by
+// then gets nothing sent at all.
 type clientWatch struct {
-	client net.Conn
-	every  time.Duration
-	body   []byte             // the request body; nil for a call that has none
-	resp   *fasthttp.Response // the response of the attempt being sent; the call's goroutine only
-	off    int                // bytes of body read by Read in this attempt
+	every time.Duration
+	pool  sync.Pool // of *watchedClient
 
 	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	blind   bool                    // the client's read deadline may still blind peerGone
-	gone    bool                    // the client has disconnected
-	cancel  context.CancelCauseFunc // of the context handed out, if any
-	up      *trackedConn            // the connection of the attempt in flight, once its body is sent
-	cut     bool                    // the attempt in flight was cut
+	clients []*watchedClient
+	ticks   uint64 // checks begun
+	running bool   // the loop goroutine runs
+	closed  bool
+	quit    chan struct{} // closed by close
+	wg      sync.WaitGroup
+
+	batch []*watchedClient // the loop's copy of clients
 }
 
-// clientWatches keeps the watches of calls that ended before their timer
-// fired (most calls), timer included: a call costs no allocation for its
-// watch.
-var clientWatches sync.Pool
+// A watchedClient is the watch of one call's client, from watch until
+// unwatch. It is used by the call's goroutine and by the loop; the fields
+// below mu are guarded by it. The loop touches conn only while it holds mu
+// and the watch is on: once unwatch has taken mu, fasthttp may be reading
+// the next request from conn, and a peek would wait behind that read.
+type watchedClient struct {
+	body  []byte             // the request body, carried by each attempt (see carryBody); nil for none
+	resp  *fasthttp.Response // the response of the attempt being sent; the call's goroutine only
+	off   int                // bytes of body read by Read in this attempt
+	index int                // in clientWatch.clients, -1 when not in it; guarded by clientWatch.mu
+	since uint64             // clientWatch.ticks when the watch began; guarded by clientWatch.mu
 
-// newClientWatch starts watching client; the first check is every from
-// now. body is the request body that carryBody hands to each attempt; it
-// must stay valid until stop.
-func newClientWatch(client net.Conn, every time.Duration, body []byte) *clientWatch {
-	w, _ := clientWatches.Get().(*clientWatch)
-	if w == nil {
-		w = &clientWatch{}
+	mu     sync.Mutex
+	conn   net.Conn                // the client; nil once unwatched
+	blind  bool                    // the client's read deadline may still blind peerGone
+	gone   bool                    // the client has disconnected
+	cancel context.CancelCauseFunc // of the context handed out, if any
+	up     *trackedConn            // the connection of the attempt in flight, once its body is sent
+	cut    bool                    // the attempt in flight was cut
+}
+
+func newClientWatch(every time.Duration) *clientWatch {
+	return &clientWatch{every: every, quit: make(chan struct{})}
+}
+
+// watch starts watching the client behind conn. body is the request body
+// that carryBody hands to each attempt; it must stay valid until unwatch.
+// Call unwatch when the call is over. After close, the client is checked
+// only when context is called.
+//
+//go:noinline
+func (w *clientWatch) watch(conn net.Conn, body []byte) *watchedClient {
+	wc, _ := w.pool.Get().(*watchedClient)
+	if wc == nil {
+		wc = &watchedClient{index: -1}
 	}
+	wc.body = body
+	wc.mu.Lock()
+	wc.conn, wc.blind = conn, true
+	wc.mu.Unlock()
+
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.client, w.every, w.body, w.blind = client, every, body, true
-	if w.timer == nil {
-		w.timer = time.AfterFunc(every, w.check)
-	} else {
-		w.timer.Reset(every)
+	if w.closed {
+		return wc
 	}
-	return w
+	wc.index, wc.since = len(w.clients), w.ticks
+	w.clients = append(w.clients, wc)
+	if !w.running {
+		w.running = true
+		w.wg.Add(1)
+		go w.run()
+	}
+	return wc
 }
 
-// context returns a context derived from parent that ends with cause
-// errClientLeft when the client disconnects. It checks the client at once:
-// a client that left while an attempt ran, unseen yet, must not have the
-// retry about to wait for it sent. It is called once, by the call's
-// goroutine, when the call first has to wait.
-func (w *clientWatch) context(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancelCause(parent)
-	w.unblind()
-	gone := peerGone(w.client)
+// unwatch ends the watch of wc, cancels the context it handed out, and
+// keeps wc for another call: nothing is cut after it returns, and wc must
+// not be used again.
+func (w *clientWatch) unwatch(wc *watchedClient) {
+	wc.mu.Lock()
+	cancel := wc.cancel
+	wc.conn, wc.cancel, wc.up = nil, nil, nil
+	wc.blind, wc.gone, wc.cut = false, false, false
+	wc.mu.Unlock()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.cancel = cancel
-	if gone {
-		w.leftLocked()
-	} else if w.gone {
-		cancel(errClientLeft)
+	if i := wc.index; i >= 0 {
+		last := len(w.clients) - 1
+		w.clients[i] = w.clients[last]
+		w.clients[i].index = i
+		w.clients[last] = nil
+		w.clients = w.clients[:last]
+		wc.index = -1
 	}
-	return ctx
-}
-
-// unblind clears the client's read deadline, once: the request is read, and
-// the deadline fasthttp set for it (or a drain's, see connTracker) would
-// blind peerGone. fasthttp sets its own again before the next request, after
-// stop.
-func (w *clientWatch) unblind() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.blind && !w.stopped {
-		w.blind = false
-		_ = w.client.SetReadDeadline(time.Time{})
-	}
-}
-
-func (w *clientWatch) check() {
-	w.unblind()
-	gone := peerGone(w.client)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped || w.gone {
-		return
-	}
-	if gone {
-		w.leftLocked()
-		return
-	}
-	w.timer.Reset(w.every)
-}
-
-// leftLocked acts on the client's departure. It requires w.mu to be held.
-func (w *clientWatch) leftLocked() {
-	w.gone = true
-	if w.cancel != nil {
-		w.cancel(errClientLeft)
-	}
-	if w.up != nil {
-		w.cut = true
-		w.up.cut(w)
-	}
-}
-
-// left reports whether the client has been seen to disconnect.
-func (w *clientWatch) left() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.gone
-}
-
-// stop ends the watch. Nothing is cut after it returns, and w must not be
-// used again.
-func (w *clientWatch) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	// A check that has started may still be running: then w is left to
-	// the garbage collector rather than reused under it.
-	reuse := w.timer.Stop()
-	cancel := w.cancel
 	w.mu.Unlock()
 	if cancel != nil {
 		cancel(nil)
 	}
-	if reuse {
-		w.mu.Lock()
-		w.client, w.body, w.resp, w.off = nil, nil, nil, 0
-		w.stopped, w.blind, w.gone, w.cancel, w.up, w.cut = false, false, false, nil, nil, false
-		w.mu.Unlock()
-		clientWatches.Put(w)
+	wc.body, wc.resp, wc.off = nil, nil, 0
+	// The loop may still hold wc in its batch: it locks wc.mu before it
+	// looks, and then finds it unwatched or watching its next call's
+	// client, which it may peek at early.
+	w.pool.Put(wc)
+}
+
+// close ends the loop and waits for it; later watches are not checked by
+// it.
+func (w *clientWatch) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.quit)
 	}
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+func (w *clientWatch) run() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-t.C:
+		}
+		if !w.check() {
+			return
+		}
+	}
+}
+
+// check peeks once at every client watched for a full interval, and acts
+// on the ones that have gone. It reports false, and marks the loop stopped,
+// when nothing is watched.
+func (w *clientWatch) check() bool {
+	w.mu.Lock()
+	if len(w.clients) == 0 {
+		w.running = false
+		w.mu.Unlock()
+		return false
+	}
+	before := w.ticks
+	w.ticks++
+	for _, wc := range w.clients {
+		if wc.since < before {
+			w.batch = append(w.batch, wc)
+		}
+	}
+	w.mu.Unlock()
+	for _, wc := range w.batch {
+		wc.check()
+	}
+	clear(w.batch) // holds no watch past its end
+	w.batch = w.batch[:0]
+	return true
+}
+
+// check peeks at the client, if it is still watched, and acts if it has
+// gone.
+func (wc *watchedClient) check() {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	if wc.conn == nil || wc.gone {
+		return
+	}
+	wc.unblindLocked()
+	if peerGone(wc.conn) {
+		wc.leftLocked()
+	}
+}
+
+// unblindLocked clears the client's read deadline, once: the request is
+// read, and the deadline fasthttp set for it (or a drain's, see
+// connTracker) would blind peerGone. fasthttp sets its own again before the
+// next request, after unwatch. It requires wc.mu to be held and the watch
+// to be on.
+func (wc *watchedClient) unblindLocked() {
+	if wc.blind {
+		wc.blind = false
+		_ = wc.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// leftLocked acts on the client's departure. It requires wc.mu to be held.
+func (wc *watchedClient) leftLocked() {
+	wc.gone = true
+	if wc.cancel != nil {
+		wc.cancel(errClientLeft)
+	}
+	if wc.up != nil {
+		wc.cut = true
+		wc.up.cut(wc)
+	}
+}
+
+// context returns a context derived from parent that ends with cause
+// errClientLeft when the client disconnects, and its cancel function. It
+// checks the client at once: a client that left while an attempt ran,
+// unseen yet, must not have the retry about to wait for it sent. It is
+// called once, by the call's goroutine, when the call first has to wait.
+func (wc *watchedClient) context(parent context.Context) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	wc.cancel = cancel
+	if !wc.gone {
+		wc.unblindLocked()
+		if peerGone(wc.conn) {
+			wc.leftLocked()
+		}
+	} else {
+		cancel(errClientLeft)
+	}
+	return ctx, cancel
+}
+
+// left reports whether the client has been seen to disconnect.
+func (wc *watchedClient) left() bool {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	return wc.gone
 }
 
 // carryBody makes req, about to be sent with resp, carry the watch as its
@@ -167,68 +265,68 @@ func (w *clientWatch) stop() {
 // fasthttp writes the body (see WriteTo). A call without a body is not
 // carried (a stream would add "Content-Length: 0" to a GET); its attempts
 // are not cut, but its client still cannot make it retry.
-func (w *clientWatch) carryBody(req *fasthttp.Request, resp *fasthttp.Response) {
-	if len(w.body) == 0 {
+func (wc *watchedClient) carryBody(req *fasthttp.Request, resp *fasthttp.Response) {
+	if len(wc.body) == 0 {
 		return
 	}
-	w.resp, w.off = resp, 0
-	req.SetBodyStream(w, len(w.body))
+	wc.resp, wc.off = resp, 0
+	req.SetBodyStream(wc, len(wc.body))
 }
 
 // takeOff records the connection the attempt's request is being written
 // to. It fails when the client has left already: the request is then never
 // completed and the connection is closed.
-func (w *clientWatch) takeOff() error {
-	c := connOf(w.resp)
+func (wc *watchedClient) takeOff() error {
+	c := connOf(wc.resp)
 	if c != nil {
-		c.own(w)
+		c.own(wc)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.gone {
-		w.cut = true
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	if wc.gone {
+		wc.cut = true
 		return errClientLeft
 	}
-	w.up = c
+	wc.up = c
 	return nil
 }
 
 // land ends the attempt in flight and reports whether it was cut because the
 // client left. Its upstream connection, which may already serve another call
 // by now, is no longer cut.
-func (w *clientWatch) land() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	cut := w.cut
-	w.up, w.cut, w.resp = nil, false, nil
+func (wc *watchedClient) land() bool {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	cut := wc.cut
+	wc.up, wc.cut, wc.resp = nil, false, nil
 	return cut
 }
 
 // SupportsBodyWriteTo tells fasthttp to write the body with WriteTo.
-func (w *clientWatch) SupportsBodyWriteTo() bool { return true }
+func (wc *watchedClient) SupportsBodyWriteTo() bool { return true }
 
 // WriteTo writes the request body to the upstream connection, having first
 // recorded the connection (see takeOff).
-func (w *clientWatch) WriteTo(dst io.Writer) (int64, error) {
-	if err := w.takeOff(); err != nil {
+func (wc *watchedClient) WriteTo(dst io.Writer) (int64, error) {
+	if err := wc.takeOff(); err != nil {
 		return 0, err
 	}
-	n, err := dst.Write(w.body)
+	n, err := dst.Write(wc.body)
 	return int64(n), err
 }
 
 // Read reads the request body, should fasthttp read it rather than call
 // WriteTo.
-func (w *clientWatch) Read(p []byte) (int, error) {
-	if w.off == 0 {
-		if err := w.takeOff(); err != nil {
+func (wc *watchedClient) Read(p []byte) (int, error) {
+	if wc.off == 0 {
+		if err := wc.takeOff(); err != nil {
 			return 0, err
 		}
 	}
-	if w.off >= len(w.body) {
+	if wc.off >= len(wc.body) {
 		return 0, io.EOF
 	}
-	n := copy(p, w.body[w.off:])
-	w.off += n
+	n := copy(p, wc.body[wc.off:])
+	wc.off += n
 	return n, nil
 }

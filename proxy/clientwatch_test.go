@@ -19,7 +19,7 @@ func TestCutEndsOnlyTheOwnersExchange(t *testing.T) {
 	defer theirs.Close()
 	c := newTrackedConn(ours)
 	defer c.Close()
-	w, other := &clientWatch{}, &clientWatch{}
+	w, other := &watchedClient{}, &watchedClient{}
 	go func() {
 		for {
 			if _, err := theirs.Write([]byte("x")); err != nil {

@@ -31,7 +31,10 @@
 //
 // A call is buffered once (retries need its body), waits in its lane's
 // queue, and is sent when let out; its attempt timeout starts then, not at
-// enqueue. The answer is classified: success; rate-limited (429 and 529,
+// enqueue, and the request for the upstream is built only then too. A
+// waiting call holds the client's request, a few hundred bytes of state and
+// the 4 KiB stack of fasthttp's goroutine, which the frames on it during the
+// wait are kept small enough not to grow (see forward). The answer is classified: success; rate-limited (429 and 529,
 // with any retry-after-ms / retry-after hint); quota exhausted (a final
 // 429); server error (500/502/503/504); timeout; connection error; or final
 // (other 4xx, passed straight back). What a retry can fix is retried ahead
@@ -52,11 +55,12 @@
 // fasthttp was chosen for its allocation-free request handling; its
 // contracts shape the code (see STYLE.md): nothing from a RequestCtx
 // outlives its handler; a client that disconnects is invisible to fasthttp,
-// so a call peeks at its client's socket (MSG_PEEK) to notice, leaves the
-// queue if it waits, and cuts its attempt if one is in flight (fasthttp's
-// client cannot be cancelled: the attempt's upstream connection is found
-// through the request body's writer and its read deadline moved to now; the
-// cut is counted as outcome client_gone and not fed to the controller);
+// so one goroutine peeks at the socket of every call's client (MSG_PEEK)
+// each quarter second to notice: a call that waits leaves the queue, and an
+// attempt in flight is cut (fasthttp's client cannot be cancelled: the
+// attempt's upstream connection is found through the request body's writer
+// and its read deadline moved to now; the cut is counted as outcome
+// client_gone and not fed to the controller);
 // upstream bodies are streamed with our own bounds and idle timeouts, and
 // only the goroutine that reads a body stream closes it.
 //

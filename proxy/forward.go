@@ -25,31 +25,61 @@ const (
 
 // forward sends a call to its upstream under its lane's governance and the
 // answer back.
+//
+// A call that waits in its lane's queue holds fasthttp's goroutine for the
+// wait, and that goroutine's stack is most of what a waiting call costs. Go
+// doubles a stack that runs out and halves it at a GC only while three
+// quarters of it are unused, so the deepest point a call reaches before and
+// during its wait decides whether its goroutine keeps 4 KiB or 8 KiB for the
+// whole wait; fasthttp's own frames take 1 KiB of it, and a stack must keep
+// almost 1 KiB free. So the frames on the stack while a call waits are
+// small: choosing the lane (admit), each attempt (governedCall.try) and
+// writing the answer (answer) are done in functions that are not on the
+// stack while the call waits.
 func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 	p.metrics.inFlight.Add(1)
-	up, path := p.router.resolve(ctx.Path())
-	anthropic := up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
-
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	buildUpstreamRequest(&ctx.Request, up, path, req)
-	opts := callOptions{
-		urgency:        queue.ParsePriority(ctx.Request.Header.Peek(HeaderPriority)),
-		maxRetries:     maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries),
-		attemptTimeout: p.cfg.AttemptTimeout,
-		client:         ctx.Conn(),
-		body:           ctx.Request.Body(),
+	var c governedCall
+	anthropic, ok := p.admit(ctx, &c)
+	if !ok {
+		return
 	}
-	l, lerr := p.lanes.forRequest(up, req)
+	c.run(p.ctx)
+	p.answer(ctx, &c, anthropic)
+}
+
+// admit prepares c for the call of ctx, and reports whether the call's
+// errors take Anthropic's shape. It answers the call at once, and reports
+// !ok, when the call gets no lane.
+//
+//go:noinline
+func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok bool) {
+	up, path := p.router.resolve(ctx.Path())
+	anthropic = up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
+	l, lerr := p.lanes.forRequest(up, &ctx.Request)
 	if lerr != nil {
 		writeError(ctx, anthropic, *lerr)
 		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
 		p.finish(up, ctx)
-		return
+		return anthropic, false
 	}
-	res := p.roundTrip(p.ctx, l, req, opts)
+	c.p, c.l = p, l
+	c.req = upstreamRequest{in: &ctx.Request, up: up, path: path}
+	c.o = callOptions{
+		urgency:        queue.ParsePriority(ctx.Request.Header.Peek(HeaderPriority)),
+		maxRetries:     maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries),
+		attemptTimeout: p.cfg.AttemptTimeout,
+		client:         ctx.Conn(),
+	}
+	return anthropic, true
+}
+
+// answer writes the outcome of c to the client.
+//
+//go:noinline
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool) {
+	up, res := c.req.up, &c.res
 	if p.cfg.Logger.Enabled(p.ctx, slog.LevelDebug) { // spares boxing the arguments on every call
-		p.cfg.Logger.Debug("call", "lane", l.id, "status", res.details.Status, "attempts", res.details.Attempts,
+		p.cfg.Logger.Debug("call", "lane", c.l.id, "status", res.details.Status, "attempts", res.details.Attempts,
 			"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
 	}
 	if res.err != nil {
@@ -61,13 +91,40 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 		p.finish(up, ctx)
 		return
 	}
-	p.respond(ctx, up, res)
+	p.respond(ctx, up, *res)
 }
 
 // finish accounts for a call whose answer is complete (not streaming).
 func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx) {
 	p.metrics.countRequest(up.name, ctx.Response.StatusCode())
 	p.metrics.inFlight.Add(-1)
+}
+
+// upstreamRequest is the request a call sends upstream, built from the
+// client's on first use: a call that waits in the queue holds only the
+// client's request, not a copy of it too.
+type upstreamRequest struct {
+	in   *fasthttp.Request // the client's request
+	up   *upstream
+	path []byte // the path for the upstream, decoded (see router.resolve)
+	out  *fasthttp.Request
+}
+
+// get returns the request to send, building it the first time.
+func (r *upstreamRequest) get() *fasthttp.Request {
+	if r.out == nil {
+		r.out = fasthttp.AcquireRequest()
+		buildUpstreamRequest(r.in, r.up, r.path, r.out)
+	}
+	return r.out
+}
+
+// release releases the request built by get, if any.
+func (r *upstreamRequest) release() {
+	if r.out != nil {
+		fasthttp.ReleaseRequest(r.out)
+		r.out = nil
+	}
 }
 
 // buildUpstreamRequest fills out with the request to send upstream: the

@@ -147,7 +147,9 @@ func newLanes(cfg *Config) *lanes {
 var errTooManyLanes = &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeTooManyLanes, RetryAfter: maxRetryAfterSeconds,
 	Message: "Governor: the lane limit (GOVERNOR_MAX_LANES) is reached and no lane has been idle long enough to make room for a new credential; retry later"}
 
-// forRequest returns the lane of a request to up, or errTooManyLanes.
+// forRequest returns the lane of a client's request to up, or
+// errTooManyLanes. It reads the client's request, not the one built for the
+// upstream (see upstreamRequest), and finds the same lane.
 func (ls *lanes) forRequest(up *upstream, req *fasthttp.Request) (*lane, *apiError) {
 	return ls.get(up, credentialHash(&req.Header), modelOf(req.Body()))
 }

@@ -28,7 +28,8 @@ type Proxy struct {
 	metrics *proxyMetrics
 	server  *fasthttp.Server
 
-	conns *connTracker
+	conns   *connTracker
+	clients *clientWatch // the clients of calls under way
 
 	coordDone chan struct{} // closed when the sync loop has ended; nil without a Coordinator
 
@@ -54,6 +55,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg:      c,
 		apiExact: map[string]fasthttp.RequestHandler{},
 		conns:    newConnTracker(),
+		clients:  newClientWatch(clientCheckInterval),
 		router: router{
 			def:    newUpstream("default", c.Upstream, &c),
 			byName: map[string]*upstream{},
@@ -175,6 +177,7 @@ func (p *Proxy) stop() {
 		<-p.coordDone
 	}
 	p.lanes.close()
+	p.clients.close()
 	for _, up := range p.upstreams() {
 		up.client.CloseIdleConnections()
 	}

@@ -24,9 +24,6 @@ type callOptions struct {
 	// attempt in flight; nil for calls with no connection of their own
 	// (batch items).
 	client net.Conn
-	// body is the request body, which stays valid for the round trip;
-	// used only with client (see clientWatch.carryBody).
-	body []byte
 }
 
 // callResult is what a governed round trip came to: an upstream answer to
@@ -49,187 +46,321 @@ func (r *callResult) release() {
 	}
 }
 
-// errClientLeft is the cause of a call's context ending because its
-// client disconnected.
-var errClientLeft = errors.New("client disconnected")
+// A governedCall is one call under its lane's governance. Fill p, l, req
+// and o, then run it; the outcome is in res.
+//
+// The caller keeps it in its own frame: a waiting call's state then costs
+// no heap, and the frames on the stack while it waits stay small (see
+// forward).
+type governedCall struct {
+	p   *Proxy
+	l   *lane
+	req upstreamRequest
+	o   callOptions
 
-// roundTrip sends req to l's upstream under the lane's governance: it waits
+	// watched is the watch of the call's client, for the whole call (nil
+	// for a call without a client). From the first wait on (see own),
+	// cancel ends the call's own context, and timer ends a wait in the
+	// queue (see startWait).
+	watched *watchedClient
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+
+	last *fasthttp.Response // the previous failed answer, returned if we give up
+	seq  uint64             // the pacer's sequence number of the attempt
+	hint time.Duration      // the provider's wait before the next attempt, 0 for none
+	// res is the outcome: its details are kept up to date, the rest is
+	// set when the call ends (try reports done, or giveUp).
+	res callResult
+}
+
+// run sends c.req to c.l's upstream under the lane's governance: it waits
 // in the lane's queue until the controller's limit lets it out, classifies
 // the answer, feeds the outcome to the controller, and retries what a retry
 // can fix, ahead of fresh calls, after the provider's hint or a jittered
 // backoff, until the budget is spent. A streamed answer is returned as soon
 // as its headers arrive; it is never retried after that.
-func (p *Proxy) roundTrip(ctx context.Context, l *lane, req *fasthttp.Request, o callOptions) callResult {
-	// The client is watched for the whole round trip: a client that
-	// leaves takes its call out of the queue and cuts its attempt in
-	// flight. The watch's context is made the first time the call has to
-	// wait: a call let out at once pays for a timer and nothing more.
-	var w *clientWatch
-	if o.client != nil {
-		w = newClientWatch(o.client, clientCheckInterval, o.body)
-		defer w.stop()
+//
+// It builds the upstream request from c.req when it first needs it, and
+// releases it before it returns. Its frame stays on the stack while the
+// call waits, so it only loops: each step is a method of its own.
+//
+// The client, if the call has one, is watched for the whole call: a client
+// that leaves takes its call out of the queue and cuts its attempt in
+// flight (see clientWatch).
+func (c *governedCall) run(ctx context.Context) {
+	defer c.end()
+	if c.o.client != nil {
+		c.watched = c.p.clients.watch(c.o.client, c.req.in.Body())
 	}
-	watching := false
-	watch := func() {
-		if w != nil && !watching {
-			ctx, watching = w.context(ctx), true
-		}
-	}
-	var d Details
-	var last *fasthttp.Response // the previous failed answer, returned if we give up
-	// giveUp ends the call: with the provider's last answer when there is
-	// one and someone to read it, else with e.
-	giveUp := func(e *apiError) callResult {
-		d.Status = StatusFailed
-		clientLeft := errors.Is(context.Cause(ctx), errClientLeft) || w != nil && w.left()
-		if last != nil && !clientLeft {
-			return callResult{resp: last, details: d}
-		}
-		if last != nil {
-			fasthttp.ReleaseResponse(last)
-		}
-		if e == nil {
-			e = p.waitError(ctx, context.Cause(ctx))
-		}
-		e.Final = true
-		return callResult{err: e, details: d}
-	}
-
 	for attempt := 1; ; attempt++ {
-		prio := queue.Priority{Urgency: o.urgency, Retry: attempt > 1}
-		if l.q.TryAcquire(prio) {
-			l.m.queueWait.Update(0)
-		} else {
-			watch()
-			if err := p.wait(ctx, l, prio, &d); err != nil {
-				return giveUp(err)
-			}
+		var e *apiError
+		if ctx, e = c.acquire(ctx, attempt); e != nil {
+			c.giveUp(ctx, e)
+			return
 		}
+		if c.try(ctx, attempt) {
+			return
+		}
+		ctx = c.own(ctx)
+		if err := c.p.backoff(ctx, attempt, c.hint); err != nil {
+			c.giveUp(ctx, c.p.waitError(ctx, err))
+			return
+		}
+	}
+}
 
-		seq, delay := l.pace.reserve(p.cfg.Now())
-		if l.co != nil {
-			if d, ok := p.reserveShared(ctx, l); ok {
-				delay = d // the bucket every Governor on the lane draws from
-			}
-		}
-		if delay > 0 {
-			// The provider's budget is spent: wait for its refill while
-			// holding the slot, instead of collecting a 429.
-			watch()
-			if err := sleepCtx(ctx, delay); err != nil {
-				l.q.Release()
-				return giveUp(p.waitError(ctx, err))
-			}
-			d.Queue += delay
-		}
+// own gives the call a context of its own the first time the call has to
+// wait, and returns the context to use from then on: one that a queue
+// timeout ends, and the client leaving, for a call that has a client (see
+// clientWatch). A call let out at once pays for none of it.
+func (c *governedCall) own(ctx context.Context) context.Context {
+	switch {
+	case c.cancel != nil: // owned already
+	case c.watched != nil:
+		ctx, c.cancel = c.watched.context(ctx)
+	default:
+		ctx, c.cancel = context.WithCancelCause(ctx)
+	}
+	return ctx
+}
 
-		resp := fasthttp.AcquireResponse()
-		if w != nil {
-			w.carryBody(req, resp)
+// end ends the watch and what own started, and releases the upstream
+// request.
+func (c *governedCall) end() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.watched != nil {
+		c.p.clients.unwatch(c.watched)
+	} else if c.cancel != nil {
+		c.cancel(nil)
+	}
+	c.req.release()
+}
+
+// giveUp ends the call, setting c.res: to the provider's last answer when
+// there is one and someone to read it, else to e (nil: the reason the
+// call's context ended).
+func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
+	c.res.details.Status = StatusFailed
+	clientLeft := errors.Is(context.Cause(ctx), errClientLeft) || c.watched != nil && c.watched.left()
+	if c.last != nil && !clientLeft {
+		c.res.resp = c.last
+		return
+	}
+	if c.last != nil {
+		fasthttp.ReleaseResponse(c.last)
+	}
+	if e == nil {
+		e = c.p.waitError(ctx, context.Cause(ctx))
+	}
+	e.Final = true
+	c.res.err = e
+}
+
+// acquire takes a slot in the lane for the attempt, waiting in the queue
+// when none is free, for QueueTimeout at most, then waits for the
+// provider's budget (see pacer). It returns the call's context, its own if
+// it had to wait (see own).
+//
+// Its frame is on the stack while the call waits: the rest of the work is
+// done in methods that have returned by then.
+func (c *governedCall) acquire(ctx context.Context, attempt int) (context.Context, *apiError) {
+	prio := queue.Priority{Urgency: c.o.urgency, Retry: attempt > 1}
+	if c.l.q.TryAcquire(prio) {
+		c.l.m.queueWait.Update(0)
+		return c.pace(ctx)
+	}
+	ctx = c.own(ctx)
+	start := c.startWait()
+	err := c.l.q.Acquire(ctx, prio)
+	if e := c.waited(ctx, start, err); e != nil {
+		return ctx, e
+	}
+	return c.pace(ctx)
+}
+
+// startWait sets the queue timeout of a wait, which ends the call's own
+// context (see own) with cause errQueueTimeout, and returns when the wait
+// starts.
+//
+//go:noinline
+func (c *governedCall) startWait() time.Time {
+	if c.timer == nil {
+		cancel := c.cancel
+		c.timer = time.AfterFunc(c.p.cfg.QueueTimeout, func() { cancel(errQueueTimeout) })
+	} else {
+		c.timer.Reset(c.p.cfg.QueueTimeout)
+	}
+	return c.p.cfg.Now()
+}
+
+// waited accounts for a wait that began at start and ended with err (from
+// Acquire), and returns the call's error if it ended without a slot.
+//
+//go:noinline
+func (c *governedCall) waited(ctx context.Context, start time.Time, err error) *apiError {
+	p, l := c.p, c.l
+	if !c.timer.Stop() && err == nil {
+		// The timeout came as the slot was granted: it wins, as a
+		// cancellation does in Acquire. (Its cause must be set before
+		// the call goes on.)
+		c.cancel(errQueueTimeout)
+		l.q.Release()
+		err = context.Cause(ctx)
+	}
+	waited := p.cfg.Now().Sub(start)
+	c.res.details.Queue += waited
+	l.m.queueWait.Update(waited.Seconds())
+	if err == nil {
+		return nil
+	}
+	return p.waitError(ctx, err)
+}
+
+// pace waits, holding the slot, until the provider's budget lets the
+// attempt go, instead of collecting a 429.
+//
+//go:noinline
+func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
+	p, l := c.p, c.l
+	seq, delay := l.pace.reserve(p.cfg.Now())
+	c.seq = seq
+	if l.co != nil {
+		if d, ok := p.reserveShared(ctx, l); ok {
+			delay = d // the bucket every Governor on the lane draws from
 		}
-		start := p.cfg.Now()
-		err := l.upstream.client.DoDeadline(req, resp, start.Add(o.attemptTimeout))
-		oc := outcomeAnswered
-		if err != nil {
-			oc = classifyErr(err)
-		} else if needsBuffering(resp) {
-			// Read the body inside the attempt: a body cut short is a
-			// connection error to retry, and a 429's body says whether it
-			// is final.
-			if err = bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
-				oc = classifyErr(err)
-				if errors.Is(err, errResponseTooLarge) {
-					oc = outcomeAnswered // retrying gets the same; passed back cut as a Governor error
-				}
-			}
-		}
-		if err == nil {
-			oc = classifyStatus(resp.StatusCode(), bufferedBody(resp))
-		}
-		now := p.cfg.Now()
-		latency := now.Sub(start)
-		if w != nil && w.land() {
-			// Cut because the client left: the provider did nothing
-			// wrong, so the controller does not hear of it, and nobody
-			// is left to retry for.
-			fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
+	}
+	if delay > 0 {
+		ctx = c.own(ctx)
+		if err := sleepCtx(ctx, delay); err != nil {
 			l.q.Release()
-			l.lastUsed.Store(now.UnixNano())
-			d.Attempts++
-			d.Execution += latency
-			d.Errors = append(d.Errors, attemptError(outcomeClientGone, 0, nil, nil, 0))
-			l.m.attempts[outcomeClientGone].Inc()
-			return giveUp(&apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"})
+			return ctx, p.waitError(ctx, err)
 		}
-		if err == nil {
-			l.pace.observe(&resp.Header, seq, start, now)
+		c.res.details.Queue += delay
+	}
+	return ctx, nil
+}
+
+// try makes one attempt with the slot held. It reports done, with c.res
+// set, when the call ends; otherwise the slot is given back and the call
+// retries after c.hint (or a backoff).
+//
+//go:noinline
+func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
+	p, l, o, d := c.p, c.l, &c.o, &c.res.details
+	out := c.req.get()
+	resp := fasthttp.AcquireResponse()
+	if c.watched != nil {
+		c.watched.carryBody(out, resp)
+	}
+	start := p.cfg.Now()
+	err := l.upstream.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
+	oc := outcomeAnswered
+	if err != nil {
+		oc = classifyErr(err)
+	} else if needsBuffering(resp) {
+		// Read the body inside the attempt: a body cut short is a
+		// connection error to retry, and a 429's body says whether it
+		// is final.
+		if err = bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
+			oc = classifyErr(err)
+			if errors.Is(err, errResponseTooLarge) {
+				oc = outcomeAnswered // retrying gets the same; passed back cut as a Governor error
+			}
 		}
+	}
+	if err == nil {
+		oc = classifyStatus(resp.StatusCode(), bufferedBody(resp))
+	}
+	now := p.cfg.Now()
+	latency := now.Sub(start)
+	if c.watched != nil && c.watched.land() {
+		// Cut because the client left: the provider did nothing wrong,
+		// so the controller does not hear of it, and nobody is left to
+		// retry for.
+		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
+		l.q.Release()
+		l.lastUsed.Store(now.UnixNano())
 		d.Attempts++
 		d.Execution += latency
-		l.m.attempts[oc].Inc()
-		l.m.upstream.Update(latency.Seconds())
-		l.observe(oc, latency, l.q.Stats().InFlight, now, p.cfg.Logger)
+		d.Errors = append(d.Errors, attemptError(outcomeClientGone, 0, nil, nil, 0))
+		l.m.attempts[outcomeClientGone].Inc()
+		c.giveUp(ctx, &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"})
+		return true
+	}
+	if err == nil {
+		l.pace.observe(&resp.Header, c.seq, start, now)
+	}
+	d.Attempts++
+	d.Execution += latency
+	l.m.attempts[oc].Inc()
+	l.m.upstream.Update(latency.Seconds())
+	l.observe(oc, latency, l.q.Stats().InFlight, now, p.cfg.Logger)
 
-		if err == nil && oc == outcomeAnswered || oc == outcomeQuota {
-			if resp.StatusCode() < 400 {
-				l.answered(now, p.cfg.Logger)
-			}
-			if last != nil {
-				fasthttp.ReleaseResponse(last)
-			}
-			d.Status = StatusCompleted
-			switch {
-			case resp.StatusCode() >= 400:
-				d.Status = StatusFailed
-				d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), nil, o.attemptTimeout))
-			case attempt > 1:
-				d.Status = StatusCompletedWithRetries
-			}
-			return callResult{resp: resp, slot: l.q, details: d}
+	if err == nil && oc == outcomeAnswered || oc == outcomeQuota {
+		if resp.StatusCode() < 400 {
+			l.answered(now, p.cfg.Logger)
 		}
-		if err != nil && oc == outcomeAnswered { // response too large
-			l.q.Release()
-			fasthttp.ReleaseResponse(resp)
-			e := upstreamError(l.upstream, err)
-			return giveUp(&e)
+		if c.last != nil {
+			fasthttp.ReleaseResponse(c.last)
+			c.last = nil
 		}
-
-		// A failed attempt.
-		d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
-		hint := time.Duration(0)
-		if err == nil {
-			hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
-			if oc == outcomeRateLimited && hint > 0 {
-				l.pause(now.Add(hint), now, p.cfg.Logger)
-			}
+		d.Status = StatusCompleted
+		switch {
+		case resp.StatusCode() >= 400:
+			d.Status = StatusFailed
+			d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), nil, o.attemptTimeout))
+		case attempt > 1:
+			d.Status = StatusCompletedWithRetries
 		}
+		c.res.resp, c.res.slot = resp, l.q
+		return true
+	}
+	if err != nil && oc == outcomeAnswered { // response too large
 		l.q.Release()
-		if err != nil {
-			fasthttp.ReleaseResponse(resp)
-		} else {
-			if last != nil {
-				fasthttp.ReleaseResponse(last)
-			}
-			last = resp
-		}
-		if p.ctx.Err() != nil && err != nil {
-			// Cut at the end of a drain (resp is already released).
-			return giveUp(&apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining,
-				Message: "Governor shut down before the provider answered"})
-		}
-		if attempt > o.maxRetries || ctx.Err() != nil {
-			if err != nil {
-				e := upstreamError(l.upstream, err)
-				return giveUp(&e)
-			}
-			return giveUp(nil)
-		}
-		l.m.retries[oc].Inc()
-		watch()
-		if err := p.backoff(ctx, attempt, hint); err != nil {
-			return giveUp(p.waitError(ctx, err))
+		fasthttp.ReleaseResponse(resp)
+		e := upstreamError(l.upstream, err)
+		c.giveUp(ctx, &e)
+		return true
+	}
+
+	// A failed attempt.
+	d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
+	c.hint = 0
+	if err == nil {
+		c.hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
+		if oc == outcomeRateLimited && c.hint > 0 {
+			l.pause(now.Add(c.hint), now, p.cfg.Logger)
 		}
 	}
+	l.q.Release()
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+	} else {
+		if c.last != nil {
+			fasthttp.ReleaseResponse(c.last)
+		}
+		c.last = resp
+	}
+	if p.ctx.Err() != nil && err != nil {
+		// Cut at the end of a drain (resp is already released).
+		c.giveUp(ctx, &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining,
+			Message: "Governor shut down before the provider answered"})
+		return true
+	}
+	if attempt > o.maxRetries || ctx.Err() != nil {
+		if err != nil {
+			e := upstreamError(l.upstream, err)
+			c.giveUp(ctx, &e)
+		} else {
+			c.giveUp(ctx, nil)
+		}
+		return true
+	}
+	l.m.retries[oc].Inc()
+	return false
 }
 
 // needsBuffering reports whether an answer is read whole before it is
@@ -250,24 +381,6 @@ func bufferedBody(resp *fasthttp.Response) []byte {
 		return nil
 	}
 	return resp.Body()
-}
-
-// wait waits for a slot in the lane's queue.
-func (p *Proxy) wait(ctx context.Context, l *lane, prio queue.Priority, d *Details) *apiError {
-	qctx, cancel := context.WithTimeoutCause(ctx, p.cfg.QueueTimeout, errQueueTimeout)
-	defer cancel()
-	start := p.cfg.Now()
-	err := l.q.Acquire(qctx, prio)
-	waited := p.cfg.Now().Sub(start)
-	d.Queue += waited
-	l.m.queueWait.Update(waited.Seconds())
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return p.waitError(qctx, err)
-	}
-	return p.waitError(ctx, err)
 }
 
 var errQueueTimeout = errors.New("queue timeout")

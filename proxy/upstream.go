@@ -121,12 +121,12 @@ type trackedConn struct {
 	stream *streamBody
 
 	// owner is the client watch of the attempt whose request was last
-	// written to the connection (see clientWatch.takeOff); severed says
+	// written to the connection (see watchedClient.takeOff); severed says
 	// that watch has cut the attempt. A new exchange on the connection
 	// clears both before its request is written (see SetWriteDeadline), so
 	// a watch whose attempt has ended never cuts the next call's.
 	ownerMu sync.Mutex
-	owner   *clientWatch
+	owner   *watchedClient
 	severed atomic.Bool
 }
 
@@ -170,7 +170,7 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 }
 
 // own makes w the owner of the exchange whose request is being written.
-func (c *trackedConn) own(w *clientWatch) {
+func (c *trackedConn) own(w *watchedClient) {
 	c.ownerMu.Lock()
 	c.owner = w
 	c.severed.Store(false)
@@ -180,7 +180,7 @@ func (c *trackedConn) own(w *clientWatch) {
 // cut ends the exchange of w's attempt, if it still runs on c: reads fail
 // and a read in progress returns at once. fasthttp then closes the
 // connection, which tells the provider.
-func (c *trackedConn) cut(w *clientWatch) {
+func (c *trackedConn) cut(w *watchedClient) {
 	c.ownerMu.Lock()
 	defer c.ownerMu.Unlock()
 	if c.owner != w {
