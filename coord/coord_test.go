@@ -290,7 +290,9 @@ func TestFallbackAndRejoin(t *testing.T) {
 	assert.ErrorIs(t, err, ErrLocal)
 	_, err = a.Reserve(context.Background(), "l", 10, 1)
 	assert.ErrorIs(t, err, ErrLocal)
-	assert.Less(t, time.Since(start), 10*time.Millisecond, "in local mode nothing waits for Redis")
+	// Well under the 200ms timeout a command to Redis would be allowed
+	// (a loose bound: the machine may be loaded).
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "in local mode nothing waits for Redis")
 	assert.Contains(t, a.log.String(), "redis coordination lost")
 
 	srv.Restart()
@@ -318,7 +320,7 @@ func TestSlowRedisFallsBackWithinTheTimeout(t *testing.T) {
 	start = time.Now()
 	_, err = a.Reserve(context.Background(), "l", 10, 1)
 	assert.ErrorIs(t, err, ErrLocal)
-	assert.Less(t, time.Since(start), 10*time.Millisecond, "and then nothing waits")
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "and then nothing waits (a frozen Redis would take the 200ms timeout)")
 	srv.Thaw()
 	require.Eventually(t, a.Up, 5*time.Second, 10*time.Millisecond, "rejoins")
 	sync1(t, a, Report{})

@@ -255,7 +255,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, sh, adm)
 		return
 	}
-	defer s.lim.release()
+	// A reset gives the place back before the client sees it, so that
+	// /stats never shows a reset request in flight.
+	var once sync.Once
+	release := func() { once.Do(s.lim.release) }
+	defer release()
 
 	f := mock.fault
 	if !mock.forced && s.hasFaults() {
@@ -301,17 +305,17 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.failWithHints(w, sh, f, mock)
 		return
 	case faultReset:
-		s.reset(w)
+		s.reset(w, release)
 		return
 	}
 	if ans.idHeader != "" {
 		w.Header().Set(ans.idHeader, ans.id)
 	}
 	if ans.events != nil {
-		s.stream(ctx, w, &wt, ans.events, f)
+		s.stream(ctx, w, &wt, ans.events, f, release)
 		return
 	}
-	s.writeJSONAnswer(ctx, w, ans.body, f)
+	s.writeJSONAnswer(ctx, w, ans.body, f, release)
 }
 
 // refuse answers a request the limits did not admit.

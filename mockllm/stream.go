@@ -81,11 +81,14 @@ func resetConn(w http.ResponseWriter) bool {
 	return true
 }
 
-// reset breaks the connection on purpose. Where the connection cannot be
+// reset breaks the connection on purpose, having given the request's place
+// back (release) so that /stats no longer counts it in flight when the
+// client sees the reset. Where the connection cannot be
 // hijacked it aborts the handler, which net/http turns into a broken
 // connection or stream.
-func (s *Server) reset(w http.ResponseWriter) {
+func (s *Server) reset(w http.ResponseWriter, release func()) {
 	s.stats.resets.Add(1)
+	release()
 	if !resetConn(w) {
 		panic(http.ErrAbortHandler)
 	}
@@ -93,9 +96,9 @@ func (s *Server) reset(w http.ResponseWriter) {
 
 // midStreamFault strikes a started answer: a reset, or a hang until the
 // client leaves or the server closes. It reports how a hang ended.
-func (s *Server) midStreamFault(ctx context.Context, w http.ResponseWriter, f fault) waitResult {
+func (s *Server) midStreamFault(ctx context.Context, w http.ResponseWriter, f fault, release func()) waitResult {
 	if f.kind == faultResetMidStream {
-		s.reset(w)
+		s.reset(w, release)
 		return waitElapsed
 	}
 	res := s.hang(ctx)
@@ -113,7 +116,7 @@ func (f fault) isMidStream() bool {
 // stream writes events as a server-sent event stream, flushing each one and
 // pausing ChunkDelay between them. A mid-stream fault strikes after half of
 // the events. A stream that does not reach its last event counts as aborted.
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, events [][]byte, f fault) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, events [][]byte, f fault, release func()) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -129,7 +132,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 	for i, ev := range events {
 		if i == strike {
 			s.stats.streamsAborted.Add(1)
-			s.midStreamFault(ctx, w, f)
+			s.midStreamFault(ctx, w, f, release)
 			return
 		}
 		if i > 0 {
@@ -155,7 +158,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 
 // writeJSONAnswer writes a complete JSON answer; a mid-stream fault strikes
 // after half of the body has been sent.
-func (s *Server) writeJSONAnswer(ctx context.Context, w http.ResponseWriter, body []byte, f fault) {
+func (s *Server) writeJSONAnswer(ctx context.Context, w http.ResponseWriter, body []byte, f fault, release func()) {
 	s.stats.answer(http.StatusOK)
 	if !f.isMidStream() {
 		writeBody(w, http.StatusOK, body)
@@ -167,7 +170,7 @@ func (s *Server) writeJSONAnswer(ctx context.Context, w http.ResponseWriter, bod
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body[:len(body)/2]) // the fault below breaks the answer anyway
 	_ = http.NewResponseController(w).Flush()
-	if s.midStreamFault(ctx, w, f) == waitClientGone {
+	if s.midStreamFault(ctx, w, f, release) == waitClientGone {
 		s.stats.clientGone.Add(1)
 	}
 }
