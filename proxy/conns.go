@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -22,43 +23,63 @@ const silentConnGrace = time.Second
 // every connection that carries no call gets a read deadline silentConnGrace
 // ahead, once: a request that arrives in time is served, silence ends the
 // connection.
+//
+// The map changes only when a connection opens or closes. Whether it carries
+// a call changes with every request, and is kept in its connInfo without the
+// lock: the connInfo of a clientConn is part of the connection, so a request
+// touches neither the lock nor the map.
 type connTracker struct {
 	mu    sync.Mutex
-	conns map[net.Conn]connInfo
+	conns map[net.Conn]*connInfo
 }
 
 type connInfo struct {
-	busy   bool // a handler has taken a request from it and not yet answered
-	nudged bool // its read deadline was shortened by a drain
+	busy   atomic.Bool // a handler has taken a request from it and not yet answered
+	nudged bool        // its read deadline was shortened by a drain; guarded by connTracker.mu
 }
 
 func newConnTracker() *connTracker {
-	return &connTracker{conns: map[net.Conn]connInfo{}}
+	return &connTracker{conns: map[net.Conn]*connInfo{}}
 }
 
 // state is the fasthttp.Server.ConnState hook.
 func (t *connTracker) state(c net.Conn, st fasthttp.ConnState) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch st {
 	case fasthttp.StateNew:
-		t.conns[c] = connInfo{}
-	case fasthttp.StateIdle:
-		info := t.conns[c]
-		info.busy = false
+		info := &connInfo{}
+		if cc, ok := c.(*clientConn); ok {
+			info = &cc.info
+		}
+		t.mu.Lock()
 		t.conns[c] = info
+		t.mu.Unlock()
+	case fasthttp.StateIdle:
+		if info := t.info(c); info != nil {
+			info.busy.Store(false)
+		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		t.mu.Lock()
 		delete(t.conns, c)
+		t.mu.Unlock()
 	}
+}
+
+// info returns the connInfo of c: its own for a clientConn, else the
+// map's (nil if c is not tracked).
+func (t *connTracker) info(c net.Conn) *connInfo {
+	if cc, ok := c.(*clientConn); ok {
+		return &cc.info
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.conns[c]
 }
 
 // busy marks c as carrying a call until its answer has been written.
 func (t *connTracker) busy(c net.Conn) {
-	t.mu.Lock()
-	info := t.conns[c]
-	info.busy = true
-	t.conns[c] = info
-	t.mu.Unlock()
+	if info := t.info(c); info != nil {
+		info.busy.Store(true)
+	}
 }
 
 // nudgeSilent gives every connection that carries no call, and was not
@@ -68,11 +89,10 @@ func (t *connTracker) nudgeSilent(grace time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for c, info := range t.conns {
-		if info.busy || info.nudged {
+		if info.busy.Load() || info.nudged {
 			continue
 		}
 		_ = c.SetReadDeadline(deadline)
 		info.nudged = true
-		t.conns[c] = info
 	}
 }

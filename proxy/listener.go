@@ -80,6 +80,7 @@ const lingerTimeout = 5 * time.Second
 type clientConn struct {
 	*net.TCPConn
 	linger atomic.Bool
+	info   connInfo // see connTracker
 }
 
 // lingerOnClose makes Close a lingering close.
