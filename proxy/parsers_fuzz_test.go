@@ -69,6 +69,28 @@ func FuzzModelOf(f *testing.F) {
 	})
 }
 
+// FuzzJSONScan checks modelOf's syntax check against json.Valid.
+func FuzzJSONScan(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `[]`, ` {"a":[1,-2.5e+3,true,false,null,{"b":"c\u00e9\n"}]} `, `{"a":1,}`, `[1,]`, `{"a" 1}`, `01`, `-`, `1.`,
+		`1e`, `"\x"`, "\"a\tb\"", "\"a\x01\"", `"\ud800"`, `tru`, `nul`, `{"a":1}x`, `[[[[]]]]`, `[[]`, `"é"`,
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("0123456789 \\\" ", 9) + `"}]}`,
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001), strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s jsonScan
+		valid := s.scan(b)
+		if s.notString {
+			return // it stopped at a "model" that is not a string
+		}
+		if want := json.Valid(b); valid != want {
+			t.Fatalf("%q: valid %v, json.Valid says %v", b, valid, want)
+		}
+	})
+}
+
 // FuzzRateLimitHeaders feeds a provider's request-budget headers, however
 // malformed, to a lane's pacer: the budget read is sane and no dispatch is
 // ever held longer than any hint Governor accepts.
