@@ -52,6 +52,52 @@ func stripHopHeaders(h header) {
 	}
 }
 
+// stripResponseHopHeaders strips the hop-by-hop headers of an upstream
+// answer (stripHopHeaders), after one pass over its headers has found
+// any: most answers have none, and a lookup per name costs a pass each.
+func stripResponseHopHeaders(h *fasthttp.ResponseHeader) {
+	for k := range h.All() {
+		if isHopHeader(k) {
+			stripHopHeaders(h)
+			return
+		}
+	}
+}
+
+// isHopHeader reports whether name is one of hopHeaders, in any case.
+func isHopHeader(name []byte) bool {
+	for _, n := range hopHeaders {
+		if len(name) == len(n) && bytes.EqualFold(name, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// rawHeaderNamed reports whether a raw header block, as fasthttp read it
+// (RequestHeader.RawHeaders), may have a header named one of names, in any
+// case. A line it cannot read counts as a match.
+func rawHeaderNamed(raw []byte, names []string) bool {
+	for len(raw) > 0 {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
+		name, _, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			if len(bytes.TrimSpace(line)) > 0 {
+				return true
+			}
+			continue
+		}
+		name = bytes.TrimSpace(name)
+		for _, n := range names {
+			if len(name) == len(n) && bytes.EqualFold(name, []byte(n)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // stripConnectionTokens removes the headers named in h's Connection
 // headers. (Apart from stripHopHeaders so that its buffer, which escapes
 // through the interface, is allocated only when there is a Connection

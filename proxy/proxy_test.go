@@ -135,6 +135,60 @@ func TestHopByHopHeadersStrippedBothWays(t *testing.T) {
 	assert.Equal(t, "end-to-end", resp.Header.Get("X-Up-End"))
 }
 
+// Each header that must not cross the proxy is stripped also when it is the
+// only one, in any case: the proxy skips stripping for messages that have
+// none, so each one alone must be seen.
+func TestEachStrippedHeaderAloneIsStripped(t *testing.T) {
+	got := make(chan *http.Request, 1)
+	respHop := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r
+		if h := <-respHop; h != "" {
+			w.Header().Set(h, "hop")
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	_, base := startProxy(t, Config{Upstream: mustURL(t, up.URL)})
+	addr := strings.TrimPrefix(base, "http://")
+
+	send := func(t *testing.T, raw string) *http.Response {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		_, err = io.WriteString(conn, raw)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, h := range []string{"proxy-connection", "keep-alive", "proxy-authorization", "te", "upgrade",
+		"x-governor-max-retries", "x-governor-token", "expect"} {
+		value := "1"
+		if h == "expect" {
+			value = "100-continue"
+		}
+		respHop <- ""
+		send(t, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+h+": "+value+"\r\nContent-Length: 2\r\n\r\n{}")
+		r := <-got
+		assert.Empty(t, r.Header.Get(h), "request header %s reached the upstream", h)
+	}
+	// Connection alone, and a header named only by it.
+	respHop <- ""
+	send(t, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nconnection: x-hop\r\nx-hop: 1\r\nContent-Length: 2\r\n\r\n{}")
+	r := <-got
+	assert.Empty(t, r.Header.Get("X-Hop"), "a header named in Connection reached the upstream")
+
+	for _, h := range []string{"Keep-Alive", "Proxy-Authenticate", "Upgrade", "Te", "Proxy-Connection"} {
+		respHop <- h
+		resp := send(t, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-got
+		assert.Empty(t, resp.Header.Get(h), "response header %s reached the client", h)
+	}
+}
+
 func TestPrefixRouteStripsPrefix(t *testing.T) {
 	paths := make(chan string, 2)
 	handler := func(tag string) http.Handler {
