@@ -204,7 +204,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 
 	if resp.BodyStream() == nil { // buffered in the round trip
 		// fasthttp writes it after we return: bound that write too.
-		_ = ctx.Conn().SetWriteDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
+		boundWrite(ctx.Conn(), time.Now(), p.cfg.StreamIdleTimeout)
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
 		res.release()

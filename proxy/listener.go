@@ -81,6 +81,36 @@ type clientConn struct {
 	*net.TCPConn
 	linger atomic.Bool
 	info   connInfo // see connTracker
+
+	// writeDeadline is the write deadline last set. Only the goroutine
+	// that serves the connection sets write deadlines.
+	writeDeadline time.Time
+}
+
+// SetWriteDeadline sets the write deadline and remembers it.
+func (c *clientConn) SetWriteDeadline(t time.Time) error {
+	c.writeDeadline = t
+	return c.TCPConn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets both deadlines and remembers the write deadline.
+func (c *clientConn) SetDeadline(t time.Time) error {
+	c.writeDeadline = t
+	return c.TCPConn.SetDeadline(t)
+}
+
+// boundWrite gives the writes to the client behind conn a deadline d from
+// now, or leaves the one already set if it is at most d/deadlineSlack
+// earlier than that: answers written back to back on a keep-alive
+// connection then move the deadline (a runtime timer) once in a while, not
+// once per answer, and each write is still bounded by at least
+// d·(1-1/deadlineSlack).
+func boundWrite(conn net.Conn, now time.Time, d time.Duration) {
+	deadline := now.Add(d)
+	if c, ok := conn.(*clientConn); ok && !c.writeDeadline.IsZero() && !c.writeDeadline.Before(deadline.Add(-d/deadlineSlack)) {
+		return
+	}
+	_ = conn.SetWriteDeadline(deadline)
 }
 
 // lingerOnClose makes Close a lingering close.
