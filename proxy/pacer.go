@@ -122,12 +122,39 @@ func (p *pacer) learned() (rate, capacity float64) {
 	return p.rate, p.capacity
 }
 
+// budgetHeaders are the request-budget headers rateLimitHeaders reads:
+// OpenAI's limit, remaining and reset, then Anthropic's.
+var budgetHeaders = [6]string{
+	"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests",
+	"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset",
+}
+
+// peekBudget returns the values of budgetHeaders in h, each the first of
+// its name, as Peek would: in one pass over the headers, where a Peek per
+// name costs a pass each (and most answers have none of them).
+func peekBudget(h *fasthttp.ResponseHeader) (v [len(budgetHeaders)][]byte) {
+	var seen [len(budgetHeaders)]bool
+	for k, val := range h.All() {
+		if len(k) < len(budgetHeaders[0]) { // the shortest name
+			continue
+		}
+		for i, name := range budgetHeaders {
+			if !seen[i] && len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+				v[i], seen[i] = val, true
+				break
+			}
+		}
+	}
+	return v
+}
+
 // rateLimitHeaders reads a provider's request budget from an answer.
 func rateLimitHeaders(h *fasthttp.ResponseHeader, now time.Time) (limit, remaining float64, reset time.Duration, ok bool) {
-	if l, r := h.Peek("X-Ratelimit-Limit-Requests"), h.Peek("X-Ratelimit-Remaining-Requests"); len(l) > 0 && len(r) > 0 {
+	v := peekBudget(h)
+	if l, r := v[0], v[1]; len(l) > 0 && len(r) > 0 {
 		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
 		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
-		reset, err3 := time.ParseDuration(string(bytes.TrimSpace(h.Peek("X-Ratelimit-Reset-Requests"))))
+		reset, err3 := time.ParseDuration(string(bytes.TrimSpace(v[2])))
 		if err1 != nil || err2 != nil || !validBudget(limit, remaining) {
 			return 0, 0, 0, false
 		}
@@ -136,14 +163,14 @@ func rateLimitHeaders(h *fasthttp.ResponseHeader, now time.Time) (limit, remaini
 		}
 		return limit, min(remaining, limit), min(reset, maxHint), true
 	}
-	if l, r := h.Peek("Anthropic-Ratelimit-Requests-Limit"), h.Peek("Anthropic-Ratelimit-Requests-Remaining"); len(l) > 0 && len(r) > 0 {
+	if l, r := v[3], v[4]; len(l) > 0 && len(r) > 0 {
 		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
 		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
 		if err1 != nil || err2 != nil || !validBudget(limit, remaining) {
 			return 0, 0, 0, false
 		}
 		var reset time.Duration
-		if t, err := time.Parse(time.RFC3339, string(bytes.TrimSpace(h.Peek("Anthropic-Ratelimit-Requests-Reset")))); err == nil && t.After(now) {
+		if t, err := time.Parse(time.RFC3339, string(bytes.TrimSpace(v[5]))); err == nil && t.After(now) {
 			reset = min(t.Sub(now), maxHint)
 		}
 		return limit, min(remaining, limit), reset, true

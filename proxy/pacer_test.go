@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,4 +102,20 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 	// most: the first dispatches go out over connections still being
 	// dialled, whose arrival at the provider the pacer cannot space.
 	assert.LessOrEqual(t, st.RateLimited, int64(10), "pacing keeps the bucket from running dry")
+}
+
+// peekBudget reads in one pass what a Peek per name would: the first value
+// of each budget header, whatever the case of its name as received.
+func TestPeekBudgetIsPeek(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nx-ratelimit-limit-requests: 100\r\n" +
+		"X-RateLimit-Limit-Requests: 200\r\nx-ratelimit-remaining-requests:\r\nX-Ratelimit-Remaining-Requests: 5\r\n" +
+		"anthropic-ratelimit-requests-reset: 2026-01-01T00:00:01Z\r\nX-Other: 1\r\n\r\n"
+	var h fasthttp.ResponseHeader
+	require.NoError(t, h.Read(bufio.NewReader(strings.NewReader(raw))))
+	got := peekBudget(&h)
+	for i, name := range budgetHeaders {
+		assert.Equal(t, string(h.Peek(name)), string(got[i]), name)
+	}
+	assert.Equal(t, "100", string(got[0]))
+	assert.Empty(t, got[1], "the first X-Ratelimit-Remaining-Requests is empty")
 }

@@ -115,6 +115,12 @@ func FuzzRateLimitHeaders(f *testing.F) {
 				h.Set("X-Ratelimit-Remaining-Requests", remaining)
 				h.Set("X-Ratelimit-Reset-Requests", reset)
 			}
+			v := peekBudget(&h)
+			for i, name := range budgetHeaders {
+				if string(v[i]) != string(h.Peek(name)) {
+					t.Fatalf("%q %q %q %q: %s is %q, Peek says %q", limit, remaining, reset, anthropicReset, name, v[i], h.Peek(name))
+				}
+			}
 			l, r, d, ok := rateLimitHeaders(&h, now)
 			if ok && !(l > 0 && r >= 0 && r <= l && d >= 0 && d <= maxHint) {
 				t.Fatalf("%q %q %q %q: limit %v remaining %v reset %v", limit, remaining, reset, anthropicReset, l, r, d)
