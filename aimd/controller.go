@@ -79,7 +79,7 @@ func New(cfg Config, now time.Time) *Controller {
 	case Phoenix:
 		c.phoenix.init(cfg, now)
 	default:
-		c.defaultRule.init(cfg)
+		c.defaultRule.init(cfg, now)
 	}
 	return c
 }

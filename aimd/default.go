@@ -45,6 +45,10 @@ type defaultState struct {
 	// rtStart succeeded) since the last congestion signal or yield.
 	rtStart time.Time
 	quiet   int
+	// quietSince is when the share clock last restarted (New, a
+	// congestion signal, a yield): a lane yields at most once every
+	// yieldGap, however short its round trips.
+	quietSince time.Time
 	// yieldAt is when the lane last yielded (zero if never): like a
 	// decrease, it makes the answers to calls dispatched before it stale.
 	yieldAt time.Time
@@ -65,6 +69,13 @@ const (
 	// calls in flight.
 	yieldRounds = 8
 	yieldShare  = 0.4
+	// yieldGap is the least time between two yields (or a congestion
+	// signal and a yield). Against a provider that answers in a
+	// millisecond, 8 round trips would be a yield every few milliseconds:
+	// calls would keep waiting in the queue for nothing, and competitors
+	// find what is given back over seconds, not milliseconds. At LLM
+	// latencies (hundreds of ms and more) 8 round trips are longer.
+	yieldGap = time.Second
 )
 
 // probeHoldLocked is the number of clean round trips held just below the
@@ -74,7 +85,8 @@ func (c *Controller) probeHoldLocked() int {
 	return min(c.cfg.ProbeHold, 1+c.limitLocked()/3)
 }
 
-func (d *defaultState) init(cfg Config) {
+func (d *defaultState) init(cfg Config, now time.Time) {
+	d.quietSince = now
 	d.ss = float64(cfg.Max) // no decrease yet: slow start up to Max
 	d.confirmed = true
 }
@@ -102,7 +114,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// A call sent after the share clock's round began is back.
 			d.quiet++
 			d.rtStart = now
-			if d.quiet >= yieldRounds {
+			if d.quiet >= yieldRounds && now.Sub(d.quietSince) >= yieldGap {
 				if ev := c.yieldDefaultLocked(s, now); ev != None {
 					return ev
 				}
@@ -119,7 +131,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if !fresh {
 			return None // explained by the last decrease or yield
 		}
-		d.quiet, d.rtStart = 0, now // not quiet: no yield due
+		d.quiet, d.rtStart, d.quietSince = 0, now, now // not quiet: no yield due
 		return c.decreaseDefaultLocked(s, now)
 	default:
 		return None // Failure: not a congestion signal
@@ -379,7 +391,7 @@ func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	c.target = math.Max(1, math.Min(level*(1-yieldShare), level-1))
 	d.ss = math.Max(d.ss, level)
 	d.probing, d.gain = false, 0
-	d.yieldAt, d.rtStart = now, now
+	d.yieldAt, d.rtStart, d.quietSince = now, now, now
 	c.yields++
 	return Yielded
 }

@@ -426,6 +426,23 @@ func TestDefaultYieldClock(t *testing.T) {
 		}
 		assert.Equal(t, Yielded, c.ObserveAt(ok(1, 5), at(15.6)))
 	})
+	t.Run("at most one yield a second", func(t *testing.T) {
+		// Round trips of 1ms (a provider that answers at once): 8 of them
+		// are not enough; the first round trip a second after the start is.
+		c := New(Config{Max: 64, Initial: 10}, t0)
+		for r := 1; r < 1000; r++ {
+			require.Equal(t, None, c.ObserveAt(ok(0.001, 6), at(0.001*float64(r))), "round trip %d", r)
+		}
+		require.Equal(t, Yielded, c.ObserveAt(ok(0.001, 6), at(1)))
+		// A second from that yield, not 8 round trips, to the next one.
+		require.Equal(t, Increased, c.ObserveAt(ok(0.001, 3), at(1.002)), "a call sent after the yield: slow start back")
+		for r := 3; r < 1000; r++ {
+			ev := c.ObserveAt(ok(0.001, c.Limit()), at(1+0.001*float64(r)))
+			require.NotEqual(t, Yielded, ev, "round trip %d after the yield", r)
+		}
+		assert.Equal(t, Yielded, c.ObserveAt(ok(0.001, c.Limit()), at(2.001)))
+		assert.EqualValues(t, 2, c.State().Yields)
+	})
 	t.Run("nothing to give from one call", func(t *testing.T) {
 		c := New(Config{Max: 64, Initial: 10}, t0)
 		for r := 1; r <= 2*yieldRounds; r++ {

@@ -137,7 +137,10 @@
 //     lane collapsed to 1 asks too rarely to ever get any. The price is
 //     more 429s while a shared cap is contended (about 3.5 per 100 calls
 //     in the shared simulation, against 3 without these two rules).
-//   - Yield: after 8 round trips without a congestion signal the lane
+//   - Yield: after 8 round trips without a congestion signal, and at
+//     least a second after the last one or the last yield (a provider that
+//     answers in a millisecond would else make the lane yield every few
+//     milliseconds, and calls wait in the queue for nothing), the lane
 //     gives back 40% of its calls in flight (at least one; none below 2),
 //     does not refill those slots for a round trip (until a call
 //     dispatched after the yield succeeds), then slow-starts back to the
