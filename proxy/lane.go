@@ -59,24 +59,26 @@ var credentialHeaders = []string{"Authorization", "X-Api-Key", "Openai-Organizat
 // credentialHash hashes the credential headers of a client's request as
 // they are sent upstream: a credential header named in Connection is
 // hop-by-hop (see stripHopHeaders), so it counts as absent. The hash is
-// shown shortened; the credential itself is never stored. (The headers are
-// gathered in a buffer on the stack and hashed in one call: a hash.Hash fed
-// piece by piece escapes to the heap.)
+// shown shortened; the credential itself is never stored. (Not hashed from
+// a buffer on the stack in one call, which saves the hasher's allocation:
+// the handler's goroutine then grows past 4 KiB of stack before its call
+// waits in the queue, and keeps 8 KiB per waiting call; see BENCHMARKS.md.)
 func credentialHash(h *fasthttp.RequestHeader) [sha256.Size]byte {
 	hop := len(h.Peek(fasthttp.HeaderConnection)) > 0 // most calls have no Connection header
-	var buf [512]byte
-	b := buf[:0]
+	d := sha256.New()
 	for _, name := range credentialHeaders {
 		v := h.Peek(name)
 		if hop && len(v) > 0 && namedInConnection(h, name) {
 			v = nil
 		}
-		b = append(b, name...)
-		b = append(b, 0)
-		b = append(b, v...)
-		b = append(b, 0)
+		d.Write([]byte(name))
+		d.Write([]byte{0})
+		d.Write(v)
+		d.Write([]byte{0})
 	}
-	return sha256.Sum256(b)
+	var sum [sha256.Size]byte
+	d.Sum(sum[:0])
+	return sum
 }
 
 // labelSafe maps a model name to the characters that are safe in a lane id
