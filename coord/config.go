@@ -23,7 +23,7 @@ type Config struct {
 	// switches the Coordinator to local mode. Default 50ms.
 	Timeout time.Duration
 	// SyncInterval is how often the caller syncs its lanes; it sets how
-	// often a Coordinator in local mode pings Redis. Default 100ms.
+	// often a Coordinator in local mode pings Redis. Default 50ms.
 	SyncInterval time.Duration
 	// LeaseTTL is how long a lane's lease lasts without a sync: a Governor
 	// that dies gives its share back after it. Default 3s.
@@ -40,7 +40,7 @@ type Config struct {
 // Defaults of the Config fields.
 const (
 	DefaultTimeout      = 50 * time.Millisecond
-	DefaultSyncInterval = 100 * time.Millisecond
+	DefaultSyncInterval = 50 * time.Millisecond
 	DefaultLeaseTTL     = 3 * time.Second
 )
 

@@ -89,7 +89,7 @@ type Config struct {
 	// alone.
 	Coordinator Coordinator
 	// SyncInterval is how often lanes are synced with the Coordinator.
-	// Default 100ms.
+	// Default 50ms.
 	SyncInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time

@@ -68,7 +68,7 @@ type LaneShared struct {
 }
 
 // DefaultSyncInterval is how often lanes are synced with a Coordinator.
-const DefaultSyncInterval = 100 * time.Millisecond
+const DefaultSyncInterval = 50 * time.Millisecond
 
 // laneCoord is a lane's coordination state, guarded by the lane's mu.
 type laneCoord struct {

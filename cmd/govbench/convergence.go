@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -158,4 +161,30 @@ func convergences(samples []laneSample, changes []capChange, end, hold time.Dura
 		out[i] = convergence{change: ch, after: d, ok: ok}
 	}
 	return out
+}
+
+// writeSamples writes samples as CSV to path: the time in milliseconds,
+// then each polled Governor's limit and calls in flight (-1 while not
+// polled). govbench writes one file per goodput run into its work
+// directory, which -keep keeps: a run's timeline, for plotting.
+func writeSamples(path string, samples []laneSample) error {
+	var b strings.Builder
+	b.WriteString("ms")
+	if len(samples) > 0 {
+		for i := range samples[0].limits {
+			fmt.Fprintf(&b, ",limit%d,inflight%d", i+1, i+1)
+		}
+	}
+	b.WriteByte('\n')
+	for _, s := range samples {
+		fmt.Fprintf(&b, "%d", s.at.Milliseconds())
+		for i := range s.limits {
+			fmt.Fprintf(&b, ",%d,%d", s.limits[i], s.inFlight[i])
+		}
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("samples: %w", err)
+	}
+	return nil
 }

@@ -65,8 +65,9 @@ type phaseUse struct {
 }
 
 // phaseUses measures each phase from its change to the next one (the last
-// until end). It shows which phase of a run loses the time.
-func phaseUses(samples []laneSample, changes []capChange, end time.Duration) []phaseUse {
+// until end), inUse giving a sample's calls in flight. It shows which phase
+// of a run loses the time.
+func phaseUses(samples []laneSample, changes []capChange, end time.Duration, inUse func(laneSample) float64) []phaseUse {
 	out := make([]phaseUse, len(changes))
 	for i, ch := range changes {
 		until := end
@@ -77,7 +78,7 @@ func phaseUses(samples []laneSample, changes []capChange, end time.Duration) []p
 		var n int
 		for _, s := range samples {
 			if s.at >= ch.at && s.at < until {
-				sum += min(float64(max(s.inFlight[0], 0)), ch.capacity)
+				sum += min(max(inUse(s), 0), ch.capacity)
 				n++
 			}
 		}

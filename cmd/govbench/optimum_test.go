@@ -39,7 +39,7 @@ func TestPhaseUses(t *testing.T) {
 		samples = append(samples, laneSample{at: time.Duration(i) * s, inFlight: []int{inFlight}})
 	}
 	changes := []capChange{{at: 0, capacity: 16, label: "start"}, {at: 4 * s, capacity: 8, label: "→8"}}
-	got := phaseUses(samples, changes, 8*s)
+	got := phaseUses(samples, changes, 8*s, func(l laneSample) float64 { return float64(l.inFlight[0]) })
 	// Phase 1: (8+16+16+16)/4/16; phase 2: min(32, 8) counts 8: (8+8+4+8)/4/8.
 	assert.Equal(t, []phaseUse{{"start", 0.875}, {"→8", 0.875}}, got)
 }

@@ -62,7 +62,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory")
 	fs.BoolVar(&o.smoke, "smoke", false, "a run of a few seconds that exercises every scenario (for CI; figures are meaningless)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this `file`")
-	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs, each goodput run's lane samples as CSV)")
 	fs.StringVar(&o.governorBin, "governor", "", "governor `binary` (default: build ./cmd/governor)")
 	fs.StringVar(&o.mockBin, "mockllm", "", "mockllm `binary` (default: build ./cmd/mockllm)")
 	fs.Func("governor-env", "a `GOVERNOR_KEY=value` setting for every Governor started, after govbench's own (repeat the flag for more; for experiments such as a controller constant)", func(v string) error {

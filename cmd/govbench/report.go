@@ -108,8 +108,8 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 		align:  "lllrrrrrrrrll",
 	}
 	s4 := table{
-		header: []string{"preset", "calls", "aggregate goodput", "Jain (all four)", "calls/s per process (all four)", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence"},
-		align:  "lrrrlrrrrl",
+		header: []string{"preset", "calls", "aggregate goodput", "Jain (all four)", "calls/s per process (all four)", "lost", "duplicated", "429s/100 calls", "decreases / collapses / pauses", "convergence", "use per phase"},
+		align:  "lrrrlrrrrll",
 	}
 	for _, r := range runs {
 		if r.s4 != nil {
@@ -121,7 +121,8 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 			s4.add(r.label(), fmt.Sprint(r.tally.calls),
 				fmt.Sprintf("%.3f (%d / %.0f)", r.goodput(), s.completed, s.optimum),
 				fmt.Sprintf("%.3f", s.fairness()), strings.Join(per, " · "),
-				r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv))
+				r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv),
+				phasesText(r.phases))
 			continue
 		}
 		makespan, good := secs(r.makespan), fmt.Sprintf("%.3f", r.goodput())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"time"
 )
 
@@ -88,7 +89,7 @@ type goodputRun struct {
 	tally    tally
 	events   laneEvents
 	conv     []convergence
-	phases   []phaseUse // nil without capacity phases (S2, S4)
+	phases   []phaseUse // nil without capacity phases (S2)
 	s4       *sharedRun // S4 only
 }
 
@@ -157,6 +158,9 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	if err := ctx.Err(); err != nil {
 		return run, err
 	}
+	if err := writeSamples(filepath.Join(w.dir, spec.name+"-"+preset+"-lanes.csv"), samples); err != nil {
+		return run, err
+	}
 	if err := g.alive(); err != nil {
 		return run, fmt.Errorf("%s, preset %s: %w", spec.title, preset, err)
 	}
@@ -185,7 +189,9 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 		return float64(s.limits[0])
 	})
 	if len(spec.changes) > 0 {
-		run.phases = phaseUses(samples, spec.changes, run.makespan)
+		run.phases = phaseUses(samples, spec.changes, run.makespan, func(s laneSample) float64 {
+			return float64(s.inFlight[0])
+		})
 	}
 	return run, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -220,6 +221,9 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, coo
 	if err := context.Cause(rctx); err != nil {
 		return run, err
 	}
+	if err := writeSamples(filepath.Join(w.dir, name+"-lanes.csv"), samples); err != nil {
+		return run, err
+	}
 	if err := g.alive(); err != nil {
 		return run, err
 	}
@@ -256,12 +260,24 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, coo
 		run.makespan = max(run.makespan, r.End)
 	}
 	running := func(i int, t time.Duration) bool { return t >= spans[i][0] && t < spans[i][1] }
-	run.conv = convergences(samples, sharedChanges(spans), d, convergenceHold(l), func(smp laneSample) float64 {
+	changes := sharedChanges(spans)
+	// Convergence: the limits of the processes running, each counted up
+	// to what its clients can use.
+	run.conv = convergences(samples, changes, d, convergenceHold(l), func(smp laneSample) float64 {
 		sum := 0
 		for i, lim := range smp.limits {
 			if running(i, smp.at) {
 				sum += min(max(lim, 0), sharedClients)
 			}
+		}
+		return float64(sum)
+	})
+	// Use: every call in flight at the provider, those of a process whose
+	// clients stopped and whose last calls are still running included.
+	run.phases = phaseUses(samples, changes, d, func(smp laneSample) float64 {
+		sum := 0
+		for _, n := range smp.inFlight {
+			sum += max(n, 0)
 		}
 		return float64(sum)
 	})

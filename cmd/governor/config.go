@@ -56,7 +56,7 @@ type config struct {
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
 	RedisURL                string        `env:"GOVERNOR_REDIS_URL" secret:"true" help:"redis:// or rediss:// URL: share every lane with the other Governors using the same Redis (see README, Running many replicas); empty = govern alone"`
 	RedisTimeout            time.Duration `env:"GOVERNOR_REDIS_TIMEOUT" envDefault:"50ms" help:"longest wait for Redis; slower means governing locally until it answers again"`
-	RedisSyncInterval       time.Duration `env:"GOVERNOR_REDIS_SYNC_INTERVAL" envDefault:"100ms" help:"how often lanes are synced with the other Governors"`
+	RedisSyncInterval       time.Duration `env:"GOVERNOR_REDIS_SYNC_INTERVAL" envDefault:"50ms" help:"how often lanes are synced with the other Governors (each sync: one Redis script per lane)"`
 	RedisLeaseTTL           time.Duration `env:"GOVERNOR_REDIS_LEASE_TTL" envDefault:"3s" help:"a Governor that stops syncing gives its share back after this long"`
 	Instance                string        `env:"GOVERNOR_INSTANCE" help:"this Governor's name among the others in Redis; empty = hostname-pid-random"`
 	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
