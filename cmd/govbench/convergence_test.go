@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -97,4 +99,16 @@ func TestSamplerPollsUntilStopped(t *testing.T) {
 	last := samples[len(samples)-1]
 	assert.Equal(t, []int{-1, 16}, last.limits, "slot 0 unset; slot 1 sums its lanes")
 	assert.Equal(t, []int{-1, 8}, last.inFlight)
+}
+
+func TestWriteSamples(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lanes.csv")
+	samples := []laneSample{
+		{at: 96 * time.Millisecond, limits: []int{8, -1}, inFlight: []int{7, -1}},
+		{at: 1500 * time.Millisecond, limits: []int{9, 1}, inFlight: []int{9, 0}},
+	}
+	require.NoError(t, writeSamples(path, samples))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "ms,limit1,inflight1,limit2,inflight2\n96,8,7,-1,-1\n1500,9,9,1,0\n", string(b))
 }
