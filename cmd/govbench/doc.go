@@ -17,10 +17,13 @@
 //
 // # Scenarios
 //
-//   - overhead: a provider that answers at once; direct, through Governor
-//     and through nginx, back to back, at each -concurrency, JSON and SSE.
-//     Added latency, throughput, CPU per call, peak RSS, time to first
-//     streamed byte.
+//   - overhead: a provider that answers at once; direct, through Governor,
+//     through nginx and through the smallest correct fasthttp reverse proxy
+//     (the floor of the stack Governor is built on: govbench runs it as a
+//     process of its own by executing itself with GOVBENCH_FASTHTTP_PROXY
+//     set), back to back, at each -concurrency, JSON and SSE. Added
+//     latency, throughput, CPU per call, peak RSS, time to first streamed
+//     byte.
 //   - goodput (s1..s4): 64 closed-loop clients push calls through Governor
 //     into a provider that limits them; makespan against the optimum the
 //     limit allows, calls lost and duplicated, 429s, convergence. Each runs

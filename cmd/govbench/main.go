@@ -24,6 +24,16 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if spec := os.Getenv(floorProxyEnv); spec != "" {
+		// govbench started itself as the overhead scenario's fasthttp floor.
+		code := exitOK
+		if err := serveFloorProxy(ctx, spec); err != nil {
+			fmt.Fprintf(os.Stderr, "govbench: %v\n", err)
+			code = exitFailed
+		}
+		stop()
+		os.Exit(code)
+	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

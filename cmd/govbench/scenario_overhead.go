@@ -10,11 +10,11 @@ import (
 
 // Overhead: what a call pays for going through a proxy, against a provider
 // that answers at once. The same load goes direct to mockllm, through
-// Governor and through nginx, back to back within each round and in a
-// rotating order, so that a noisy neighbour on the machine hits the three
-// alike. CPU time and memory are those of the proxy process (nginx: its
-// master and workers); the load generator and mockllm run on the same
-// cores for all three.
+// Governor, through nginx and through the fasthttp floor (floorproxy.go),
+// back to back within each round and in a rotating order, so that a noisy
+// neighbour on the machine hits them alike. CPU time and memory are those
+// of the proxy process (nginx: its master and workers); the load generator
+// and mockllm run on the same cores for all of them.
 
 // Targets of the overhead scenario.
 const (
@@ -104,6 +104,13 @@ func runOverhead(ctx context.Context, w *workspace, o *options, log io.Writer) (
 		targets = append(targets, overheadTarget{name: targetNginx, url: ng.url, pid: ng.PID()})
 		pids = append(pids, ng.PID())
 	}
+	fl, err := startFloorProxy(ctx, w, m.url)
+	if err != nil {
+		return nil, err
+	}
+	g.add(fl.Process)
+	targets = append(targets, overheadTarget{name: targetFasthttp, url: fl.url, pid: fl.PID()})
+	pids = append(pids, fl.PID())
 	noise, err := startNoise(pids...)
 	if err != nil {
 		return nil, err
