@@ -56,6 +56,10 @@ type defaultState struct {
 	// that stays put (prevLevel is the last one's level).
 	stable    bool
 	prevLevel float64
+	// peak is the most calls in flight at a fresh in-use success, at
+	// peakAt; it fades with time (recentPeakLocked).
+	peak   float64
+	peakAt time.Time
 }
 
 // Constants of the Default preset that are not in Config: they were
@@ -67,22 +71,47 @@ const (
 	overshootSlack = 2
 	// yieldRounds quiet round trips make a lane yield yieldShare of its
 	// calls in flight.
-	yieldRounds = 8
-	yieldShare  = 0.4
+	yieldRounds = 10
+	yieldShare  = 0.3
 	// yieldGap is the least time between two yields (or a congestion
 	// signal and a yield). Against a provider that answers in a
-	// millisecond, 8 round trips would be a yield every few milliseconds:
+	// millisecond, yieldRounds round trips would be a yield every few milliseconds:
 	// calls would keep waiting in the queue for nothing, and competitors
 	// find what is given back over seconds, not milliseconds. At LLM
-	// latencies (hundreds of ms and more) 8 round trips are longer.
+	// latencies (hundreds of ms and more) they are longer.
 	yieldGap = time.Second
+	// A lane whose limit is below recallRatio of its recent peak probes
+	// after one clean round trip instead of the probe hold: capacity that
+	// was there a moment ago (a provider's throttle, S3's 32 -> 8 -> 32)
+	// often comes back, and a lane held at 8 that probes every 3 or 4
+	// round trips finds it up to 2 s late. The peak fades by e every
+	// peakMemory round trips, so a lane whose capacity stays low goes back
+	// to the usual hold (and its rate of 429s) within about a minute of
+	// round trips.
+	recallRatio = 0.7
+	peakMemory  = 64
 )
 
 // probeHoldLocked is the number of clean round trips held just below the
-// decrease level before probing above it: 1 + limit/3, at most ProbeHold.
-// It requires c.mu to be held.
-func (c *Controller) probeHoldLocked() int {
+// decrease level before probing above it: 1 + limit/3, at most ProbeHold;
+// 1 while the limit is below recallRatio of the lane's recent peak. It
+// requires c.mu to be held.
+func (c *Controller) probeHoldLocked(now time.Time) int {
+	if float64(c.limitLocked()) < recallRatio*c.recentPeakLocked(now) {
+		return 1
+	}
 	return min(c.cfg.ProbeHold, 1+c.limitLocked()/3)
+}
+
+// recentPeakLocked is the most calls the lane has had in flight at a
+// fresh in-use success, faded by e every peakMemory round trips (latency
+// EWMAs) since. It requires c.mu to be held.
+func (c *Controller) recentPeakLocked(now time.Time) float64 {
+	d := &c.defaultRule
+	if d.peak == 0 || !c.hasLatency || c.latency <= 0 {
+		return d.peak
+	}
+	return d.peak * math.Exp(-now.Sub(d.peakAt).Seconds()/(peakMemory*c.latency))
 }
 
 func (d *defaultState) init(cfg Config, now time.Time) {
@@ -131,7 +160,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if !fresh {
 			return None // explained by the last decrease or yield
 		}
-		d.quiet, d.rtStart, d.quietSince = 0, now, now // not quiet: no yield due
+		d.restartShareClock(now) // not quiet: no yield due
 		return c.decreaseDefaultLocked(s, now)
 	default:
 		return None // Failure: not a congestion signal
@@ -142,6 +171,9 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 // the last decrease. It requires c.mu to be held.
 func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Event {
 	d := &c.defaultRule
+	if in := float64(s.InFlight); in >= c.recentPeakLocked(now) {
+		d.peak, d.peakAt = in, now
+	}
 	if c.decrLevel > 0 && !d.reachedAt.IsZero() && !dispatched.Before(d.reachedAt) && float64(s.InFlight) >= c.decrLevel {
 		// A call sent once the limit was back at the level that failed
 		// has succeeded with that many calls in flight: the provider
@@ -150,6 +182,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		d.ss, d.probing = float64(c.cfg.Max), false
 		c.decrLevel = 0
 		d.reachedAt = time.Time{}
+		d.restartShareClock(now)
 	}
 	if c.target < d.ss {
 		// Slow start (RFC 5681 §3.1): +1 per success doubles the target
@@ -169,7 +202,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		if !d.probing {
 			d.probing, d.roundStart, d.roundLimit, d.rounds, d.gain = true, now, c.limitLocked(), 0, 0
 			if d.skipHold {
-				d.rounds = c.probeHoldLocked()
+				d.rounds = c.probeHoldLocked(now)
 			}
 		}
 		if !dispatched.Before(d.roundStart) {
@@ -183,7 +216,8 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 				// slow start again (from the next success).
 				d.ss, d.probing = float64(c.cfg.Max), false
 				c.decrLevel = 0
-			case d.rounds >= c.probeHoldLocked():
+				d.restartShareClock(now)
+			case d.rounds >= c.probeHoldLocked(now):
 				// Probing, CUBIC-like (RFC 9438): flat near the level that
 				// failed, then convex: the increase per round trip starts
 				// at IncreaseStep and doubles every clean round trip, up
@@ -370,6 +404,17 @@ func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 
 	return math.Max(1, math.Min(c.target, held-give))
 }
 
+// restartShareClock counts the quiet round trips before the next yield
+// from now. Capacity has just grown: the lane is taking slots nobody
+// holds, not keeping them from anyone, and its competitors (if any) are
+// growing too. Yielding as soon as it gets there, on round trips counted
+// while it was held back, gives slots to nobody: in the shared
+// simulation, the two lanes left after two others stop used 0.86 of the
+// cap between the stops with that yield, 0.91 without.
+func (d *defaultState) restartShareClock(now time.Time) {
+	d.quiet, d.rtStart, d.quietSince = 0, now, now
+}
+
 // yieldDefaultLocked gives back yieldShare of the lane's calls in flight
 // after yieldRounds quiet round trips (at least one call), and returns
 // Yielded; or None when the lane has fewer than 2 calls to give from. It
@@ -391,7 +436,8 @@ func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	c.target = math.Max(1, math.Min(level*(1-yieldShare), level-1))
 	d.ss = math.Max(d.ss, level)
 	d.probing, d.gain = false, 0
-	d.yieldAt, d.rtStart, d.quietSince = now, now, now
+	d.yieldAt = now
+	d.restartShareClock(now)
 	c.yields++
 	return Yielded
 }

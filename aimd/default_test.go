@@ -388,28 +388,54 @@ func TestDefaultYield(t *testing.T) {
 		// One success per round trip: each was sent when the last came back.
 		assert.Equal(t, None, c.ObserveAt(ok(1, 6), at(float64(r))), "round trip %d", r)
 	}
-	// The 8th quiet round trip: give back 40% of the 6 in flight.
-	require.Equal(t, Yielded, c.ObserveAt(ok(1, 6), at(8)))
+	// The last quiet round trip: give back 30% of the 6 in flight.
+	y := float64(yieldRounds)
+	require.Equal(t, Yielded, c.ObserveAt(ok(1, 6), at(y)))
 	st := c.State()
-	assert.InDelta(t, 3.6, st.Target, 1e-9, "min(6 × 0.6, 6-1)")
+	assert.InDelta(t, 4.2, st.Target, 1e-9, "min(6 × 0.7, 6-1)")
 	assert.Equal(t, uint64(1), st.Yields)
 	assert.Zero(t, st.Decreases, "a yield is not a decrease")
 	assert.True(t, st.LastDecrease.IsZero())
 	// Answers to calls sent before the yield change nothing: the freed
 	// slots stay free for a round trip.
-	assert.Equal(t, None, c.ObserveAt(ok(1, 5), at(8.5)), "sent at 7.5")
-	assert.Equal(t, None, c.ObserveAt(limited(0.6, 4), at(8.5)), "429 for a call sent at 7.9")
-	assert.InDelta(t, 3.6, c.State().Target, 1e-9)
+	assert.Equal(t, None, c.ObserveAt(ok(1, 5), at(y+0.5)), "sent half a round trip before")
+	assert.Equal(t, None, c.ObserveAt(limited(0.6, 4), at(y+0.5)), "429 for a call sent just before")
+	assert.InDelta(t, 4.2, c.State().Target, 1e-9)
 	// Then slow start back: +2 per in-use success of a call sent after it
 	// (no level is remembered: the lane never saw congestion).
-	for i, want := range []int{5, 7, 9} {
-		assert.Equal(t, Increased, c.ObserveAt(inUse(c, 0.5), at(9+0.01*float64(i))), "success %d", i)
+	for i, want := range []int{6, 8, 10} {
+		assert.Equal(t, Increased, c.ObserveAt(inUse(c, 0.5), at(y+1+0.01*float64(i))), "success %d", i)
 		assert.Equal(t, want, c.Limit(), "success %d", i)
 	}
 	// What a competitor took shows as a 429 on the way back: an ordinary
 	// decrease.
-	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 9), at(9.5)))
-	assert.Equal(t, 8, c.Limit(), "9.6 × 0.9 = 8.64")
+	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 10), at(y+1.5)))
+	assert.Equal(t, 9, c.Limit(), "10.2 × 0.9 = 9.18")
+}
+
+func TestDefaultYieldClockRestartsWhenCapacityGrows(t *testing.T) {
+	// A lane cut by a 429 at 10 that then finds, quietly, that 10 calls
+	// go through: the capacity grew, it slow-starts into what is free,
+	// and it does not yield on round trips counted while it was held back
+	// below 10 (in S4 the lanes left after others stop yielded just as
+	// they got to the free slots, which nobody else wanted).
+	c := New(Config{Max: 64, Initial: 10}, t0)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 10), at(0.5)))
+	require.EqualValues(t, 10, c.State().DecreaseLevel)
+	grew, yielded := 0, 0
+	for r := 1; r <= 3*yieldRounds && yielded == 0; r++ {
+		// One round trip per second, the whole limit in use.
+		ev := c.ObserveAt(inUse(c, 1), at(0.5+float64(r)))
+		if grew == 0 && c.State().DecreaseLevel == 0 {
+			grew = r
+		}
+		if ev == Yielded {
+			yielded = r
+		}
+	}
+	require.NotZero(t, grew, "the lane found that 10 calls go through")
+	assert.Greater(t, grew, 1, "not at once: it held below 10 first")
+	assert.Equal(t, grew+yieldRounds, yielded, "the yield comes yieldRounds quiet round trips after the growth")
 }
 
 func TestDefaultYieldClock(t *testing.T) {
@@ -419,23 +445,23 @@ func TestDefaultYieldClock(t *testing.T) {
 			require.Equal(t, None, c.ObserveAt(ok(1, 6), at(float64(r))), "round trip %d", r)
 		}
 		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 6), at(7.5)))
-		// Round trips end at 8.6, 9.6, …: the 8th quiet one after the 429
-		// is at 15.6.
+		// Round trips end at 8.6, 9.6, …: the yieldRounds-th quiet one
+		// after the 429 yields.
 		for r := range yieldRounds - 1 {
 			assert.Equal(t, None, c.ObserveAt(ok(1, 5), at(8.6+float64(r))), "round trip %d after the 429", r+1)
 		}
-		assert.Equal(t, Yielded, c.ObserveAt(ok(1, 5), at(15.6)))
+		assert.Equal(t, Yielded, c.ObserveAt(ok(1, 5), at(8.6+float64(yieldRounds-1))))
 	})
 	t.Run("at most one yield a second", func(t *testing.T) {
-		// Round trips of 1ms (a provider that answers at once): 8 of them
-		// are not enough; the first round trip a second after the start is.
+		// Round trips of 1ms (a provider that answers at once): yieldRounds
+		// of them are not enough; the first round trip a second after the start is.
 		c := New(Config{Max: 64, Initial: 10}, t0)
 		for r := 1; r < 1000; r++ {
 			require.Equal(t, None, c.ObserveAt(ok(0.001, 6), at(0.001*float64(r))), "round trip %d", r)
 		}
 		require.Equal(t, Yielded, c.ObserveAt(ok(0.001, 6), at(1)))
-		// A second from that yield, not 8 round trips, to the next one.
-		require.Equal(t, Increased, c.ObserveAt(ok(0.001, 3), at(1.002)), "a call sent after the yield: slow start back")
+		// A second from that yield, not yieldRounds round trips, to the next one.
+		require.Equal(t, Increased, c.ObserveAt(inUse(c, 0.001), at(1.002)), "a call sent after the yield: slow start back")
 		for r := 3; r < 1000; r++ {
 			ev := c.ObserveAt(ok(0.001, c.Limit()), at(1+0.001*float64(r)))
 			require.NotEqual(t, Yielded, ev, "round trip %d after the yield", r)
@@ -465,10 +491,30 @@ func TestDefaultProbeHold(t *testing.T) {
 	} {
 		c := New(Config{Max: 64, Initial: float64(tc.limit), ProbeHold: tc.probeHold}, t0)
 		c.mu.Lock()
-		got := c.probeHoldLocked()
+		got := c.probeHoldLocked(t0)
 		c.mu.Unlock()
 		assert.Equal(t, tc.want, got, "limit %d, ProbeHold %d", tc.limit, tc.probeHold)
 	}
+}
+
+func TestDefaultProbeHoldRecallsRecentPeak(t *testing.T) {
+	// A lane that had 32 calls answered at once, with round trips of 1s.
+	c := New(Config{Max: 64, Initial: 32}, t0)
+	require.Equal(t, Increased, c.ObserveAt(ok(1, 32), at(1)))
+	hold := func(limit int, sec float64) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.target = float64(limit)
+		return c.probeHoldLocked(at(sec))
+	}
+	// Cut to 8 (the provider's capacity dropped): it probes after one
+	// clean round trip, not three, to find the capacity when it comes back.
+	assert.Equal(t, 1, hold(8, 2))
+	assert.Equal(t, 1, hold(8, 60), "the peak fades by e every 64 round trips: 32/e^(59/64) = 12.7 > 8/0.7")
+	assert.Equal(t, 3, hold(8, 70), "32/e^(69/64) = 10.9 < 8/0.7: the usual hold")
+	// Near the peak (at least 0.7 of it), the usual hold.
+	assert.Equal(t, 4, hold(23, 2))
+	assert.Equal(t, 1, hold(22, 2))
 }
 
 func TestDecreaseCause(t *testing.T) {

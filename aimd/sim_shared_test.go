@@ -248,7 +248,7 @@ func TestSimulationShared(t *testing.T) {
 	}
 	t.Logf("default over %d seeds: mean aggregate %.3f, mean Jain %.3f (min %.3f, %d seeds >= 0.95), mean 429s/100 %.2f",
 		seeds, sumA/seeds, sumJ/seeds, minJ, fair, sumR/seeds)
-	assert.GreaterOrEqual(t, sumA/seeds, 0.93, "mean aggregate")
+	assert.GreaterOrEqual(t, sumA/seeds, 0.94, "mean aggregate (0.938 before the yield of 30% every 10 round trips)")
 	assert.GreaterOrEqual(t, sumJ/seeds, 0.97, "mean Jain")
 	assert.GreaterOrEqual(t, fair, seeds*8/10, "seeds with Jain >= 0.95")
 	assert.LessOrEqual(t, collapses, seeds/10, "collapses against a shared cap are rare")

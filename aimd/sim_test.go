@@ -275,6 +275,14 @@ func scenario(name string, latency time.Duration, seed uint64) simParams {
 // default GOVERNOR_MAX_CONCURRENCY, every other knob at its default.
 func simConfig(p Preset) Config { return Config{Preset: p, Max: 64} }
 
+// maxPer100 bounds the Default preset's 429s per 100 calls in the
+// simulations. cap32-8-32 spends two thirds of its time at a cap of 8,
+// where a probe (one 429) comes every 40 calls or so, and every round
+// trip for the first minute of round trips after the drop (the lane
+// recalls that it had 32): more 429s per call than govbench's S3, whose
+// goal (2 per 100) s3 checks.
+var maxPer100 = map[string]float64{"cap16": 2, "cap32-8-32": 2.8, "s3": 2}
+
 // TestSimulation runs both presets through both scenarios and asserts
 // loose bounds. The simulation is deterministic (simulated clock, seeded
 // random source), so the bounds catch regressions, not timing noise.
@@ -298,7 +306,7 @@ func TestSimulation(t *testing.T) {
 			}
 			def, phx := got[Default], got[Phoenix]
 			assert.GreaterOrEqual(t, def.Goodput, 0.94, "default goodput, %s", name)
-			assert.LessOrEqual(t, def.Per100, 2.0, "default 429s per 100 calls, %s", name)
+			assert.LessOrEqual(t, def.Per100, maxPer100[name], "default 429s per 100 calls, %s", name)
 			assert.Zero(t, def.Events[Collapsed], "default must not collapse against a hard cap, %s", name)
 			assert.LessOrEqual(t, def.MaxLimit, 34, "default overshoot (slow start adds 2 per success), %s", name)
 			assert.Less(t, phx.Goodput, def.Goodput-0.3, "phoenix should be far behind, %s", name)
@@ -314,12 +322,10 @@ func TestSimulationSeeds(t *testing.T) {
 	}
 	// s3 is govbench's S3, whose phases last 20s each (a third of the
 	// calls in cap32-8-32 takes 4 times longer at 8): the climb back to 32
-	// weighs more, and the simulation gets what govbench measures (0.94).
-	minMean := map[string]float64{"cap16": 0.954, "cap32-8-32": 0.955, "s3": 0.945}
-	// cap32-8-32 spends two thirds of its time at a cap of 8, where a
-	// probe (one 429) comes every 40 calls or so: more 429s per call than
-	// govbench's S3, whose goal (2 per 100) s3 checks.
-	maxPer100 := map[string]float64{"cap16": 2, "cap32-8-32": 2.3, "s3": 2}
+	// weighs more: before the lane recalled its recent peak, the climb
+	// took up to 2 s and s3 averaged 0.951, 0.935 in half of govbench's
+	// runs; now 0.957.
+	minMean := map[string]float64{"cap16": 0.954, "cap32-8-32": 0.955, "s3": 0.952}
 	for _, name := range append(simScenarios, "s3") {
 		// Also as govbench runs it: L = 480ms and mockllm's Retry-After of
 		// one second on every 429, which the proxy honours.
