@@ -21,7 +21,8 @@
 //	GET    /governor/batches               the jobs held
 //	GET    /governor/batches/{id}          a job's status and counts per item status
 //	GET    /governor/batches/{id}/results  its results (409 while running unless ?partial=true)
-//	DELETE /governor/batches/{id}          cancel it (what has not started becomes DID_NOT_RUN),
+//	DELETE /governor/batches/{id}          cancel it (what has not started becomes DID_NOT_RUN,
+//	                                       what is in flight is cut and FAILED),
 //	                                       or forget it once finished
 //
 // # JSON format
@@ -121,9 +122,13 @@
 //
 // A sync batch, or a progress stream, whose client disconnects is
 // cancelled: its waiting items leave the queue and nothing more is sent
-// for it. On shutdown, sync batches and progress streams are the proxy's
-// calls in progress and drain with them; async jobs are cancelled at once,
-// since nobody could fetch their results.
+// for it. A batch that stops early (cancelled, exit_on_error, its client
+// gone) cuts its items in flight at once, closing their connections to the
+// provider: such an item is FAILED, its last error "cut: cancelled" (or
+// exit_on_error, shutdown, client disconnected). On shutdown, sync batches
+// and progress streams are the proxy's calls in progress and drain with
+// them; async jobs are cancelled at once, since nobody could fetch their
+// results.
 //
 // Bad input is rejected whole, before anything runs, with a 400 that
 // names the request index or line: invalid JSON, an empty batch, too many

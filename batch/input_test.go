@@ -79,31 +79,43 @@ func TestBadInputRunsNothing(t *testing.T) {
 	assert.JSONEq(t, `{"batches":[]}`, out, "no bad batch became a job")
 }
 
+// A sync batch whose client leaves stops: the items it has not started
+// never run, and the item in flight is cut, its provider connection closed
+// at once (the item hangs until then).
 func TestClientThatLeavesCancelsItsBatch(t *testing.T) {
 	for _, accept := range []string{"application/json", "application/x-ndjson"} {
 		t.Run(accept, func(t *testing.T) {
 			e := newEnv(t, envOptions{})
-			const n = 20
+			const n, held = 20, 2
 			items := make([]any, n)
 			for i := range items {
-				items[i] = chatItem("", fmt.Sprintf("q%d", i), map[string]string{"X-Mock-Latency": "100ms"})
+				h := map[string]string{"X-Mock-Latency": "100ms"}
+				if i == held {
+					h = map[string]string{"X-Mock-Fault": "hang,hang,hang,hang"}
+				}
+				items[i] = chatItem("", fmt.Sprintf("q%d", i), h)
 			}
-			body := mustJSON(t, map[string]any{"requests": items, "concurrency": 1})
+			body := mustJSON(t, map[string]any{"requests": items, "concurrency": 1, "timeout": "1h"})
 			conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
 			require.NoError(t, err)
 			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: governor\r\nContent-Type: application/json\r\nAccept: %s\r\nContent-Length: %d\r\n\r\n%s",
 				batch.PathBatch, accept, len(body), body)
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return e.mock.Stats().Received >= 1 }, 10*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return e.mock.Stats().Hangs == 1 }, 10*time.Second, time.Millisecond,
+				"item %d is in flight", held)
 			require.NoError(t, conn.Close())
 
 			didNotRun := `governor_batch_items_total{status="DID_NOT_RUN"}`
 			require.Eventually(t, func() bool { return e.counter(t, didNotRun) > 0 }, 10*time.Second, 5*time.Millisecond,
 				"the batch ends soon after its client leaves")
-			completed := e.counter(t, `governor_batch_items_total{status="COMPLETED"}`)
-			assert.Equal(t, n, completed+e.counter(t, didNotRun), "every item has a row")
-			assert.Equal(t, int64(completed), e.mock.Stats().Received, "nothing more was sent upstream")
-			assert.Less(t, completed, n/2)
+			assert.Equal(t, held, e.counter(t, `governor_batch_items_total{status="COMPLETED"}`))
+			assert.Equal(t, 1, e.counter(t, `governor_batch_items_total{status="FAILED"}`), "the item in flight, cut")
+			assert.Equal(t, n-held-1, e.counter(t, didNotRun), "every item has a row")
+			assert.Equal(t, int64(held+1), e.mock.Stats().Received, "nothing more was sent upstream")
+			require.Eventually(t, func() bool {
+				ms := e.mock.Stats()
+				return ms.ClientGone == 1 && ms.InFlight == 0
+			}, 10*time.Second, 5*time.Millisecond, "the provider saw the item's connection close")
 		})
 	}
 }

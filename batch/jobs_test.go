@@ -110,10 +110,12 @@ func TestAsyncJobCancel(t *testing.T) {
 	assert.Equal(t, batch.JobCancelled, st.Status)
 	assert.Equal(t, "cancelled", st.Stopped)
 	assert.Positive(t, st.Counts["DID_NOT_RUN"])
-	assert.Equal(t, n, st.Counts["COMPLETED"]+st.Counts["DID_NOT_RUN"], "every item has a row: %v", st.Counts)
+	// The item in flight when the job was cancelled, if one was, is cut.
+	assert.LessOrEqual(t, st.Counts["FAILED"], 1, "%v", st.Counts)
+	assert.Equal(t, n, st.Counts["COMPLETED"]+st.Counts["FAILED"]+st.Counts["DID_NOT_RUN"], "every item has a row: %v", st.Counts)
 
 	received := e.mock.Stats().Received
-	assert.Equal(t, int64(st.Counts["COMPLETED"]), received, "what did not run was never sent")
+	assert.Equal(t, int64(st.Counts["COMPLETED"]+st.Counts["FAILED"]), received, "what did not run was never sent")
 	var doc batch.Document
 	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -153,4 +155,53 @@ func TestUnknownJobAndMethods(t *testing.T) {
 	resp, _ = e.do(t, http.MethodGet, batch.PathBatch, "", "")
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+}
+
+// Cancelling a job cuts its items in flight upstream: the provider sees the
+// connection close at once (not when its answer is ready or the attempt
+// times out), the item is FAILED after its one attempt, cut because the job
+// was cancelled, and the lane's slot comes back.
+func TestAsyncJobCancelCutsItemsInFlight(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	items := []any{
+		// Hangs until Governor closes the connection; so would every
+		// retry.
+		chatItem("held", "held back", map[string]string{"X-Mock-Fault": "hang,hang,hang,hang"}),
+		chatItem("next", "never sent", nil),
+	}
+	st := e.createJob(t, mustJSON(t, map[string]any{"requests": items, "concurrency": 1, "max_retries": 3, "timeout": "1h"}))
+	require.Eventually(t, func() bool { return e.mock.Stats().Hangs == 1 }, 10*time.Second, time.Millisecond,
+		"the first item is in flight")
+
+	resp, out := e.do(t, http.MethodDelete, batch.PathBatches+"/"+st.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+	st = e.waitJob(t, st.ID)
+	assert.Equal(t, batch.JobCancelled, st.Status)
+	assert.Equal(t, "cancelled", st.Stopped)
+	assert.Equal(t, map[string]int{"COMPLETED": 0, "COMPLETED_WITH_RETRIES": 0, "FAILED": 1, "DID_NOT_RUN": 1}, st.Counts)
+	require.Eventually(t, func() bool {
+		ms := e.mock.Stats()
+		return ms.ClientGone == 1 && ms.InFlight == 0
+	}, 10*time.Second, 5*time.Millisecond, "the provider saw the item's connection close")
+	assert.Equal(t, int64(1), e.mock.Stats().Received, "nothing retried, nothing more sent")
+
+	var doc batch.Document
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	d := doc.Details[0]
+	assert.Equal(t, proxy.StatusFailed, d.Status)
+	assert.Equal(t, 1, d.Attempts)
+	assert.Equal(t, []string{"cut: cancelled"}, d.Errors)
+	assert.Zero(t, d.StatusCode, "the provider never answered")
+	assert.JSONEq(t, "null", string(doc.Outputs[0]))
+	assert.Equal(t, proxy.StatusDidNotRun, doc.Details[1].Status)
+
+	resp, out = e.do(t, http.MethodGet, "/governor/lanes", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	var lanes struct{ Lanes []proxy.LaneInfo }
+	require.NoError(t, json.Unmarshal([]byte(out), &lanes))
+	require.Len(t, lanes.Lanes, 1)
+	assert.Zero(t, lanes.Lanes[0].InFlight, "the lane's slot came back")
+	assert.Zero(t, lanes.Lanes[0].Decreases, "the cut is no congestion signal")
 }

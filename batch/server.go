@@ -280,7 +280,7 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 }
 
 // deleteJob cancels a running job (what has not started becomes
-// DID_NOT_RUN) or forgets a finished one.
+// DID_NOT_RUN, what is in flight is cut) or forgets a finished one.
 func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	if j.finished() {
 		s.jobs.remove(j.exec.id)
@@ -291,8 +291,8 @@ func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	j.cancelled = true
 	j.mu.Unlock()
 	j.cancel(errCancelled)
-	// Items in the queue leave it at once; those in flight finish their
-	// attempt. Answer without waiting for them.
+	// Items in the queue leave it at once; those in flight are cut.
+	// Answer without waiting for them.
 	proxy.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(s.cfg.Now(), s.cfg.TTL))
 }
 

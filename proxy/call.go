@@ -83,8 +83,14 @@ func (p *Proxy) ValidatePath(path string) error {
 }
 
 // Do runs c under governance and returns its answer, read whole. It
-// returns when the call is done or ctx ends (the call then leaves the queue
-// and nothing more is sent for it).
+// returns when the call is done or ctx ends. ctx ending is to the call what
+// a client disconnecting is to a proxied call: a call that waits leaves the
+// queue and nothing more is sent for it; an attempt in flight is cut at
+// once, its upstream connection closed and the lane's slot given back, as
+// is the reading of the answer's body. The call is then FAILED, with the
+// provider's answer to an earlier attempt if there is one, else Governor's
+// error client_closed (499; draining once the proxy has stopped for good);
+// it is not retried, and the controller does not count the cut.
 func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if err := p.ValidatePath(c.Path); err != nil {
 		return Result{Err: &Error{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()},
@@ -122,7 +128,10 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(p.ctx, cancel)()
-	g := governedCall{p: p, l: l, req: upstreamRequest{in: in, up: up, path: path}, o: opts}
+	// The call's client is its caller, gone when ctx ends.
+	wc := p.clients.follow(ctx, in.Body())
+	defer p.clients.unwatch(wc)
+	g := governedCall{p: p, l: l, req: upstreamRequest{in: in, up: up, path: path}, o: opts, watched: wc}
 	g.run(ctx)
 	res := &g.res
 	if res.err != nil {
@@ -135,13 +144,24 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()),
 		RequestID: requestID(&resp.Header), Details: res.details}
 	if resp.BodyStream() != nil {
-		if conn := connOf(resp); conn != nil {
-			_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
+		// The provider may still be generating: ctx ending cuts the read
+		// as it would have cut the attempt.
+		err := wc.resume(resp)
+		if err == nil {
+			if conn := connOf(resp); conn != nil {
+				_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
+			}
+			err = bufferBody(resp, int64(p.cfg.MaxResponseBytes))
 		}
-		if err := bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
-			e := upstreamError(up, err)
+		cut := wc.land()
+		if err != nil {
+			e, why := upstreamError(up, err), truncate(err.Error(), 200)
+			if cut { // ctx ended: say why, as for a wait
+				cause := context.Cause(ctx)
+				e, why = *p.waitError(ctx, cause), attemptError(outcomeClientGone, 0, nil, cause, 0)
+			}
 			out.Details.Status = StatusFailed
-			out.Details.Errors = append(out.Details.Errors, "body: "+truncate(err.Error(), 200))
+			out.Details.Errors = append(out.Details.Errors, "body: "+why)
 			return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: out.Details}
 		}
 	}

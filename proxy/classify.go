@@ -134,7 +134,7 @@ func attemptError(o outcome, status int, body []byte, err error, timeout time.Du
 	case outcomeConnError:
 		return "connection error: " + truncate(err.Error(), 200)
 	case outcomeClientGone:
-		return "cut: client disconnected"
+		return "cut: " + truncate(err.Error(), 200)
 	}
 	if code := errorCode(body); code != "" {
 		return strconv.Itoa(status) + " " + code

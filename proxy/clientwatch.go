@@ -40,6 +40,10 @@ var errClientLeft = errors.New("client disconnected")
 // recorded it in the response (Response.ParseNetConn), and WriteTo reads it
 // from there (see connOf) before writing the body. A client that is gone by
 // then gets nothing sent at all.
+//
+// A Call of Do has no client connection: its client is its caller, who is
+// gone when the Call's context ends (see follow). Nothing peeks at it; the
+// end of the context acts on it as the loop acts on a departed client.
 type clientWatch struct {
 	every time.Duration
 	pool  sync.Pool // of *watchedClient
@@ -55,8 +59,9 @@ type clientWatch struct {
 	batch []*watchedClient // the loop's copy of clients
 }
 
-// A watchedClient is the watch of one call's client, from watch until
-// unwatch. It is used by the call's goroutine and by the loop; the fields
+// A watchedClient is the watch of one call's client, from watch (or
+// follow) until unwatch. It is used by the call's goroutine and by the loop
+// (for follow, by the func that acts on the context's end); the fields
 // below mu are guarded by it. The loop touches conn only while it holds mu
 // and the watch is on: once unwatch has taken mu, fasthttp may be reading
 // the next request from conn, and a peek would wait behind that read.
@@ -67,10 +72,12 @@ type watchedClient struct {
 	index int                // in clientWatch.clients, -1 when not in it; guarded by clientWatch.mu
 	since uint64             // clientWatch.ticks when the watch began; guarded by clientWatch.mu
 
+	unfollow func() // for a watch made by follow: stops following its context
+
 	mu     sync.Mutex
-	conn   net.Conn                // the client; nil once unwatched
+	conn   net.Conn                // the client; nil once unwatched, and for a watch made by follow
 	blind  bool                    // the client's read deadline may still blind peerGone
-	gone   bool                    // the client has disconnected
+	gone   bool                    // the client has disconnected (for follow: the context has ended)
 	cancel context.CancelCauseFunc // of the context handed out, if any
 	up     *trackedConn            // the connection of the attempt in flight, once its body is sent
 	cut    bool                    // the attempt in flight was cut
@@ -87,11 +94,7 @@ func newClientWatch(every time.Duration) *clientWatch {
 //
 //go:noinline
 func (w *clientWatch) watch(conn net.Conn, body []byte) *watchedClient {
-	wc, _ := w.pool.Get().(*watchedClient)
-	if wc == nil {
-		wc = &watchedClient{index: -1}
-	}
-	wc.body = body
+	wc := w.get(body)
 	wc.mu.Lock()
 	wc.conn, wc.blind = conn, true
 	wc.mu.Unlock()
@@ -111,10 +114,47 @@ func (w *clientWatch) watch(conn net.Conn, body []byte) *watchedClient {
 	return wc
 }
 
+// follow starts the watch of a call whose client is a caller rather than a
+// connection (a Call of Do): the caller is gone when ctx ends, and the
+// call's attempt in flight is then cut as a departed client's is. body is
+// as for watch. The loop never sees the watch, and it hands out no context
+// (see governedCall.own): ctx's cause, not errClientLeft, says why the call
+// ended. Call unwatch when the call is over.
+func (w *clientWatch) follow(ctx context.Context, body []byte) *watchedClient {
+	wc := w.get(body)
+	acted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(acted)
+		wc.mu.Lock()
+		defer wc.mu.Unlock()
+		wc.leftLocked()
+	})
+	wc.unfollow = func() {
+		if !stop() {
+			<-acted // nothing is cut after unwatch returns
+		}
+	}
+	return wc
+}
+
+// get returns a watch from the pool, or a new one, for a call with body.
+func (w *clientWatch) get(body []byte) *watchedClient {
+	wc, _ := w.pool.Get().(*watchedClient)
+	if wc == nil {
+		wc = &watchedClient{index: -1}
+	}
+	wc.body = body
+	return wc
+}
+
 // unwatch ends the watch of wc, cancels the context it handed out, and
 // keeps wc for another call: nothing is cut after it returns, and wc must
 // not be used again.
 func (w *clientWatch) unwatch(wc *watchedClient) {
+	if wc.unfollow != nil {
+		wc.unfollow()
+		wc.unfollow = nil
+	}
 	wc.mu.Lock()
 	cancel := wc.cancel
 	wc.conn, wc.cancel, wc.up = nil, nil, nil
@@ -289,6 +329,14 @@ func (wc *watchedClient) takeOff() error {
 	}
 	wc.up = c
 	return nil
+}
+
+// resume puts the attempt that landed with resp back in flight while its
+// streamed body is read: the client leaving cuts the read as it would have
+// cut the attempt, and a client gone already fails it. End it with land.
+func (wc *watchedClient) resume(resp *fasthttp.Response) error {
+	wc.resp = resp
+	return wc.takeOff()
 }
 
 // land ends the attempt in flight and reports whether it was cut because the

@@ -60,7 +60,8 @@
 // attempt in flight is cut (fasthttp's client cannot be cancelled: the
 // attempt's upstream connection is found through the request body's writer
 // and its read deadline moved to now; the cut is counted as outcome
-// client_gone and not fed to the controller);
+// client_gone and not fed to the controller; a Call of Do is cut the same
+// way when its context ends);
 // upstream bodies are streamed with our own bounds and idle timeouts, and
 // only the goroutine that reads a body stream closes it.
 //

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -284,6 +285,37 @@ func TestBodyLargerThanLimitIs413(t *testing.T) {
 	assert.Equal(t, 413, resp.StatusCode)
 	assert.Contains(t, resp.Header.Get("Content-Type"), "application/json")
 	assert.Empty(t, hits, "an oversized body must not reach the upstream")
+}
+
+// An answer that takes many reads from the upstream connection is read
+// whole, at the first attempt: a JSON answer of known length that the round
+// trip buffers, and one of unknown length (chunked) that Do reads to its
+// end. (Each used to fail at its second read: gathering the body in the
+// response closed the stream, and with it the connection.)
+func TestAnswersOfManyReadsAreReadWhole(t *testing.T) {
+	checkLeaks(t)
+	big := `{"x":"` + strings.Repeat("a", 100<<10) + `"}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("X-Known-Length") != "" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+		}
+		io.WriteString(w, big)
+	}))
+	defer up.Close()
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+
+	resp, body := chat(t, client(t), base, map[string]string{"X-Known-Length": "1"})
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get(HeaderAttempts))
+	assert.True(t, body == big, "the answer whole: %d bytes of %d", len(body), len(big))
+	for _, header := range []map[string]string{{"X-Known-Length": "1"}, nil} {
+		res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Header: header, Body: []byte(`{}`)})
+		require.Nil(t, res.Err, "%v", header)
+		assert.Equal(t, 200, res.StatusCode, "%v", header)
+		assert.Equal(t, 1, res.Details.Attempts, "%v", header)
+		assert.True(t, string(res.Body) == big, "%v: the answer whole: %d bytes of %d", header, len(res.Body), len(big))
+	}
 }
 
 func TestUnknownGovernorPathIs404(t *testing.T) {

@@ -22,7 +22,7 @@ type callOptions struct {
 	// client is the caller's connection, watched during the call so that
 	// a caller who leaves takes the call out of the queue and cuts its
 	// attempt in flight; nil for calls with no connection of their own
-	// (batch items).
+	// (a Call of Do, whose watch follows its context: see Proxy.Do).
 	client net.Conn
 }
 
@@ -58,10 +58,11 @@ type governedCall struct {
 	req upstreamRequest
 	o   callOptions
 
-	// watched is the watch of the call's client, for the whole call (nil
-	// for a call without a client). From the first wait on (see own),
-	// cancel ends the call's own context, and timer ends a wait in the
-	// queue (see startWait).
+	// watched is the watch of the call's client, for the whole call: of
+	// its connection (o.client), made by run, or for a Call of Do, of its
+	// context (see clientWatch.follow), made and ended by Do. From the
+	// first wait on (see own), cancel ends the call's own context, and
+	// timer ends a wait in the queue (see startWait).
 	watched *watchedClient
 	cancel  context.CancelCauseFunc
 	timer   *time.Timer
@@ -87,7 +88,7 @@ type governedCall struct {
 //
 // The client, if the call has one, is watched for the whole call: a client
 // that leaves takes its call out of the queue and cuts its attempt in
-// flight (see clientWatch).
+// flight (see clientWatch). A Call of Do comes with a watch of its own.
 func (c *governedCall) run(ctx context.Context) {
 	defer c.end()
 	if c.o.client != nil {
@@ -117,7 +118,7 @@ func (c *governedCall) run(ctx context.Context) {
 func (c *governedCall) own(ctx context.Context) context.Context {
 	switch {
 	case c.cancel != nil: // owned already
-	case c.watched != nil:
+	case c.o.client != nil:
 		ctx, c.cancel = c.watched.context(ctx)
 	default:
 		ctx, c.cancel = context.WithCancelCause(ctx)
@@ -131,7 +132,7 @@ func (c *governedCall) end() {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	if c.watched != nil {
+	if c.o.client != nil {
 		c.p.clients.unwatch(c.watched)
 	} else if c.cancel != nil {
 		c.cancel(nil)
@@ -141,10 +142,11 @@ func (c *governedCall) end() {
 
 // giveUp ends the call, setting c.res: to the provider's last answer when
 // there is one and someone to read it, else to e (nil: the reason the
-// call's context ended).
+// call's context ended). The caller of Do reads its Result even once the
+// Call's context has ended.
 func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
 	c.res.details.Status = StatusFailed
-	clientLeft := errors.Is(context.Cause(ctx), errClientLeft) || c.watched != nil && c.watched.left()
+	clientLeft := errors.Is(context.Cause(ctx), errClientLeft) || c.o.client != nil && c.watched.left()
 	if c.last != nil && !clientLeft {
 		c.res.resp = c.last
 		return
@@ -285,9 +287,10 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		l.lastUsed.Store(now.UnixNano())
 		d.Attempts++
 		d.Execution += latency
-		d.Errors = append(d.Errors, attemptError(outcomeClientGone, 0, nil, nil, 0))
+		e, why := c.cutError(ctx)
+		d.Errors = append(d.Errors, attemptError(outcomeClientGone, 0, nil, why, 0))
 		l.m.attempts[outcomeClientGone].Inc()
-		c.giveUp(ctx, &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"})
+		c.giveUp(ctx, e)
 		return true
 	}
 	if err == nil {
@@ -363,6 +366,17 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	return false
 }
 
+// cutError returns the error of a call whose attempt was cut because its
+// client left, and why it was cut. For a Call of Do, the end of its
+// context: the error is then nil, the reason the context ended, as for a
+// wait (see giveUp).
+func (c *governedCall) cutError(ctx context.Context) (e *apiError, why error) {
+	if c.o.client == nil {
+		return nil, context.Cause(ctx)
+	}
+	return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"}, errClientLeft
+}
+
 // needsBuffering reports whether an answer is read whole before it is
 // passed back: every error answer, and any other answer of known, modest
 // length that is not an event stream.
@@ -401,6 +415,10 @@ func (p *Proxy) waitError(ctx context.Context, err error) *apiError {
 			Message: fmt.Sprintf("waited longer than %s in Governor's queue", p.cfg.QueueTimeout)}
 	case errors.Is(cause, errClientLeft):
 		return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"}
+	case p.ctx.Err() == nil:
+		// While the proxy runs, only the caller of Do ends a call's
+		// context otherwise.
+		return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "cancelled by the caller"}
 	default:
 		return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining, RetryAfter: 1,
 			Message: "Governor is shutting down"}

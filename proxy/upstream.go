@@ -244,26 +244,34 @@ func connOf(resp *fasthttp.Response) *trackedConn {
 // allocate 32 KiB per call.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
+// bodyBufs hold the bodies bufferBody gathers; one that grew beyond
+// bufferResponseBytes is not kept.
+var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
+
 // errResponseTooLarge reports an upstream answer larger than Governor buffers.
 var errResponseTooLarge = errors.New("upstream response too large")
 
 // bufferBody reads a streamed response body of at most limit bytes into the
 // response and closes the stream, so the connection goes back to the pool.
+//
+// The body gathers in a buffer of its own and goes into the response once
+// the stream is closed: AppendBody (and SetBody) close the stream first,
+// which, for a body not read to its end, closes the connection, and the
+// next read fails.
 func bufferBody(resp *fasthttp.Response, limit int64) error {
 	stream := resp.BodyStream()
 	if stream == nil {
 		return nil
 	}
-	bufp := copyBufs.Get().(*[]byte)
-	buf := *bufp
-	var total int64
+	bufp, bodyp := copyBufs.Get().(*[]byte), bodyBufs.Get().(*[]byte)
+	buf, body := *bufp, (*bodyp)[:0]
 	var err error
 	for {
 		// Not io.CopyBuffer with an io.LimitReader: that costs an
 		// allocation per call.
 		n, rerr := stream.Read(buf)
-		resp.AppendBody(buf[:n])
-		if total += int64(n); total > limit {
+		body = append(body, buf[:n]...)
+		if int64(len(body)) > limit {
 			err = errResponseTooLarge
 			break
 		}
@@ -279,6 +287,13 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 	// read to its end and closes it otherwise.
 	if cerr := resp.CloseBodyStream(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if !errors.Is(err, errResponseTooLarge) { // nobody reads what is too large
+		resp.SetBody(body)
+	}
+	if cap(body) <= bufferResponseBytes {
+		*bodyp = body
+		bodyBufs.Put(bodyp)
 	}
 	if err != nil {
 		return fmt.Errorf("read upstream body: %w", err)
