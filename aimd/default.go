@@ -123,7 +123,10 @@ func (d *defaultState) init(cfg Config, now time.Time) {
 // observeDefaultLocked requires c.mu to be held.
 func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 	d := &c.defaultRule
-	dispatched := now.Add(-s.Latency)
+	dispatched := s.Dispatched
+	if dispatched.IsZero() {
+		dispatched = now.Add(-s.Latency)
+	}
 	// A call dispatched at or before the last decrease was sent under the
 	// old, higher limit: its answer says nothing about the current one.
 	// This is TCP's "one reduction per window of data" (RFC 5681 §3.2,

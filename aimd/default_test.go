@@ -76,6 +76,39 @@ func TestDefaultDecreaseOncePerRoundTrip(t *testing.T) {
 	assert.False(t, st.Collapsed, "a success came in between: not a storm")
 }
 
+// Which limit a call was sent under is read from Sample.Dispatched when
+// the caller knows it: a call granted its slot before a decrease, whose
+// attempt started just after it (its goroutine woke late), is not a sign
+// that the cut was not enough.
+func TestDefaultDispatchedIsWhenTheSlotWasGranted(t *testing.T) {
+	late := func() Sample { // started 0.7 ms after the decrease at 10s, answered 429 at once
+		return Sample{Outcome: RateLimited, Latency: secs(0.0001), InFlight: 18}
+	}
+	c := from20(t)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
+	require.InDelta(t, 18, c.State().Target, 1e-9)
+	s := late()
+	s.Dispatched = at(9.9999) // granted before the decrease
+	assert.Equal(t, None, c.ObserveAt(s, at(10.0008)), "sent under the limit before the cut: explained by it")
+	assert.InDelta(t, 18, c.State().Target, 1e-9)
+
+	// Without Dispatched, now-Latency is all there is: the same 429 looks
+	// sent after the cut, before any such call succeeded, and cuts again.
+	c = from20(t)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
+	assert.Equal(t, Decreased, c.ObserveAt(late(), at(10.0008)))
+	assert.InDelta(t, 14.58, c.State().Target, 1e-9, "18 × 0.81")
+
+	// A call granted after the decrease is fresh, however its latency
+	// reads.
+	c = from20(t)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
+	s = limited(5, 18) // now-Latency is before the decrease
+	s.Dispatched = at(10.0001)
+	assert.Equal(t, Decreased, c.ObserveAt(s, at(10.0008)))
+	assert.InDelta(t, 14.58, c.State().Target, 1e-9, "18 × 0.81")
+}
+
 func TestDefaultConfirmedDecreaseIsGentle(t *testing.T) {
 	c := New(Config{Max: 64, Initial: 20}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))

@@ -66,7 +66,9 @@
 // trips, not wall-clock windows, learns the level at which congestion
 // appears, and gives back part of its share now and then so that lanes of
 // other processes sharing the provider can grow. A call was dispatched at
-// now-Latency; "fresh" means dispatched after the last decrease or yield.
+// Sample.Dispatched, when its slot was granted (now-Latency if the caller
+// does not say); "fresh" means dispatched after the last decrease or
+// yield.
 //
 //   - One decrease per round trip: a congestion signal from a call
 //     dispatched at or before the last decrease is ignored, since that

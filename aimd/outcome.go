@@ -44,6 +44,15 @@ type Sample struct {
 	// target only while the limit is in use (InFlight >= Limit()).
 	// Zero means the caller does not track it: the lane counts as in use.
 	InFlight int
+	// Dispatched is when the call was let out under the limit (its slot
+	// granted), if the caller knows; zero means now-Latency. The Default
+	// preset asks it which limit a call was sent under: an answer to a
+	// call let out before the last decrease says nothing of the limit
+	// after it. A call that waited for a slot goes on a little after it
+	// was granted (its goroutine wakes, its request is built), long
+	// enough for another call's 429 to cut the limit in between; from
+	// now-Latency, its 429 would look like one sent under the cut limit.
+	Dispatched time.Time
 }
 
 // Event is what a sample made the controller do, for the caller to log or

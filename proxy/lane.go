@@ -324,11 +324,13 @@ func aimdOutcome(o outcome) aimd.Outcome {
 }
 
 // observe feeds one attempt to the controller and applies the new limit.
-// inFlight counts the lane's calls in flight, this one included.
+// The attempt took latency, and its slot was granted at dispatched (zero
+// if unknown); inFlight counts the lane's calls in flight, this one
+// included.
 //
 // A coordinated lane's controller holds the limit shared by every Governor
 // on the lane, and its queue this Governor's share of it (see adopt).
-func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.Time, log *slog.Logger) {
+func (l *lane) observe(o outcome, latency time.Duration, dispatched time.Time, inFlight int, now time.Time, log *slog.Logger) {
 	l.lastUsed.Store(now.UnixNano())
 	l.mu.Lock()
 	before := l.ctrl.Limit()
@@ -337,12 +339,15 @@ func (l *lane) observe(o outcome, latency time.Duration, inFlight int, now time.
 	if shared {
 		inFlight = ctrlInFlight(inFlight, co.share, int(co.sharedTarget), before)
 	}
-	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight}, now)
+	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Dispatched: dispatched}, now)
 	limit := l.ctrl.Limit()
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
 	if decreased {
-		co.decDispatched, co.collapsed = now.Add(-latency), ev == aimd.Collapsed
+		if dispatched.IsZero() {
+			dispatched = now.Add(-latency)
+		}
+		co.decDispatched, co.collapsed = dispatched, ev == aimd.Collapsed
 	}
 	if shared {
 		if decreased {

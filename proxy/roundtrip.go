@@ -70,6 +70,10 @@ type governedCall struct {
 	last *fasthttp.Response // the previous failed answer, returned if we give up
 	seq  uint64             // the pacer's sequence number of the attempt
 	hint time.Duration      // the provider's wait before the next attempt, 0 for none
+	// granted is when the attempt's slot was granted: the limit it was
+	// let out under is the one the controller had then (see
+	// aimd.Sample.Dispatched).
+	granted time.Time
 	// res is the outcome: its details are kept up to date, the rest is
 	// set when the call ends (try reports done, or giveUp).
 	res callResult
@@ -170,16 +174,18 @@ func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
 // done in methods that have returned by then.
 func (c *governedCall) acquire(ctx context.Context, attempt int) (context.Context, *apiError) {
 	prio := queue.Priority{Urgency: c.o.urgency, Retry: attempt > 1}
+	c.granted = time.Time{}
 	if c.l.q.TryAcquire(prio) {
 		c.l.m.queueWait.Update(0)
-		return c.pace(ctx)
+		return c.pace(ctx) // granted now, which pace reads
 	}
 	ctx = c.own(ctx)
 	start := c.startWait()
-	err := c.l.q.Acquire(ctx, prio)
+	granted, err := c.l.q.AcquireAt(ctx, prio)
 	if e := c.waited(ctx, start, err); e != nil {
 		return ctx, e
 	}
+	c.granted = granted
 	return c.pace(ctx)
 }
 
@@ -227,7 +233,11 @@ func (c *governedCall) waited(ctx context.Context, start time.Time, err error) *
 //go:noinline
 func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	p, l := c.p, c.l
-	seq, delay := l.pace.reserve(p.cfg.Now())
+	now := p.cfg.Now()
+	if c.granted.IsZero() {
+		c.granted = now
+	}
+	seq, delay := l.pace.reserve(now)
 	c.seq = seq
 	if l.co != nil {
 		if d, ok := p.reserveShared(ctx, l); ok {
@@ -300,7 +310,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	d.Execution += latency
 	l.m.attempts[oc].Inc()
 	l.m.upstream.Update(latency.Seconds())
-	l.observe(oc, latency, l.q.Stats().InFlight, now, p.cfg.Logger)
+	l.observe(oc, latency, c.granted, l.q.Stats().InFlight, now, p.cfg.Logger)
 
 	if err == nil && oc == outcomeAnswered || oc == outcomeQuota {
 		if resp.StatusCode() < 400 {

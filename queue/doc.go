@@ -34,6 +34,12 @@
 //     upstream on its behalf. If a slot was granted at the same moment, the
 //     slot is given back to the next waiter, so no slot leaks.
 //
+//   - The controller learns under which limit a call went. A limit that
+//     is cut while a call's goroutine wakes from its wait has already let
+//     that call out: [Queue.AcquireAt] returns the instant of the grant,
+//     by the queue's clock, so that an answer to a call let out before the
+//     cut is not taken for one sent after it.
+//
 //   - Nothing is lost on shutdown. [Queue.Drain] waits until no call waits
 //     or runs; [Queue.Close] answers every call still waiting with
 //     [ErrClosed].

@@ -1,5 +1,7 @@
 package queue
 
+import "time"
+
 // A waiter is one call waiting in a Queue.
 //
 // Waiters are pooled (see Queue.pool), so their channel is never closed:
@@ -19,6 +21,9 @@ type waiter struct {
 	// ready receives nil when a slot is granted and ErrClosed when the
 	// queue is closed.
 	ready chan error
+	// granted is when the slot was granted, by the queue's clock: set
+	// before nil is sent on ready.
+	granted time.Time
 }
 
 const (

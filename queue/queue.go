@@ -42,10 +42,10 @@ type Config struct {
 	// values below 1 mean 1. Change it later with SetLimit.
 	Limit int
 
-	// Now is the clock against which PauseUntil measures its deadline; nil
-	// means time.Now. The end of a pause is detected by a runtime timer, so
-	// Now must advance with real time (or with the fake clock of
-	// testing/synctest).
+	// Now is the clock against which PauseUntil measures its deadline,
+	// and that AcquireAt reads the grant from; nil means time.Now. The end
+	// of a pause is detected by a runtime timer, so Now must advance with
+	// real time (or with the fake clock of testing/synctest).
 	Now func() time.Time
 }
 
@@ -129,21 +129,33 @@ func New(cfg Config) *Queue {
 // ends while it waits leaves the queue at once; if a slot was granted to it
 // at the same moment, the slot goes to the next waiting call.
 func (q *Queue) Acquire(ctx context.Context, p Priority) error {
+	_, err := q.AcquireAt(ctx, p)
+	return err
+}
+
+// AcquireAt is Acquire that also returns when the slot was granted, by the
+// queue's clock (Config.Now). A call that waited is granted its slot by
+// the Release, SetLimit or end of a pause that lets it out, and goes on
+// only once its goroutine runs again: a controller that asks under which
+// limit a call was let out needs the first instant, since the limit may
+// change in between.
+func (q *Queue) AcquireAt(ctx context.Context, p Priority) (time.Time, error) {
 	done := ctx.Done()
 	if done != nil {
 		select {
 		case <-done:
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		default:
 		}
 	}
 
-	w, err := q.enqueue(p)
+	w, granted, err := q.enqueue(p)
 	if w == nil {
-		return err
+		return granted, err
 	}
 	select {
 	case err := <-w.ready:
+		granted = w.granted
 		q.pool.Put(w)
 		if err == nil && done != nil {
 			// Granted, but the caller may have left at the same moment:
@@ -151,34 +163,34 @@ func (q *Queue) Acquire(ctx context.Context, p Priority) error {
 			select {
 			case <-done:
 				q.Release()
-				return ctx.Err()
+				return time.Time{}, ctx.Err()
 			default:
 			}
 		}
-		return err
+		return granted, err
 
 	case <-done:
 		q.leave(w)
-		return ctx.Err()
+		return time.Time{}, ctx.Err()
 	}
 }
 
-// enqueue grants a slot to a call of priority p at once (nil, nil), puts
-// it in the queue (w, nil), or refuses it (nil, ErrClosed or ErrFull).
-// (Acquire's frame stays on the stack while the call waits; this one
-// does not.)
+// enqueue grants a slot to a call of priority p at once (nil, when,
+// nil), puts it in the queue (w, zero, nil), or refuses it (nil, zero,
+// ErrClosed or ErrFull). (AcquireAt's frame stays on the stack while the
+// call waits; this one does not.)
 //
 //go:noinline
-func (q *Queue) enqueue(p Priority) (*waiter, error) {
+func (q *Queue) enqueue(p Priority) (*waiter, time.Time, error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return nil, ErrClosed
+		return nil, time.Time{}, ErrClosed
 	}
 	if q.grantableLocked() {
 		q.inFlight++
 		q.mu.Unlock()
-		return nil, nil
+		return nil, q.now(), nil
 	}
 	room := q.capacity
 	if p.Retry {
@@ -186,7 +198,7 @@ func (q *Queue) enqueue(p Priority) (*waiter, error) {
 	}
 	if len(q.waiters) >= room {
 		q.mu.Unlock()
-		return nil, ErrFull
+		return nil, time.Time{}, ErrFull
 	}
 	u := clampUrgency(p.Urgency)
 	w := q.pool.Get().(*waiter)
@@ -195,7 +207,7 @@ func (q *Queue) enqueue(p Priority) (*waiter, error) {
 	heap.Push(&q.waiters, w)
 	q.byUrgency[u]++
 	q.mu.Unlock()
-	return w, nil
+	return w, time.Time{}, nil
 }
 
 // leave takes w, whose caller has gone, out of the queue.
@@ -357,10 +369,15 @@ func (q *Queue) grantableLocked() bool {
 // either no call waits, or no slot is free (the queue is paused or full):
 // the rest of the package relies on that. It requires q.mu to be held.
 func (q *Queue) grantLocked() {
+	var now time.Time
 	for !q.paused && q.inFlight < q.limit && len(q.waiters) > 0 {
 		w := heap.Pop(&q.waiters).(*waiter)
 		q.byUrgency[w.urgency()]--
 		q.inFlight++
+		if now.IsZero() {
+			now = q.now()
+		}
+		w.granted = now
 		w.ready <- nil // room for one answer: never blocks
 	}
 }

@@ -148,6 +148,55 @@ func TestAcquireBlocksAtLimit(t *testing.T) {
 	})
 }
 
+// AcquireAt reports when the slot was granted, by the queue's clock: for a
+// call that waited, the instant of the Release or SetLimit that let it
+// out, not the later one at which its goroutine runs again. The clock here
+// moves one second at every reading, so a reading taken when the waiter
+// wakes would show.
+func TestAcquireAtReportsTheGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ticks atomic.Int64
+		q := New(Config{Limit: 1, Now: func() time.Time { return time.Unix(ticks.Add(1), 0) }})
+		at, err := q.AcquireAt(t.Context(), fresh(3))
+		require.NoError(t, err)
+		assert.Equal(t, time.Unix(1, 0), at, "a free slot: granted at once")
+
+		type grant struct {
+			at  time.Time
+			err error
+		}
+		wait := func() chan grant {
+			got := make(chan grant, 1)
+			go func() {
+				at, err := q.AcquireAt(t.Context(), fresh(3))
+				got <- grant{at, err}
+			}()
+			synctest.Wait()
+			return got
+		}
+		first, second := wait(), wait()
+		require.Equal(t, 2, q.Len())
+		q.Release() // the clock's second reading
+		g := <-first
+		require.NoError(t, g.err)
+		assert.Equal(t, time.Unix(2, 0), g.at, "granted by the Release")
+		q.SetLimit(2) // the third
+		g = <-second
+		require.NoError(t, g.err)
+		assert.Equal(t, time.Unix(3, 0), g.at, "granted by SetLimit")
+		assert.Equal(t, int64(3), ticks.Load(), "one reading per grant, none when the waiter runs")
+
+		// A waiter that leaves gets no grant time.
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		at, err = q.AcquireAt(ctx, fresh(3))
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.True(t, at.IsZero())
+		q.Release()
+		q.Release()
+	})
+}
+
 func TestUrgencyOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := New(Config{Limit: 1})
