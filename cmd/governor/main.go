@@ -95,6 +95,14 @@ func buildVersion() string {
 
 // serve wires Governor together and runs it until a signal, then drains.
 func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
+	// Signals are caught before anything starts: a SIGTERM that comes while
+	// Governor starts (Kubernetes stops pods whenever it likes) drains it
+	// once it has started, where the default action would kill it, even
+	// after it has said it started and reported ready.
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigc)
+
 	if demo {
 		stop, err := startDemo(cfg)
 		if err != nil {
@@ -188,10 +196,6 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		printDemo(stdout, mainLn.Addr().String())
 	}
 	ready.Store(true)
-
-	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigc)
 
 	var serveErr error
 	select {
