@@ -125,7 +125,7 @@
 //     moment ago often comes back (a provider's throttle lifts; S3's cap
 //     goes 32 -> 8 -> 32), and a lane at 8 probing every 3 round trips
 //     found it up to 2 s late: S3 reached 0.95 of the optimum in half of
-//     govbench's runs, 0.935 in the others (with the recall, 13 runs of 16
+//     govbench's runs, 0.935 in the others (with the recall, 18 runs of 21
 //     on one machine reached it, the others 0.941 to 0.948). The price
 //     is a 429 per round trip or two at the lowered level, for about a
 //     minute of round trips (cap32-8-32 in the simulation: 2.7 429s per
