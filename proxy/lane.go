@@ -324,9 +324,8 @@ func aimdOutcome(o outcome) aimd.Outcome {
 }
 
 // observe feeds one attempt to the controller and applies the new limit.
-// The attempt took latency, and its slot was granted at dispatched (zero
-// if unknown); inFlight counts the lane's calls in flight, this one
-// included.
+// The attempt took latency, and its slot was granted at dispatched;
+// inFlight counts the lane's calls in flight, this one included.
 //
 // A coordinated lane's controller holds the limit shared by every Governor
 // on the lane, and its queue this Governor's share of it (see adopt).
@@ -344,9 +343,6 @@ func (l *lane) observe(o outcome, latency time.Duration, dispatched time.Time, i
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
 	if decreased {
-		if dispatched.IsZero() {
-			dispatched = now.Add(-latency)
-		}
 		co.decDispatched, co.collapsed = dispatched, ev == aimd.Collapsed
 	}
 	if shared {
