@@ -29,6 +29,24 @@ type drainListener struct {
 	closeErr  error
 }
 
+// servedListener is a listener handed to fasthttp's Serve. Its accepting
+// channel closes on the first Accept, which fasthttp calls only once it has
+// registered the listener for shutdown.
+type servedListener struct {
+	net.Listener
+	accepting chan struct{}
+	once      sync.Once
+}
+
+func newServedListener(ln net.Listener) *servedListener {
+	return &servedListener{Listener: ln, accepting: make(chan struct{})}
+}
+
+func (l *servedListener) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.accepting) })
+	return l.Listener.Accept()
+}
+
 // listenerFor wraps ln when it is a TCP listener.
 func listenerFor(ln net.Listener) net.Listener {
 	if tl, ok := ln.(*net.TCPListener); ok {

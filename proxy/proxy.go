@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -32,6 +33,12 @@ type Proxy struct {
 	clients *clientWatch // the clients of calls under way
 
 	coordDone chan struct{} // closed when the sync loop has ended; nil without a Coordinator
+
+	// serving guards closed and listeners: Shutdown must stop every Serve,
+	// including one whose goroutine had not yet reached fasthttp.
+	serving   sync.Mutex
+	closed    bool
+	listeners []*servedListener
 
 	apiExact  map[string]fasthttp.RequestHandler
 	apiPrefix []apiRoutePrefix
@@ -114,9 +121,41 @@ func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
 	p.apiExact[path] = h
 }
 
-// Serve accepts connections on ln until Shutdown.
+// Serve accepts connections on ln until Shutdown, then returns nil. Called
+// after Shutdown, it closes ln and returns nil at once.
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(listenerFor(ln))
+	sl := newServedListener(listenerFor(ln))
+	p.serving.Lock()
+	if p.closed {
+		p.serving.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	p.listeners = append(p.listeners, sl)
+	p.serving.Unlock()
+	return p.server.Serve(sl)
+}
+
+// awaitListeners marks the Proxy closed to new Serve calls and waits until
+// fasthttp accepts on every listener already given to Serve, or ctx ends.
+//
+// fasthttp's shutdown closes only the listeners its Serve has registered,
+// and returns at once when there are none. Without this wait, a Shutdown
+// that comes right after "go p.Serve(ln)" (a SIGTERM during startup, a
+// test that never connects) would return while that Serve goes on
+// accepting for ever.
+func (p *Proxy) awaitListeners(ctx context.Context) {
+	p.serving.Lock()
+	p.closed = true
+	ls := p.listeners
+	p.serving.Unlock()
+	for _, l := range ls {
+		select {
+		case <-l.accepting:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Shutdown stops accepting connections, closes idle ones and waits for the
@@ -124,6 +163,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // ctx ends first, the calls still waiting get Governor's "draining" error
 // instead of a dropped connection.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.awaitListeners(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.server.ShutdownWithContext(context.WithoutCancel(ctx)) }()
 	tick := time.NewTicker(acceptGrace)

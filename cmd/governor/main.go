@@ -228,6 +228,9 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	}
 	<-batchesDone
 	_ = adminSrv.Shutdown()
+	// fasthttp's Shutdown closes only a listener its Serve has reached:
+	// after a signal during startup, this one may not have been.
+	_ = adminLn.Close()
 	log.Info("stopped")
 	return serveErr
 }
