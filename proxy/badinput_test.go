@@ -15,9 +15,10 @@ import (
 	"github.com/llmgovernor/governor/mockllm"
 )
 
-// Malformed Priority and X-Governor-Max-Retries values are ignored: the call
-// runs with the defaults, and an absurd retry budget is capped.
-func TestMalformedGovernorHeadersFallBackToDefaults(t *testing.T) {
+// A malformed Priority is ignored, as RFC 9218 asks: the call runs at the
+// default urgency. A malformed X-Governor-Max-Retries, Governor's own
+// header, is refused with 400 and nothing is sent upstream.
+func TestMalformedGovernorHeaders(t *testing.T) {
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), MaxRetries: 2}))
@@ -27,23 +28,33 @@ func TestMalformedGovernorHeadersFallBackToDefaults(t *testing.T) {
 		attempts             string // with every attempt answered 500
 	}{
 		{"u=99", "", "3"},
-		{"u=-1, i", "-4", "3"},
-		{`u="1"`, "abc", "3"},
-		{"u=1.5;x", "99999999999999999999999", "3"},
-		{strings.Repeat("u=1,", 2000), "1e3", "3"},
-		{"u=\t\xff", "0x10", "3"},
+		{"u=-1, i", "", "3"},
+		{`u="1"`, "2", "3"},
+		{"u=1.5;x", "", "3"},
+		{strings.Repeat("u=1,", 2000), "", "3"},
+		{"u=\t\xff", "", "3"},
 		{"u=0", "0", "1"},
 		{"u=7", "1", "2"},
 	} {
-		id := fmt.Sprintf("malformed-%d", i)
+		id := fmt.Sprintf("malformed-priority-%d", i)
 		resp, body := chat(t, c, base, map[string]string{"X-Request-Id": id, "Priority": tc.priority,
 			HeaderMaxRetries: tc.maxRetries, "X-Mock-Fault": strings.TrimSuffix(strings.Repeat("500,", 4), ",")})
 		assert.Equal(t, 500, resp.StatusCode, "Priority %q, max retries %q: %s", tc.priority, tc.maxRetries, body)
 		assert.Equal(t, tc.attempts, resp.Header.Get(HeaderAttempts), "Priority %q, max retries %q", tc.priority, tc.maxRetries)
 		assert.Equal(t, tc.attempts, itoa(mock.Stats().ByRequestID[id]), "Priority %q, max retries %q", tc.priority, tc.maxRetries)
 	}
-	// A huge budget is capped: the call ends, it does not retry forever.
-	resp, _ := chat(t, c, base, map[string]string{"X-Request-Id": "huge", HeaderMaxRetries: "1000000", "X-Mock-Fault": "500,500,ok"})
+	for i, v := range []string{"-4", "abc", "99999999999999999999999", "1e3", "0x10", "101", "1000000"} {
+		id := fmt.Sprintf("malformed-retries-%d", i)
+		resp, body := chat(t, c, base, map[string]string{"X-Request-Id": id, HeaderMaxRetries: v})
+		assert.Equal(t, 400, resp.StatusCode, "max retries %q: %s", v, body)
+		assert.Contains(t, string(body), `"code":"bad_request"`, "max retries %q", v)
+		assert.Contains(t, string(body), "X-Governor-Max-Retries: want a whole number of retries from 0 to 100", "max retries %q", v)
+		assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"), "max retries %q", v)
+		assert.Equal(t, string(StatusFailed), resp.Header.Get(HeaderStatus), "max retries %q", v)
+		assert.Zero(t, mock.Stats().ByRequestID[id], "max retries %q: nothing is sent upstream", v)
+	}
+	// The most a call may ask for is accepted.
+	resp, _ := chat(t, c, base, map[string]string{"X-Request-Id": "most", HeaderMaxRetries: "100", "X-Mock-Fault": "500,500,ok"})
 	assert.Equal(t, 200, resp.StatusCode)
 	assert.Equal(t, "3", resp.Header.Get(HeaderAttempts))
 }

@@ -92,8 +92,14 @@ func TestAttemptError(t *testing.T) {
 }
 
 func TestMaxRetriesHeader(t *testing.T) {
-	for in, want := range map[string]int{"": 10, "3": 3, "0": 0, "-1": 10, "x": 10, "1000": MaxRetriesCeiling, "99999999999999999999": 10} {
-		assert.Equal(t, want, maxRetriesOf([]byte(in), 10), in)
+	for in, want := range map[string]int{"": 10, "3": 3, "0": 0, "100": MaxRetriesCeiling} {
+		n, err := maxRetriesOf([]byte(in), 10)
+		assert.NoError(t, err, in)
+		assert.Equal(t, want, n, in)
+	}
+	for _, in := range []string{"-1", "x", "101", "1000", "99999999999999999999", "1.5", "0x10", " 2"} {
+		_, err := maxRetriesOf([]byte(in), 10)
+		assert.ErrorContains(t, err, "X-Governor-Max-Retries: want a whole number of retries from 0 to 100", in)
 	}
 }
 

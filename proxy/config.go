@@ -53,9 +53,9 @@ type Config struct {
 	ClientIdleTimeout time.Duration
 
 	// MaxRetries is the retry budget of a call after its first attempt;
-	// a call may lower or raise it with X-Governor-Max-Retries (at most
-	// MaxRetriesCeiling). Zero means the default, 10; negative means no
-	// retries.
+	// a call may lower or raise it with X-Governor-Max-Retries (0 to
+	// MaxRetriesCeiling; any other value is refused with 400). Zero means
+	// the default, 10; negative means no retries.
 	MaxRetries int
 	// QueueTimeout bounds one wait in a lane's queue; a call still waiting
 	// then gets 504. Default 10m.

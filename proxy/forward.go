@@ -55,18 +55,27 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok bool) {
 	up, path := p.router.resolve(ctx.Path())
 	anthropic = up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
-	l, lerr := p.lanes.forRequest(up, &ctx.Request)
-	if lerr != nil {
-		writeError(ctx, anthropic, *lerr)
+	refuse := func(e apiError) (bool, bool) {
+		writeError(ctx, anthropic, e)
 		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
 		p.finish(up, ctx)
 		return anthropic, false
 	}
+	maxRetries, err := maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries)
+	if err != nil {
+		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + err.Error(), Final: true})
+	}
+	l, lerr := p.lanes.forRequest(up, &ctx.Request)
+	if lerr != nil {
+		return refuse(*lerr)
+	}
 	c.p, c.l = p, l
 	c.req = upstreamRequest{in: &ctx.Request, up: up, path: path}
 	c.o = callOptions{
+		// A malformed Priority is ignored, as RFC 9218 asks: it is a
+		// standard header that other software sets too.
 		urgency:        queue.ParsePriority(ctx.Request.Header.Peek(HeaderPriority)),
-		maxRetries:     maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries),
+		maxRetries:     maxRetries,
 		attemptTimeout: p.cfg.AttemptTimeout,
 		client:         ctx.Conn(),
 	}

@@ -20,14 +20,19 @@ func FuzzMaxRetries(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		const def = 7
-		n := maxRetriesOf([]byte(v), def)
-		if n < 0 || n > MaxRetriesCeiling {
-			t.Fatalf("X-Governor-Max-Retries %q gave %d", v, n)
-		}
-		if parsed, err := strconv.Atoi(v); err != nil || parsed < 0 {
-			if n != def {
-				t.Fatalf("malformed X-Governor-Max-Retries %q gave %d, want the default %d", v, n, def)
+		n, err := maxRetriesOf([]byte(v), def)
+		parsed, perr := strconv.Atoi(v)
+		switch {
+		case v == "":
+			if err != nil || n != def {
+				t.Fatalf("absent X-Governor-Max-Retries gave %d, %v; want the default %d", n, err, def)
 			}
+		case perr != nil || parsed < 0 || parsed > MaxRetriesCeiling:
+			if err == nil {
+				t.Fatalf("X-Governor-Max-Retries %q gave %d, want an error", v, n)
+			}
+		case err != nil || n != parsed:
+			t.Fatalf("X-Governor-Max-Retries %q gave %d, %v; want %d", v, n, err, parsed)
 		}
 	})
 }

@@ -469,14 +469,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// maxRetriesOf reads X-Governor-Max-Retries; absent or malformed means def.
-func maxRetriesOf(v []byte, def int) int {
+// maxRetriesOf reads X-Governor-Max-Retries: absent means def; anything
+// but a whole number from 0 to MaxRetriesCeiling is an error, as the same
+// option of a batch is: a budget the client did not mean would run its call
+// with retries it did not ask for, or none.
+func maxRetriesOf(v []byte, def int) (int, error) {
 	if len(v) == 0 {
-		return def
+		return def, nil
 	}
 	n, err := strconv.Atoi(string(v))
-	if err != nil || n < 0 {
-		return def
+	if err != nil || n < 0 || n > MaxRetriesCeiling {
+		return 0, fmt.Errorf("%s: want a whole number of retries from 0 to %d, got %q", HeaderMaxRetries, MaxRetriesCeiling, v)
 	}
-	return min(n, MaxRetriesCeiling)
+	return n, nil
 }
