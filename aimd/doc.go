@@ -194,8 +194,10 @@
 // the cap is about Initial times the number of processes sharing it, which
 // is why GOVERNOR_AIMD_INITIAL is the knob for replicas that share an
 // account without coordination: set it to about the account's concurrency
-// divided by the number of Governors. (Simulated, 8 lanes on a cap of 32:
-// Jain 0.73 with Initial 8, 0.99 with Initial 4.) Alone under a cap the
+// divided by the number of Governors. (Simulated, 8 lanes on a cap of 32
+// joining 2 s apart: Jain 0.61 with Initial 8, where a third of the lanes
+// get less than a call a second, and 0.997 with Initial 4:
+// TestSimulationManyReplicas.) Alone under a cap the
 // rule changes nothing above 10 calls, where the cut already gives a slot
 // back, and costs a slot for a round trip per probe at 9 or 10.
 //

@@ -253,3 +253,55 @@ func TestSimulationShared(t *testing.T) {
 	assert.GreaterOrEqual(t, fair, seeds*8/10, "seeds with Jain >= 0.95")
 	assert.LessOrEqual(t, collapses, seeds/10, "collapses against a shared cap are rare")
 }
+
+// replicaParams is n Governors of 16 clients each sharing a cap, joining
+// 2 s apart and running until 60 s; both measures span the time after the
+// last has joined.
+func replicaParams(seed uint64, n, cap int) sharedParams {
+	p := sharedParams{Clients: 16, Latency: 480 * time.Millisecond, Sigma: 0.2, Cap: cap,
+		Hint: time.Second, RejectLatency: time.Millisecond, ClientGap: 500 * time.Microsecond, Seed: seed}
+	for i := range n {
+		p.Starts = append(p.Starts, time.Duration(2*i)*time.Second)
+		p.Stops = append(p.Stops, 60*time.Second)
+	}
+	p.Window = [2]time.Duration{time.Duration(2*n)*time.Second + p.Latency, 60 * time.Second}
+	p.All = p.Window
+	return p
+}
+
+// TestSimulationManyReplicas checks the advice of README's "Running many
+// replicas": without coordination, GOVERNOR_AIMD_INITIAL set to the
+// account's concurrency divided by the number of Governors (8 on a cap of
+// 32: 4) shares the cap fairly and starves nobody. With the default of 8
+// the lanes that got in first keep about 8 each, since a lane at or below
+// Initial keeps what it holds, and the last to join get almost nothing:
+// the figures are logged, and README states them.
+func TestSimulationManyReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many simulations")
+	}
+	const seeds = 20
+	run := func(initial float64) (jain, slowest float64, starved int) {
+		slowest = math.Inf(1)
+		for seed := uint64(1); seed <= seeds; seed++ {
+			cfg := simConfig(Default)
+			cfg.Initial = initial
+			r := simulateShared(cfg, replicaParams(seed, 8, 32))
+			jain += r.Jain / seeds
+			for _, x := range r.PerLane {
+				slowest = math.Min(slowest, x)
+				if x < 1 {
+					starved++
+				}
+			}
+		}
+		return jain, slowest, starved
+	}
+	j, slowest, starved := run(0)
+	t.Logf("8 lanes, cap 32, Initial 8 (default): mean Jain %.3f, slowest lane %.1f calls/s, %d lanes of %d under 1 call/s", j, slowest, starved, 8*seeds)
+	j, slowest, starved = run(4)
+	t.Logf("8 lanes, cap 32, Initial 4: mean Jain %.3f, slowest lane %.1f calls/s, %d lanes of %d under 1 call/s", j, slowest, starved, 8*seeds)
+	assert.GreaterOrEqual(t, j, 0.98, "mean Jain with Initial = cap / Governors")
+	assert.GreaterOrEqual(t, slowest, 4.0, "every lane gets a share (an equal one is 8.3 calls/s)")
+	assert.Zero(t, starved)
+}
