@@ -49,7 +49,8 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 
 // admit prepares c for the call of ctx, and reports whether the call's
 // errors take Anthropic's shape. It answers the call at once, and reports
-// !ok, when the call gets no lane.
+// !ok, when the call is refused (a malformed X-Governor-Max-Retries) or
+// gets no lane.
 //
 //go:noinline
 func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok bool) {
