@@ -58,8 +58,7 @@ type sharedResult struct {
 // s4Params is govbench's S4 at its default size: 4 lanes of 16 clients,
 // cap 32, L = 480ms; lane i runs from 6i s to 42+6i s.
 func s4Params(seed uint64) sharedParams {
-	p := sharedParams{Clients: 16, Latency: 480 * time.Millisecond, Sigma: 0.2, Cap: 32,
-		Hint: time.Second, RejectLatency: time.Millisecond, ClientGap: 500 * time.Microsecond, Seed: seed}
+	p := govbenchLanes(seed, 32)
 	for i := range 4 {
 		p.Starts = append(p.Starts, time.Duration(6*i)*time.Second)
 		p.Stops = append(p.Stops, time.Duration(42+6*i)*time.Second)
@@ -67,6 +66,14 @@ func s4Params(seed uint64) sharedParams {
 	p.Window = [2]time.Duration{6*time.Second + p.Latency, 54 * time.Second}
 	p.All = [2]time.Duration{18 * time.Second, 42 * time.Second}
 	return p
+}
+
+// govbenchLanes is what every lane of govbench's S4 has, with no lane
+// yet: 16 closed-loop clients, mockllm's latency (median 480ms, spread
+// 0.2) and Retry-After of one second, and a provider capped at cap.
+func govbenchLanes(seed uint64, cap int) sharedParams {
+	return sharedParams{Clients: 16, Latency: 480 * time.Millisecond, Sigma: 0.2, Cap: cap,
+		Hint: time.Second, RejectLatency: time.Millisecond, ClientGap: 500 * time.Microsecond, Seed: seed}
 }
 
 const (
@@ -258,8 +265,7 @@ func TestSimulationShared(t *testing.T) {
 // 2 s apart and running until 60 s; both measures span the time after the
 // last has joined.
 func replicaParams(seed uint64, n, cap int) sharedParams {
-	p := sharedParams{Clients: 16, Latency: 480 * time.Millisecond, Sigma: 0.2, Cap: cap,
-		Hint: time.Second, RejectLatency: time.Millisecond, ClientGap: 500 * time.Microsecond, Seed: seed}
+	p := govbenchLanes(seed, cap)
 	for i := range n {
 		p.Starts = append(p.Starts, time.Duration(2*i)*time.Second)
 		p.Stops = append(p.Stops, 60*time.Second)
