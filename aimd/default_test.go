@@ -39,6 +39,7 @@ func TestDefaultInitial(t *testing.T) {
 // level it started at, where an unconfirmed cut is not a squeeze.
 func from20(t *testing.T) *Controller {
 	c := New(Config{Max: 64}, t0)
+	warmAt(t, c, 0.05, 0.05)
 	for i := range 6 {
 		c.ObserveAt(inUse(c, 0.05), at(0.1+0.01*float64(i)))
 	}
@@ -111,6 +112,7 @@ func TestDefaultDispatchedIsWhenTheSlotWasGranted(t *testing.T) {
 
 func TestDefaultConfirmedDecreaseIsGentle(t *testing.T) {
 	c := New(Config{Max: 64, Initial: 20}, t0)
+	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	// A call sent after the decrease succeeds: the new level works, and the
 	// target slow-starts back to just below the level that failed.
@@ -121,11 +123,16 @@ func TestDefaultConfirmedDecreaseIsGentle(t *testing.T) {
 	assert.InDelta(t, 17.1, c.State().Target, 1e-9, "19 × 0.9")
 }
 
-// warm feeds one success that does not grow the target (the lane uses
-// less than its limit): the lane has been answered, which the storm rule
-// requires.
-func warm(t *testing.T, c *Controller) {
-	require.Equal(t, None, c.ObserveAt(ok(0.4, 1), at(0.5)), "warm-up success")
+// warm feeds Initial successes of 0.4s, answered from 0.5s on, that do
+// not grow the target (the lane uses less than its limit): the lane is no
+// longer a newcomer, which the usual cuts and the storm rule require.
+func warm(t *testing.T, c *Controller) { warmAt(t, c, 0.4, 0.5) }
+
+// warmAt is warm with successes of lat seconds answered from sec on.
+func warmAt(t *testing.T, c *Controller, lat, sec float64) {
+	for i := range int(c.Config().Initial) {
+		require.Equal(t, None, c.ObserveAt(ok(lat, 1), at(sec+0.001*float64(i))), "warm-up success %d", i)
+	}
 }
 
 func TestDefaultStormCollapsesAndRecovers(t *testing.T) {
@@ -205,6 +212,7 @@ func TestDefaultAboveInitialGivesBack(t *testing.T) {
 	// up slow-starts a lane from 8 (Initial) by +2 per in-use success.
 	up := func(to int) *Controller {
 		c := New(Config{Max: 64}, t0)
+		warmAt(t, c, 0.5, 0.5)
 		for i := 0; c.Limit() < to; i++ {
 			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))))
 		}
@@ -385,7 +393,7 @@ func TestDefaultFirstCut(t *testing.T) {
 }
 
 func TestDefaultNewcomerNeverCollapses(t *testing.T) {
-	c := New(Config{Max: 64}, t0) // starts at 8; nothing answered yet
+	c := New(Config{Max: 64}, t0) // starts at 8 (Initial); nothing answered yet
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 8), at(1)))
 	assert.InDelta(t, 7.2, c.State().Target, 1e-9, "8 × 0.9")
 	// Fresh 429s, nothing ever answered: others hold the capacity. No
@@ -398,12 +406,21 @@ func TestDefaultNewcomerNeverCollapses(t *testing.T) {
 		assert.Equal(t, at(1), st.LastDecrease, "429 %d", i)
 	}
 	assert.Equal(t, uint64(1), c.State().Decreases)
-	// Once a call has got through, the usual rules apply: a confirmed
-	// level, a gentle cut, then a storm collapses.
-	assert.Equal(t, None, c.ObserveAt(ok(0.4, 7), at(4.5)), "fresh, at ss: holding")
-	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 7), at(5)))
+	// Its first calls get in one at a time, with 429s in between: until
+	// Initial (8) have succeeded, those 429s change nothing either.
+	for i := range 7 {
+		sec := 4.5 + float64(i)
+		assert.Equal(t, None, c.ObserveAt(ok(0.4, 2), at(sec)), "success %d", i+1)
+		assert.Equal(t, None, c.ObserveAt(limited(0.001, 7), at(sec+0.5)), "429 after %d successes", i+1)
+		assert.InDelta(t, 7.2, c.State().Target, 1e-9, "429 after %d successes", i+1)
+	}
+	assert.False(t, c.State().Collapsed)
+	// Once Initial calls have got through, the usual rules apply: a
+	// confirmed level, a gentle cut, then a storm collapses.
+	assert.Equal(t, None, c.ObserveAt(ok(0.4, 7), at(12)), "the 8th success: fresh, at ss, holding")
+	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 7), at(12.5)))
 	assert.InDelta(t, 6.48, c.State().Target, 1e-9, "7.2 × 0.9")
-	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 6), at(5.5)))
+	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 6), at(13)))
 	assert.Equal(t, 1, c.Limit())
 
 	// Timeouts say nothing of others holding the capacity: a newcomer's
