@@ -115,6 +115,10 @@ func (c *Controller) recentPeakLocked(now time.Time) float64 {
 	return d.peak * math.Exp(-now.Sub(d.peakAt).Seconds()/(peakMemory*c.latency))
 }
 
+// newcomer reports whether fewer than Initial calls of the lane have
+// succeeded since New (see answers).
+func (d *defaultState) newcomer(cfg Config) bool { return float64(d.answers) < cfg.Initial }
+
 func (d *defaultState) init(cfg Config, now time.Time) {
 	d.quietSince = now
 	d.ss = float64(cfg.Max) // no decrease yet: slow start up to Max
@@ -138,7 +142,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 	case Success:
 		c.observeLatencyLocked(s.Latency)
 		d.streak = 0 // something got through: not a storm
-		if float64(d.answers) < c.cfg.Initial {
+		if d.newcomer(c.cfg) {
 			d.answers++
 		}
 		if !fresh {
@@ -283,8 +287,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	unconfirmed := !d.confirmed
 	spanned := !c.hasLatency || now.Sub(d.streakStart).Seconds() >= c.latency
 	repeat := d.streak > 1 && spanned
-	newcomer := float64(d.answers) < c.cfg.Initial && s.Outcome == RateLimited
-	if newcomer {
+	if d.newcomer(c.cfg) && s.Outcome == RateLimited {
 		// Fewer than Initial calls of the lane have ever got through, and
 		// the provider says it is full: others hold the capacity (a
 		// newcomer to a shared account), or it is not there yet. Neither
