@@ -122,6 +122,13 @@ func startLoad(g *governorProcess, workers int, stop <-chan struct{}) *load {
 	return l
 }
 
+// ok returns how many calls have been answered 200 so far.
+func (l *load) ok() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status[200]
+}
+
 func (l *load) wait() (map[int]int, []error) {
 	l.wg.Wait()
 	return l.status, l.errs
@@ -130,6 +137,14 @@ func (l *load) wait() (map[int]int, []error) {
 // Two Governors in front of a provider that serves 8 calls at once: the
 // provider sees about 8, each Governor uses about half, and nearly no call
 // meets a 429.
+//
+// Fairness is measured once the start is over. Both Governors start at
+// once, and the shared target's slow start overshoots the cap by a few
+// calls; each call answered 429 then waits out mockllm's Retry-After of a
+// second, and so do the calls it holds up, so which Governor's calls met
+// those first 429s decides the split of the first two seconds or so
+// (over the first 3 s, Jain's index fell below 0.95 in 3 runs of about
+// 160; after the first 2 s it was 1.000 in 40 runs of 40).
 func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	srv := redistest.Start(t)
 	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
@@ -140,8 +155,13 @@ func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	stop := make(chan struct{})
 	loads := []*load{startLoad(gs[0], 16, stop), startLoad(gs[1], 16, stop)}
 	shares := make([][]int, 2)
-	deadline := time.Now().Add(3 * time.Second)
+	start := time.Now()
+	warm, deadline := start.Add(2*time.Second), start.Add(5*time.Second)
+	var atWarm []int
 	for time.Now().Before(deadline) {
+		if atWarm == nil && time.Now().After(warm) {
+			atWarm = []int{loads[0].ok(), loads[1].ok()}
+		}
 		for i, g := range gs {
 			if l, ok := g.lane(t); ok && l.Coordinated && l.Members == 2 {
 				// Twice the Governor's limit less the shared limit: 0
@@ -153,17 +173,18 @@ func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	}
 	close(stop)
 	total := 0
-	per := make([]float64, 2)
+	per := make([]float64, 2) // calls answered after the warm-up
 	for i, l := range loads {
 		status, errs := l.wait()
 		assert.Empty(t, errs, "governor %d", i)
 		assert.Equal(t, status[200], sum(status), "governor %d: every call 200: %v", i, status)
 		total += status[200]
-		per[i] = float64(status[200])
+		per[i] = float64(status[200] - atWarm[i])
 	}
 	st := mock.Stats()
 	jain := (per[0] + per[1]) * (per[0] + per[1]) / (2 * (per[0]*per[0] + per[1]*per[1]))
-	t.Logf("calls %v (Jain %.3f), provider 429s %d, max in flight %d, shares %v", per, jain, st.RateLimited, st.MaxInFlight, shares)
+	t.Logf("calls after the first 2 s %v (Jain %.3f), in all %d, provider 429s %d, max in flight %d, shares %v",
+		per, jain, total, st.RateLimited, st.MaxInFlight, shares)
 	assert.GreaterOrEqual(t, st.MaxInFlight, 7, "the provider's capacity is used")
 	// The Default controller alone meets about 6% of 429s against this
 	// provider (a hard cap answered at once); two Governors sharing the
@@ -182,7 +203,7 @@ func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	}
 	// Throughput near the cap: 8 calls per 40ms is 200/s; allow for
 	// ramp-up, probing and the race detector.
-	assert.Greater(t, total, 300, "aggregate calls in 3s")
+	assert.Greater(t, total, 500, "aggregate calls in 5 s")
 }
 
 func median(xs []int) float64 {
