@@ -42,8 +42,10 @@ type Config struct {
 	// IdleConnTimeout closes upstream keep-alive connections idle this long.
 	// Default 60s.
 	IdleConnTimeout time.Duration
-	// MaxConnsPerUpstream bounds the connections to one upstream.
-	// Default 1024.
+	// MaxConnsPerUpstream bounds the connections to one upstream, and so
+	// the calls in flight to it over all its lanes: calls beyond it wait
+	// for a free connection, ConnectTimeout at most, and their lanes show
+	// ConnLimited. Default 1024.
 	MaxConnsPerUpstream int
 	// ReadTimeout bounds reading one client request, headers and body.
 	// Default 60s.

@@ -271,7 +271,7 @@ func (ls *lanes) newLane(key laneKey) *lane {
 			l.q.PauseUntil(now.Add(ls.cfg.SyncInterval))
 		}
 	}
-	l.m = newLaneMetrics(ls.set, l)
+	l.m = newLaneMetrics(ls, l)
 	ls.log.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", ls.cfg.AIMD.Preset.String())
 	return l
 }
@@ -469,26 +469,38 @@ type LaneInfo struct {
 	// Members is the number of Governors sharing the lane at the last
 	// sync (0 when not coordinated).
 	Members int `json:"members"`
+	// ConnLimited reports that the calls in flight to the lane's upstream,
+	// UpstreamInFlight summed over its lanes, fill its UpstreamMaxConns
+	// connections (Config.MaxConnsPerUpstream): the lane's calls wait for
+	// a connection whatever its limit.
+	ConnLimited      bool `json:"conn_limited"`
+	UpstreamInFlight int  `json:"upstream_in_flight"`
+	UpstreamMaxConns int  `json:"upstream_max_conns"`
 }
 
-func (l *lane) info(now time.Time) LaneInfo {
+// info describes the lane; upstreamInFlight counts the calls in flight to
+// its upstream.
+func (l *lane) info(now time.Time, upstreamInFlight int) LaneInfo {
 	st := l.ctrl.State()
 	qs := l.q.Stats()
 	li := LaneInfo{
-		ID:              l.id,
-		Upstream:        l.upstream.name,
-		Model:           l.model,
-		Credential:      l.credHash,
-		Target:          st.Target,
-		Limit:           qs.Limit, // the controller's, or this Governor's share of it
-		SharedLimit:     st.Limit,
-		InFlight:        qs.InFlight,
-		Queued:          qs.Waiting,
-		QueuedByUrgency: map[string]int{},
-		LatencyEWMAMs:   float64(st.LatencyEWMA) / float64(time.Millisecond),
-		Collapsed:       st.Collapsed,
-		Decreases:       st.Decreases,
-		Collapses:       st.Collapses,
+		ConnLimited:      l.upstream.connLimited(upstreamInFlight, qs.InFlight),
+		UpstreamInFlight: upstreamInFlight,
+		UpstreamMaxConns: l.upstream.maxConns,
+		ID:               l.id,
+		Upstream:         l.upstream.name,
+		Model:            l.model,
+		Credential:       l.credHash,
+		Target:           st.Target,
+		Limit:            qs.Limit, // the controller's, or this Governor's share of it
+		SharedLimit:      st.Limit,
+		InFlight:         qs.InFlight,
+		Queued:           qs.Waiting,
+		QueuedByUrgency:  map[string]int{},
+		LatencyEWMAMs:    float64(st.LatencyEWMA) / float64(time.Millisecond),
+		Collapsed:        st.Collapsed,
+		Decreases:        st.Decreases,
+		Collapses:        st.Collapses,
 	}
 	if l.co != nil {
 		l.mu.Lock()
@@ -531,7 +543,8 @@ type laneMetrics struct {
 	names     []string // every series of the lane, to unregister it
 }
 
-func newLaneMetrics(set *metrics.Set, l *lane) *laneMetrics {
+func newLaneMetrics(ls *lanes, l *lane) *laneMetrics {
+	set := ls.set
 	lbl := fmt.Sprintf("lane=%q", l.id)
 	m := &laneMetrics{}
 	name := func(format string, args ...any) string {
@@ -556,5 +569,14 @@ func newLaneMetrics(set *metrics.Set, l *lane) *laneMetrics {
 	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.q.Stats().Limit) })
 	set.NewGauge(name("governor_lane_in_flight{%s}", lbl), func() float64 { return float64(l.q.Stats().InFlight) })
 	set.NewGauge(name("governor_lane_queued{%s}", lbl), func() float64 { return float64(l.q.Len()) })
+	// 1 while the calls in flight to the lane's upstream fill its
+	// connections (GOVERNOR_MAX_CONNS_PER_UPSTREAM) and the lane has
+	// calls among them.
+	set.NewGauge(name("governor_lane_conn_limited{%s}", lbl), func() float64 {
+		if l.upstream.connLimited(ls.upstreamInFlight(l.upstream), l.q.Stats().InFlight) {
+			return 1
+		}
+		return 0
+	})
 	return m
 }

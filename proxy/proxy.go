@@ -234,8 +234,9 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 	out := struct {
 		Lanes []LaneInfo `json:"lanes"`
 	}{Lanes: make([]LaneInfo, 0, len(all))}
+	sums := inFlightByUpstream(all)
 	for _, l := range all {
-		out.Lanes = append(out.Lanes, l.info(now))
+		out.Lanes = append(out.Lanes, l.info(now, sums[l.upstream]))
 	}
 	writeJSON(ctx, fasthttp.StatusOK, out)
 }

@@ -29,6 +29,8 @@ type upstream struct {
 	basePath  string // path of the upstream URL without its trailing slash
 	anthropic bool   // Governor's own errors use Anthropic's shape
 	client    *fasthttp.HostClient
+	maxConns  int      // Config.MaxConnsPerUpstream
+	load      connLoad // calls in flight to it (see lanes.upstreamInFlight)
 
 	connsMu sync.Mutex
 	conns   map[*trackedConn]struct{} // open connections, to cut them at the end of a drain
@@ -61,6 +63,7 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 		host:      u.Host,
 		basePath:  strings.TrimSuffix(u.EscapedPath(), "/"),
 		anthropic: name == "anthropic" || strings.HasSuffix(u.Hostname(), "anthropic.com"),
+		maxConns:  cfg.MaxConnsPerUpstream,
 		conns:     map[*trackedConn]struct{}{},
 	}
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}

@@ -140,6 +140,9 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		SyncInterval:      cfg.RedisSyncInterval,
 		Metrics:           set,
 		Logger:            log,
+
+		// Bounds every upstream's calls in flight (see warnConnBound).
+		MaxConnsPerUpstream: cfg.MaxConnsPerUp,
 	})
 	if err != nil {
 		return err
@@ -192,6 +195,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		log.Warn("the main listener is not on loopback and GOVERNOR_API_TOKEN is not set: anyone who reaches it can use /governor/*",
 			"listen", mainLn.Addr().String())
 	}
+	warnConnBound(log, cfg)
 	if demo {
 		printDemo(stdout, mainLn.Addr().String())
 	}
@@ -240,6 +244,15 @@ func serveListener(name string, serve func(net.Listener) error, ln net.Listener)
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
 	return nil
+}
+
+// warnConnBound says at start-up when a lane's limit can exceed the
+// connections to its upstream, which then bound its calls in flight.
+func warnConnBound(log *slog.Logger, cfg *parsed) {
+	if cfg.MaxConcurrency > cfg.MaxConnsPerUp {
+		log.Warn("GOVERNOR_MAX_CONCURRENCY is above GOVERNOR_MAX_CONNS_PER_UPSTREAM: a lane's calls beyond the connections to its upstream wait for one (conn_limited in /governor/lanes)",
+			"max_concurrency", cfg.MaxConcurrency, "max_conns_per_upstream", cfg.MaxConnsPerUp)
+	}
 }
 
 // proxyRetries maps GOVERNOR_MAX_RETRIES to proxy.Config.MaxRetries, whose

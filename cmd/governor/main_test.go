@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestBadConfigExits2NamingTheVariable(t *testing.T) {
@@ -28,6 +30,7 @@ func TestBadConfigExits2NamingTheVariable(t *testing.T) {
 		{"GOVERNOR_REDIS_SYNC_INTERVAL=-1s", "GOVERNOR_REDIS_SYNC_INTERVAL"},
 		{"GOVERNOR_REDIS_LEASE_TTL=80ms", "GOVERNOR_REDIS_LEASE_TTL"}, // under twice the 50ms sync interval
 		{"GOVERNOR_INSTANCE=two words", "GOVERNOR_INSTANCE"},
+		{"GOVERNOR_MAX_CONNS_PER_UPSTREAM=0", "GOVERNOR_MAX_CONNS_PER_UPSTREAM"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(nil, []string{tc.env}, &out, &errOut)
@@ -74,4 +77,26 @@ func TestUnknownFlagExits2(t *testing.T) {
 	var out, errOut bytes.Buffer
 	assert.Equal(t, exitUsage, run([]string{"-nope"}, nil, &out, &errOut))
 	assert.Contains(t, errOut.String(), "-nope")
+}
+
+func TestMaxConcurrencyAboveConnsIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		warn bool
+	}{
+		{nil, false}, // 64 and 1024
+		{[]string{"GOVERNOR_MAX_CONCURRENCY=4000"}, true},
+		{[]string{"GOVERNOR_MAX_CONCURRENCY=4000", "GOVERNOR_MAX_CONNS_PER_UPSTREAM=4000"}, false},
+		{[]string{"GOVERNOR_MAX_CONNS_PER_UPSTREAM=16"}, true},
+	} {
+		cfg, err := loadConfig(tc.env)
+		require.NoError(t, err, tc.env)
+		var b bytes.Buffer
+		warnConnBound(slog.New(slog.NewTextHandler(&b, nil)), cfg)
+		if tc.warn {
+			assert.Contains(t, b.String(), "GOVERNOR_MAX_CONNS_PER_UPSTREAM", tc.env)
+		} else {
+			assert.Empty(t, b.String(), tc.env)
+		}
+	}
 }
