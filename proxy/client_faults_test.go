@@ -182,10 +182,11 @@ func dialSmallWindow(t *testing.T, addr string) net.Conn {
 func TestClientThatNeverReadsDoesNotHoldTheLane(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		size int // bytes of the answer to the silent client
+		size int    // bytes of the answer to the silent client
+		ct   string // its Content-Type
 	}{
-		{"buffered answer", bufferResponseBytes},      // read whole by Governor, then written
-		{"streamed answer", 16 * bufferResponseBytes}, // passed through as it is read
+		{"buffered answer", 16 * bufferResponseBytes, "application/json"},  // read whole by Governor, then written
+		{"streamed answer", 16 * bufferResponseBytes, "text/event-stream"}, // passed through as it is read
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkSockets(t)
@@ -195,6 +196,7 @@ func TestClientThatNeverReadsDoesNotHoldTheLane(t *testing.T) {
 			rec.answer = func(w http.ResponseWriter, r *http.Request, _ int) {
 				w.Header().Set("Content-Type", "application/json")
 				if r.Header.Get("X-Request-Id") == "silent" {
+					w.Header().Set("Content-Type", tc.ct)
 					w.Header().Set("Content-Length", fmt.Sprint(len(big)))
 					io.WriteString(w, big)
 					return

@@ -25,9 +25,10 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; larger bodies get 413.
 	// Default 32 MiB.
 	MaxBodyBytes int
-	// MaxResponseBytes bounds an upstream answer that Governor buffers (a
-	// non-streamed answer of known length up to BufferResponseBytes is
-	// buffered; anything else is streamed through). Default 64 MiB.
+	// MaxResponseBytes bounds an upstream answer that Governor reads whole
+	// before passing it on: every answer but an event stream or an NDJSON
+	// stream, whatever its framing. A larger one fails the call with 502.
+	// Default 64 MiB.
 	MaxResponseBytes int
 	// AttemptTimeout bounds one attempt from dispatch until its response
 	// headers arrive and, for a buffered answer, until its body is read.
@@ -128,9 +129,8 @@ const (
 	MaxRetriesCeiling = 100
 )
 
-// bufferResponseBytes is the largest answer of known length that is read
-// whole before it is forwarded; larger ones, and answers of unknown length,
-// are streamed through.
+// bufferResponseBytes is the largest body buffer kept for reuse once its
+// answer has been written.
 const bufferResponseBytes = 1 << 20
 
 func (c *Config) withDefaults() (Config, error) {

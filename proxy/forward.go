@@ -261,8 +261,19 @@ const clientCheckInterval = 250 * time.Millisecond
 // parameters aside. (mime.ParseMediaType would do, but it allocates a map
 // for the parameters on every answer.)
 func isEventStream(contentType []byte) bool {
-	mt, _, _ := bytes.Cut(contentType, []byte{';'})
-	return bytes.EqualFold(bytes.TrimSpace(mt), []byte("text/event-stream"))
+	return mediaTypeIs(contentType, "text/event-stream")
+}
+
+// isStream reports whether an answer of this Content-Type is passed on as
+// it arrives rather than read whole: an event stream (SSE), or an NDJSON
+// stream (Ollama's native API streams its answers as application/x-ndjson).
+func isStream(contentType []byte) bool {
+	return isEventStream(contentType) || mediaTypeIs(contentType, "application/x-ndjson")
+}
+
+func mediaTypeIs(contentType []byte, mt string) bool {
+	t, _, _ := bytes.Cut(contentType, []byte{';'})
+	return bytes.EqualFold(bytes.TrimSpace(t), []byte(mt))
 }
 
 // upstreamError turns a failed attempt into Governor's error.

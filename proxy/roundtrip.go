@@ -387,15 +387,12 @@ func (c *governedCall) cutError(ctx context.Context) (e *apiError, why error) {
 	return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"}, errClientLeft
 }
 
-// needsBuffering reports whether an answer is read whole before it is
-// passed back: every error answer, and any other answer of known, modest
-// length that is not an event stream.
+// needsBuffering reports whether an answer is read whole, inside its
+// attempt, before it is passed back: every answer but a stream (see
+// isStream) of a success, whatever its framing. A cut answer is then a
+// failed attempt, retried, never a short body passed on as complete.
 func needsBuffering(resp *fasthttp.Response) bool {
-	if resp.StatusCode() >= 400 {
-		return true
-	}
-	size := resp.Header.ContentLength()
-	return !isEventStream(resp.Header.ContentType()) && size >= 0 && size <= bufferResponseBytes
+	return resp.StatusCode() >= 400 || !isStream(resp.Header.ContentType())
 }
 
 // bufferedBody returns an answer's body if it has been read, else nil. (A

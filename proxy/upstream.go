@@ -266,8 +266,18 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 	if stream == nil {
 		return nil
 	}
+	size := int64(resp.Header.ContentLength())
+	if size > limit {
+		// Known to be too large: nothing to read.
+		_ = resp.CloseBodyStream()
+		return fmt.Errorf("read upstream body: %w", errResponseTooLarge)
+	}
 	bufp, bodyp := copyBufs.Get().(*[]byte), bodyBufs.Get().(*[]byte)
 	buf, body := *bufp, (*bodyp)[:0]
+	if size > int64(cap(body)) {
+		// Of known length: one buffer of that size, not a doubling one.
+		body = make([]byte, 0, size)
+	}
 	var err error
 	for {
 		// Not io.CopyBuffer with an io.LimitReader: that costs an

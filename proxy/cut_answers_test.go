@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// cuttingUpstream is a provider on a raw socket: each connection reads one
+// request's head and is answered by answer, given the count of requests
+// so far (1 for the first).
+func cuttingUpstream(t *testing.T, answer func(c *net.TCPConn, n int)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var n atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(c)
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			answer(c.(*net.TCPConn), int(n.Add(1)))
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return "http://" + ln.Addr().String()
+}
+
+const chunkedJSONHead = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+
+// whole answers a complete chunked JSON body.
+func whole(c *net.TCPConn) {
+	io.WriteString(c, chunkedJSONHead+"d\r\n{\"id\":\"xyz1\"}\r\n0\r\n\r\n")
+}
+
+// resetAfterHead sends a chunked JSON head, then resets the connection.
+func resetAfterHead(c *net.TCPConn) {
+	io.WriteString(c, chunkedJSONHead)
+	c.SetLinger(0)
+}
+
+// cutMidChunk sends half of a chunk, then closes the connection.
+func cutMidChunk(c *net.TCPConn) {
+	io.WriteString(c, chunkedJSONHead+"d\r\n{\"id\":\"x")
+}
+
+// A JSON answer sent chunked and cut (reset after its head, or closed
+// half-way through a chunk) is never passed on as a complete answer: it is
+// retried, and once the budget is spent it is a 502 with
+// x-should-retry: false.
+func TestCutChunkedAnswersAreRetriedNotPassedOn(t *testing.T) {
+	checkSockets(t)
+	checkLeaks(t)
+	for _, tc := range []struct {
+		name string
+		cut  func(c *net.TCPConn)
+	}{
+		{"reset after the head", resetAfterHead},
+		{"cut half-way through a chunk", cutMidChunk},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := cuttingUpstream(t, func(c *net.TCPConn, n int) {
+				if n == 1 {
+					tc.cut(c)
+					return
+				}
+				whole(c)
+			})
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+			resp, body := chat(t, client(t), base, nil)
+			assert.Equal(t, 200, resp.StatusCode, body)
+			assert.Equal(t, `{"id":"xyz1"}`, body, "the retried answer, whole")
+			assert.Equal(t, string(StatusCompletedWithRetries), resp.Header.Get(HeaderStatus))
+			assert.Equal(t, "2", resp.Header.Get(HeaderAttempts))
+		})
+		t.Run(tc.name+" every time", func(t *testing.T) {
+			up := cuttingUpstream(t, func(c *net.TCPConn, _ int) { tc.cut(c) })
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxRetries: 2}))
+			resp, body := chat(t, client(t), base, nil)
+			assert.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+			assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+			assert.Equal(t, string(StatusFailed), resp.Header.Get(HeaderStatus))
+			assert.Equal(t, "3", resp.Header.Get(HeaderAttempts))
+			code, _ := governorError(t, body)
+			assert.Equal(t, CodeUpstreamUnreachable, code)
+		})
+	}
+}
+
+// An SSE answer still streams: its first event reaches the client before
+// the provider sends the rest.
+func TestEventStreamIsStillStreamed(t *testing.T) {
+	checkLeaks(t)
+	release := make(chan struct{})
+	up := cuttingUpstream(t, func(c *net.TCPConn, _ int) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"+
+			"b\r\ndata: one\n\n\r\n")
+		<-release
+		io.WriteString(c, "b\r\ndata: two\n\n\r\n0\r\n\r\n")
+	})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "data: one\n", line, "the first event arrives while the provider holds the second")
+	close(release)
+	rest, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Equal(t, "\ndata: two\n\n", string(rest))
+}
