@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"runtime"
+	"strconv"
+	"sync/atomic"
 	"testing"
 )
 
@@ -82,5 +84,34 @@ func BenchmarkParsePriority(b *testing.B) {
 				ParsePriority(h)
 			}
 		})
+	}
+}
+
+// BenchmarkAcquireReleaseTenants is BenchmarkAcquireReleaseContended with
+// the calls of 16 tenants, so that grants choose among tenants.
+func BenchmarkAcquireReleaseTenants(b *testing.B) {
+	names := make([]string, 16)
+	for i := range names {
+		names[i] = "tenant-" + strconv.Itoa(i)
+	}
+	q := New(Config{Limit: max(runtime.GOMAXPROCS(0)/2, 1)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var next atomic.Int64
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		p := Priority{Urgency: DefaultUrgency, Tenant: names[next.Add(1)%int64(len(names))]}
+		for pb.Next() {
+			if err := q.Acquire(ctx, p); err != nil {
+				b.Error(err)
+				return
+			}
+			q.ReleaseTenant(p.Tenant)
+		}
+	})
+	b.StopTimer()
+	if s := q.Stats(); s.InFlight != 0 || s.Waiting != 0 {
+		b.Fatalf("after the run: %+v", s)
 	}
 }

@@ -15,12 +15,23 @@
 //   - Urgency comes from the client. The HTTP Priority header of RFC 9218
 //     carries an urgency from 0 (most urgent) to 7; [ParsePriority] reads it
 //     without allocating, and the default is 3. An interactive call (u=0)
-//     overtakes a batch item (u=5) queued long before it; within one urgency
-//     calls go first in, first out.
+//     overtakes a batch item (u=5) queued long before it, whatever its
+//     tenant.
+//
+//   - Tenants share a lane. A call names its tenant ([Priority.Tenant]):
+//     a team, a client, a batch job. Within one urgency the slot goes to
+//     the tenant with waiting calls that holds the fewest slots, and among
+//     those to the one served least recently, so two jobs progress at the
+//     same rate however many calls each keeps waiting, and a tenant with 2
+//     clients is not crowded out by one with 32. Each tenant's own calls
+//     go first in, first out. At most [Config.MaxTenants] tenants are kept
+//     apart; the calls of further tenants count as one, reported as
+//     [OtherTenants], so memory stays bounded whatever names callers send.
+//     [Queue.Tenants] reports each tenant's waiting and in-flight calls.
 //
 //   - Retries cannot starve. A call that failed and is retried has already
 //     waited once and was already accepted: it goes ahead of the fresh calls
-//     of its urgency, and a few waiting places ([Config.RetryReserve]) are
+//     of its urgency, of every tenant, and a few waiting places ([Config.RetryReserve]) are
 //     kept for retries only, as Phoenix's executor keeps room for requeued
 //     work, so a full queue of fresh calls does not turn an accepted call
 //     into a lost one.
@@ -46,11 +57,13 @@
 //
 // The design follows golang.org/x/sync/semaphore: a mutex around the state
 // and, for each waiting call, a channel on which its answer is delivered.
-// The waiters are kept in a heap (container/heap) ordered by urgency, then
-// retries before fresh calls, then arrival, so a cancelled waiter leaves in
-// O(log n). There is no polling and no goroutine per waiter, and the package
+// The waiters are kept in linked lists, one per urgency for retries and one
+// per tenant and urgency for fresh calls, so a cancelled waiter leaves in
+// O(1) and a grant costs at most a look at each tenant waiting at its
+// urgency. There is no polling and no goroutine per waiter, and the package
 // starts no goroutine of its own: the end of a pause is a time.AfterFunc
-// timer, stopped by Close.
+// timer, stopped by Close. Why the share is counted in slots held rather
+// than in turns taken is in DESIGN.md.
 //
 // The package knows nothing of HTTP or of the controller that sets the
 // limit.

@@ -43,7 +43,7 @@ func (q *Queue) resume() {
 	}
 	q.paused = false
 	q.pausedUntil = time.Time{}
-	q.grantLocked()
+	q.grantWaitingLocked()
 }
 
 // Resume ends a pause now: waiting calls are granted the free slots at once.
@@ -57,5 +57,5 @@ func (q *Queue) Resume() {
 	q.paused = false
 	q.pausedUntil = time.Time{}
 	q.timer.Stop()
-	q.grantLocked()
+	q.grantWaitingLocked()
 }

@@ -19,6 +19,11 @@ type Priority struct {
 	// the fresh calls of its urgency (not of more urgent ones) and may use
 	// the queue's retry reserve.
 	Retry bool
+	// Tenant names whose share of the lane the call takes: within one
+	// urgency, the tenants with fresh calls waiting share the slots (see
+	// Acquire). The zero value is the tenant "", shared by every call that
+	// names none. The queue does not check names; the caller bounds them.
+	Tenant string
 }
 
 // ParsePriority returns the urgency in an HTTP Priority header value (RFC

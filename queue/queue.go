@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"sync"
@@ -23,7 +22,7 @@ const DefaultCapacity = 10000
 
 // Config configures a Queue. The zero value is a queue of DefaultCapacity
 // waiting calls, a retry reserve of a tenth of that, a limit of one call in
-// flight, and the real clock.
+// flight, DefaultMaxTenants tenants kept apart, and the real clock.
 type Config struct {
 	// Capacity is the largest number of fresh calls that may wait at once;
 	// Acquire returns ErrFull beyond it. 0 means DefaultCapacity (10000).
@@ -42,6 +41,13 @@ type Config struct {
 	// values below 1 mean 1. Change it later with SetLimit.
 	Limit int
 
+	// MaxTenants is the number of tenants (Priority.Tenant) whose shares
+	// are kept apart; 0 means DefaultMaxTenants (100). While that many
+	// have calls waiting or in flight, the calls of further tenants count
+	// as one tenant, reported as OtherTenants. A negative MaxTenants
+	// panics in New.
+	MaxTenants int
+
 	// Now is the clock against which PauseUntil measures its deadline,
 	// and that AcquireAt reads the grant from; nil means time.Now. The end
 	// of a pause is detected by a runtime timer, so Now must advance with
@@ -50,22 +56,39 @@ type Config struct {
 }
 
 // A Queue hands out the in-flight slots of one lane to waiting calls, most
-// urgent first, retries ahead of fresh calls of the same urgency, and first
-// in, first out after that. Create it with New; the zero value is not
-// usable. A Queue is safe for concurrent use by multiple goroutines.
+// urgent first, retries ahead of fresh calls of the same urgency, then
+// shared fairly among the tenants with fresh calls waiting, and each
+// tenant's calls first in, first out. Create it with New; the zero value is not usable. A Queue
+// is safe for concurrent use by multiple goroutines.
 type Queue struct {
 	mu sync.Mutex
 
-	capacity int // fresh calls that may wait
-	reserve  int // further places for retries only
-	now      func() time.Time
+	capacity   int // fresh calls that may wait
+	reserve    int // further places for retries only
+	maxTenants int
+	now        func() time.Time
 
 	limit     int
 	inFlight  int
-	waiters   waitHeap
+	waiting   int
 	byUrgency [Urgencies]int
-	seq       uint64 // arrival counter, the FIFO part of the heap key
 	closed    bool
+
+	// retries holds the retries waiting at each urgency, first in, first
+	// out; the fresh calls wait in their tenant's lists, and round[u] is
+	// the first of the tenants with fresh calls waiting at urgency u, in
+	// the order they started waiting. grants counts the slots granted.
+	retries [Urgencies]waitList
+	round   [Urgencies]*tenant
+	grants  uint64
+
+	// tenants holds at most maxTenants tenants, busy and idle; idle lists
+	// the idle ones, and other, made when first needed, takes the calls
+	// of the names that find no room (see tenantLocked).
+	tenants map[string]*tenant
+	idle    tenantList
+	other   *tenant
+	last    *tenant // see lookupLocked
 
 	// paused is true from PauseUntil until pausedUntil has passed; the
 	// fast path reads the flag, not the clock.
@@ -73,9 +96,9 @@ type Queue struct {
 	pausedUntil time.Time
 	timer       *time.Timer // ends the pause; created on first PauseUntil
 
-	// idle, when not nil, is closed as soon as nothing waits or runs; see
-	// Drain.
-	idle chan struct{}
+	// drained, when not nil, is closed as soon as nothing waits or runs;
+	// see Drain.
+	drained chan struct{}
 
 	// pool recycles waiters and their channels, so that waiting does not
 	// allocate. It is per queue (not per package) so that a queue used
@@ -92,14 +115,22 @@ func New(cfg Config) *Queue {
 	if cfg.Capacity < 0 {
 		panic("queue: negative Capacity")
 	}
+	if cfg.MaxTenants < 0 {
+		panic("queue: negative MaxTenants")
+	}
 	q := &Queue{
-		capacity: cfg.Capacity,
-		reserve:  cfg.RetryReserve,
-		limit:    max(cfg.Limit, 1),
-		now:      cfg.Now,
+		capacity:   cfg.Capacity,
+		reserve:    cfg.RetryReserve,
+		maxTenants: cfg.MaxTenants,
+		limit:      max(cfg.Limit, 1),
+		now:        cfg.Now,
+		tenants:    make(map[string]*tenant),
 	}
 	if q.capacity == 0 {
 		q.capacity = DefaultCapacity
+	}
+	if q.maxTenants == 0 {
+		q.maxTenants = DefaultMaxTenants
 	}
 	switch {
 	case q.reserve == 0:
@@ -110,18 +141,22 @@ func New(cfg Config) *Queue {
 	if q.now == nil {
 		q.now = time.Now
 	}
-	q.pool.New = func() any { return &waiter{index: -1, ready: make(chan error, 1)} }
+	q.pool.New = func() any { return &waiter{ready: make(chan error, 1)} }
 	return q
 }
 
 // Acquire waits for an in-flight slot for a call of priority p and returns
-// nil once it holds one; the caller must then call Release when the call is
-// done.
+// nil once it holds one; the caller must then call ReleaseTenant with
+// p.Tenant (Release for the tenant "") when the call is done.
 //
 // A slot is granted when fewer calls than the limit are in flight, the queue
 // is not paused, and no waiting call goes before this one: calls go in
-// order of urgency (0 first), then retries before fresh calls, then first
-// in, first out. An urgency outside 0..7 is clamped into it.
+// order of urgency (0 first), then retries before fresh calls (first in,
+// first out among retries); among the tenants with fresh calls waiting at
+// that urgency, the one that holds the fewest slots goes first, and among
+// those the one served least recently (never served first); a tenant's own
+// calls go first in, first out. An urgency outside 0..7 is clamped into
+// it.
 //
 // Acquire returns ErrFull at once when Capacity calls are waiting (for a
 // retry: Capacity + RetryReserve), ErrClosed when the queue is closed, and
@@ -156,13 +191,16 @@ func (q *Queue) AcquireAt(ctx context.Context, p Priority) (time.Time, error) {
 	select {
 	case err := <-w.ready:
 		granted = w.granted
-		q.pool.Put(w)
+		t, name := w.t, w.name
+		q.put(w)
 		if err == nil && done != nil {
 			// Granted, but the caller may have left at the same moment:
 			// prefer the cancellation, as semaphore.Weighted does.
 			select {
 			case <-done:
-				q.Release()
+				q.mu.Lock()
+				q.finishLocked(t, name)
+				q.mu.Unlock()
 				return time.Time{}, ctx.Err()
 			default:
 			}
@@ -188,7 +226,7 @@ func (q *Queue) enqueue(p Priority) (*waiter, time.Time, error) {
 		return nil, time.Time{}, ErrClosed
 	}
 	if q.grantableLocked() {
-		q.inFlight++
+		q.grantLocked(q.tenantLocked(p.Tenant))
 		q.mu.Unlock()
 		return nil, q.now(), nil
 	}
@@ -196,16 +234,16 @@ func (q *Queue) enqueue(p Priority) (*waiter, time.Time, error) {
 	if p.Retry {
 		room += q.reserve
 	}
-	if len(q.waiters) >= room {
+	if q.waiting >= room {
 		q.mu.Unlock()
 		return nil, time.Time{}, ErrFull
 	}
-	u := clampUrgency(p.Urgency)
 	w := q.pool.Get().(*waiter)
-	w.key = makeKey(u, p.Retry, q.seq)
-	q.seq++
-	heap.Push(&q.waiters, w)
-	q.byUrgency[u]++
+	w.t = q.tenantLocked(p.Tenant)
+	w.name = p.Tenant
+	w.urgency = clampUrgency(p.Urgency)
+	w.retry = p.Retry
+	q.pushLocked(w)
 	q.mu.Unlock()
 	return w, time.Time{}, nil
 }
@@ -218,50 +256,68 @@ func (q *Queue) leave(w *waiter) {
 		q.testHookCancel()
 	}
 	q.mu.Lock()
-	if w.index >= 0 {
+	if w.queued {
 		// Still waiting: leave. No slot is free while anyone waits
-		// (see grantLocked), so no one else can be granted now.
-		heap.Remove(&q.waiters, w.index)
-		q.byUrgency[w.urgency()]--
+		// (see grantWaitingLocked), so no one else can be granted now.
+		q.removeLocked(w)
+		q.endCallLocked(w.t, w.name)
+		q.notifyIdleLocked()
 	} else if err := <-w.ready; err == nil {
 		// Granted after the cancel: give the slot back.
-		q.inFlight--
-		q.grantLocked()
+		q.finishLocked(w.t, w.name)
 	}
-	q.notifyIdleLocked()
 	q.mu.Unlock()
+	q.put(w)
+}
+
+// put returns w, answered and out of every list, to the pool.
+func (q *Queue) put(w *waiter) {
+	w.t, w.name = nil, ""
 	q.pool.Put(w)
 }
 
 // TryAcquire takes an in-flight slot if one can be granted at once to a call
 // of priority p, without waiting, and reports whether it did. A true result
-// must be followed by Release. It never takes a slot ahead of a waiting
-// call; since a slot is free only while no call waits, p does not change
-// the answer today and is taken for symmetry with Acquire.
+// must be followed by ReleaseTenant(p.Tenant). It never takes a slot ahead
+// of a waiting call; since a slot is free only while no call waits, only
+// p.Tenant, on which the slot is counted, matters.
 func (q *Queue) TryAcquire(p Priority) bool {
 	q.mu.Lock()
 	ok := !q.closed && q.grantableLocked()
 	if ok {
-		q.inFlight++
+		q.grantLocked(q.tenantLocked(p.Tenant))
 	}
 	q.mu.Unlock()
 	return ok
 }
 
-// Release ends one in-flight call and grants its slot, and any other free
-// slot, to the next waiting calls. Calling Release more often than slots
-// were acquired is a bug in the caller and panics, as in
-// semaphore.Weighted. Release may be called after Close.
-func (q *Queue) Release() {
+// Release is shorthand for ReleaseTenant(""): it ends a call acquired
+// without naming a tenant.
+func (q *Queue) Release() { q.ReleaseTenant("") }
+
+// ReleaseTenant ends one in-flight call of the named tenant and grants its
+// slot, and any other free slot, to the next waiting calls. Releasing more
+// calls of a tenant than were acquired is a bug in the caller and panics,
+// as in semaphore.Weighted. ReleaseTenant may be called after Close.
+func (q *Queue) ReleaseTenant(name string) {
 	q.mu.Lock()
-	if q.inFlight <= 0 {
+	t := q.inFlightLocked(name)
+	if t == nil {
 		q.mu.Unlock()
 		panic("queue: Release without a matching Acquire")
 	}
-	q.inFlight--
-	q.grantLocked()
-	q.notifyIdleLocked()
+	q.finishLocked(t, name)
 	q.mu.Unlock()
+}
+
+// finishLocked ends a call of the named tenant in flight on t and grants
+// the free slots. It requires q.mu to be held.
+func (q *Queue) finishLocked(t *tenant, name string) {
+	t.inFlight--
+	q.inFlight--
+	q.endCallLocked(t, name)
+	q.grantWaitingLocked()
+	q.notifyIdleLocked()
 }
 
 // SetLimit sets the number of calls that may be in flight at once; n < 1
@@ -271,7 +327,7 @@ func (q *Queue) Release() {
 func (q *Queue) SetLimit(n int) {
 	q.mu.Lock()
 	q.limit = max(n, 1)
-	q.grantLocked()
+	q.grantWaitingLocked()
 	q.mu.Unlock()
 }
 
@@ -290,13 +346,12 @@ func (q *Queue) Close() {
 	if q.timer != nil {
 		q.timer.Stop()
 	}
-	for i, w := range q.waiters {
-		w.index = -1
+	for q.waiting > 0 {
+		w := q.nextLocked()
+		q.removeLocked(w)
+		q.endCallLocked(w.t, w.name)
 		w.ready <- ErrClosed
-		q.waiters[i] = nil
 	}
-	q.waiters = nil
-	q.byUrgency = [Urgencies]int{}
 	q.notifyIdleLocked()
 }
 
@@ -306,18 +361,18 @@ func (q *Queue) Close() {
 // flight may still queue meanwhile), then closes.
 func (q *Queue) Drain(ctx context.Context) error {
 	q.mu.Lock()
-	if q.inFlight == 0 && len(q.waiters) == 0 {
+	if q.inFlight == 0 && q.waiting == 0 {
 		q.mu.Unlock()
 		return nil
 	}
-	if q.idle == nil {
-		q.idle = make(chan struct{})
+	if q.drained == nil {
+		q.drained = make(chan struct{})
 	}
-	idle := q.idle
+	drained := q.drained
 	q.mu.Unlock()
 
 	select {
-	case <-idle:
+	case <-drained:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -343,7 +398,7 @@ func (q *Queue) Stats() Stats {
 	s := Stats{
 		Limit:            q.limit,
 		InFlight:         q.inFlight,
-		Waiting:          len(q.waiters),
+		Waiting:          q.waiting,
 		WaitingByUrgency: q.byUrgency,
 	}
 	if q.paused {
@@ -356,24 +411,34 @@ func (q *Queue) Stats() Stats {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.waiters)
+	return q.waiting
 }
 
 // grantableLocked reports whether a new call may take a slot at once.
 // It requires q.mu to be held.
 func (q *Queue) grantableLocked() bool {
-	return !q.paused && q.inFlight < q.limit && len(q.waiters) == 0
+	return !q.paused && q.inFlight < q.limit && q.waiting == 0
 }
 
-// grantLocked hands free slots to waiting calls in heap order. Afterwards
-// either no call waits, or no slot is free (the queue is paused or full):
-// the rest of the package relies on that. It requires q.mu to be held.
-func (q *Queue) grantLocked() {
+// grantLocked counts a slot granted to a call of t. It requires q.mu to be
+// held.
+func (q *Queue) grantLocked(t *tenant) {
+	t.inFlight++
+	q.inFlight++
+	q.grants++
+	t.served = q.grants
+}
+
+// grantWaitingLocked hands free slots to waiting calls in order (see
+// nextLocked). Afterwards either no call waits, or no slot is free (the
+// queue is paused or full): the rest of the package relies on that. It
+// requires q.mu to be held.
+func (q *Queue) grantWaitingLocked() {
 	var now time.Time
-	for !q.paused && q.inFlight < q.limit && len(q.waiters) > 0 {
-		w := heap.Pop(&q.waiters).(*waiter)
-		q.byUrgency[w.urgency()]--
-		q.inFlight++
+	for !q.paused && q.inFlight < q.limit && q.waiting > 0 {
+		w := q.nextLocked()
+		q.removeLocked(w)
+		q.grantLocked(w.t)
 		if now.IsZero() {
 			now = q.now()
 		}
@@ -382,12 +447,74 @@ func (q *Queue) grantLocked() {
 	}
 }
 
+// nextLocked returns the waiting call that goes next; the caller takes it
+// out of its list. Some call must be waiting. It requires q.mu to be held.
+//
+// The most urgent calls go first, retries before fresh calls. Among the
+// tenants with fresh calls waiting at that urgency, the slot goes to the
+// one with the fewest calls in flight, and among those to the one served
+// least recently (one never served first, then the one that started
+// waiting first), which takes its oldest call.
+func (q *Queue) nextLocked() *waiter {
+	u := 0
+	for q.byUrgency[u] == 0 {
+		u++
+	}
+	if w := q.retries[u].head; w != nil {
+		return w
+	}
+	first := q.round[u]
+	t := first
+	for c := first.next[u]; c != first; c = c.next[u] {
+		if c.inFlight < t.inFlight || c.inFlight == t.inFlight && c.served < t.served {
+			t = c
+		}
+	}
+	return t.fresh[u].head
+}
+
+// pushLocked puts w, whose tenant, urgency and retry flag are set, last in
+// its list. It requires q.mu to be held.
+func (q *Queue) pushLocked(w *waiter) {
+	if w.retry {
+		q.retries[w.urgency].pushBack(w)
+	} else {
+		l := &w.t.fresh[w.urgency]
+		if l.n == 0 {
+			q.joinRoundLocked(w.t, w.urgency)
+		}
+		l.pushBack(w)
+	}
+	w.queued = true
+	w.t.waiting++
+	q.waiting++
+	q.byUrgency[w.urgency]++
+}
+
+// removeLocked takes w out of its list; a tenant left with no fresh call
+// of w's urgency leaves that urgency's round. It requires q.mu to be held.
+func (q *Queue) removeLocked(w *waiter) {
+	if w.retry {
+		q.retries[w.urgency].remove(w)
+	} else {
+		l := &w.t.fresh[w.urgency]
+		l.remove(w)
+		if l.n == 0 {
+			q.leaveRoundLocked(w.t, w.urgency)
+		}
+	}
+	w.queued = false
+	w.t.waiting--
+	q.waiting--
+	q.byUrgency[w.urgency]--
+}
+
 // notifyIdleLocked wakes Drain callers once nothing waits or runs.
 // It requires q.mu to be held.
 func (q *Queue) notifyIdleLocked() {
-	if q.idle != nil && q.inFlight == 0 && len(q.waiters) == 0 {
-		close(q.idle)
-		q.idle = nil
+	if q.drained != nil && q.inFlight == 0 && q.waiting == 0 {
+		close(q.drained)
+		q.drained = nil
 	}
 }
 

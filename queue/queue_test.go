@@ -15,6 +15,7 @@ import (
 // call is one Acquire running in its own goroutine.
 type call struct {
 	name   string
+	tenant string
 	cancel context.CancelFunc
 	done   chan error // receives Acquire's result
 }
@@ -24,8 +25,14 @@ type call struct {
 // queue, so that calls started one after another queue in that order.
 func start(t *testing.T, q *Queue, name string, p Priority) *call {
 	t.Helper()
+	return startTenant(t, q, name, p)
+}
+
+// startTenant is start for a call of p.Tenant.
+func startTenant(t *testing.T, q *Queue, name string, p Priority) *call {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	c := &call{name: name, cancel: cancel, done: make(chan error, 1)}
+	c := &call{name: name, tenant: p.Tenant, cancel: cancel, done: make(chan error, 1)}
 	go func() { c.done <- q.Acquire(ctx, p) }()
 	synctest.Wait()
 	return c
