@@ -51,6 +51,33 @@ func answerText(prompt string, chunks int) string {
 	return b.String()
 }
 
+// buildOptions are the settings of the Config that shape an answer.
+type buildOptions struct {
+	chunks int  // content chunks of a stream
+	fill   bool // Config.FillMaxTokens
+}
+
+// maxFillBytes bounds the text of an answer made as long as max_tokens.
+const maxFillBytes = 256 << 10
+
+// completion returns the answer to prompt and its output tokens: with
+// o.fill and maxTokens set, exactly maxTokens (the text about four bytes a
+// token, up to maxFillBytes); otherwise the short echo's estimate.
+func (o buildOptions) completion(prompt string, maxTokens int) (string, int) {
+	text := answerText(prompt, o.chunks)
+	if !o.fill || maxTokens <= 0 {
+		return text, estimateTokens(len(text))
+	}
+	want := min(4*maxTokens, maxFillBytes)
+	var b strings.Builder
+	b.Grow(want + 8)
+	b.WriteString(text)
+	for i := 0; b.Len() < want; i++ {
+		b.WriteString(filler[i%len(filler)])
+	}
+	return b.String(), maxTokens
+}
+
 // splitChunks splits text into n pieces of nearly equal rune counts.
 func splitChunks(text string, n int) []string {
 	runes := []rune(text)

@@ -63,17 +63,22 @@ type messageDelta struct {
 	} `json:"usage"`
 }
 
-func buildMessages(body []byte, chunks int) (answer, *apiError) {
+func buildMessages(body []byte, o buildOptions) (answer, *apiError) {
 	var req messagesRequest
 	if e := decodeObject(body, &req); e != nil {
 		return answer{}, e
 	}
+	maxTokens, e := maxTokensOf(body)
+	if e != nil {
+		return answer{}, e
+	}
 	prompt, total := lastUserText(req.Messages)
 	total += len(textOf(req.System))
-	text := answerText(prompt, chunks)
-	usage := anthropicUsage{InputTokens: estimateTokens(total), OutputTokens: estimateTokens(len(text))}
+	text, output := o.completion(prompt, maxTokens)
+	usage := anthropicUsage{InputTokens: estimateTokens(total), OutputTokens: output}
 	id := bodyID("msg_", body)
-	ans := answer{idHeader: "Request-Id", id: bodyID("req_", body)}
+	ans := answer{idHeader: "Request-Id", id: bodyID("req_", body), model: req.Model, output: output,
+		cost: tokenCost{input: usage.InputTokens, output: outputCost(maxTokens, output)}}
 	endTurn := "end_turn"
 	if !req.Stream {
 		ans.body = mustMarshal(anthropicMessage{
@@ -96,7 +101,7 @@ func buildMessages(body []byte, chunks int) (answer, *apiError) {
 		})),
 		sse("ping", []byte(`{"type":"ping"}`)),
 	}
-	for _, piece := range splitChunks(text, chunks) {
+	for _, piece := range splitChunks(text, o.chunks) {
 		d := contentBlockDelta{Type: "content_block_delta"}
 		d.Delta.Type, d.Delta.Text = "text_delta", piece
 		events = append(events, sse("content_block_delta", mustMarshal(d)))

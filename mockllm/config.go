@@ -3,6 +3,7 @@ package mockllm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,38 @@ type Config struct {
 	Rate float64
 	// Burst is the size of the token bucket. Zero means max(1, Rate).
 	Burst int
+	// TokensPerMinute is a budget of tokens refilled continuously, a
+	// minute's worth at most (OpenAI's TPM): each request costs its
+	// prompt's tokens plus max_completion_tokens or max_tokens (else its
+	// answer's length). Answers carry x-ratelimit-{limit,remaining,reset}-
+	// tokens; a request that does not fit gets 429 whose message states
+	// Limit, Used and Requested. Zero means no budget.
+	TokensPerMinute int
+	// InputTokensPerMinute and OutputTokensPerMinute are Anthropic's ITPM
+	// and OTPM budgets: a request costs its prompt's tokens and its
+	// max_tokens (else its answer's length), the output tokens it did not
+	// use given back when its answer ends. Answers on /v1/messages carry
+	// anthropic-ratelimit-{input-tokens,output-tokens,tokens}-*. Zero
+	// means no budget.
+	InputTokensPerMinute  int
+	OutputTokensPerMinute int
+	// NoRateLimitHeaders leaves out every x-ratelimit-* and
+	// anthropic-ratelimit-* header, as providers and gateways that do not
+	// publish their budgets do; 429s keep their retry hints.
+	NoRateLimitHeaders bool
+	// FillMaxTokens makes an answer exactly as long as the request's
+	// max_completion_tokens or max_tokens, in usage and (up to 256 KiB) in
+	// text, instead of a short echo of the prompt.
+	FillMaxTokens bool
+	// OutputTokensPerSecond is the speed of generation: an answer of n
+	// output tokens takes n/OutputTokensPerSecond after its first byte
+	// (a stream spreads its chunks over that time). Zero: at once.
+	OutputTokensPerSecond float64
+	// Knee simulates a server that queues instead of refusing (vLLM and
+	// the like): it never answers 429 of its own, and beyond Knee requests
+	// in flight every request takes (in flight / Knee)² times as long,
+	// counted when it arrives. Zero means no knee.
+	Knee int
 	// Schedule changes the limits during a run. Each phase takes effect at
 	// its offset from New (or from the last Reset) and replaces
 	// MaxConcurrency, Rate and Burst, zero values included.
@@ -88,6 +121,12 @@ func (c Config) Validate() error {
 		return errors.New("mockllm: ChunkDelay is negative")
 	case c.StreamChunks < 0 || c.StreamChunks > maxStreamChunks:
 		return fmt.Errorf("mockllm: StreamChunks %d is outside [0, %d]", c.StreamChunks, maxStreamChunks)
+	case c.TokensPerMinute < 0 || c.InputTokensPerMinute < 0 || c.OutputTokensPerMinute < 0:
+		return errors.New("mockllm: a tokens-per-minute budget is negative")
+	case !(c.OutputTokensPerSecond >= 0) || math.IsInf(c.OutputTokensPerSecond, 0):
+		return fmt.Errorf("mockllm: OutputTokensPerSecond %v is out of range", c.OutputTokensPerSecond)
+	case c.Knee < 0:
+		return errors.New("mockllm: Knee is negative")
 	}
 	if err := validateLimits(c.MaxConcurrency, c.Rate, c.Burst); err != nil {
 		return fmt.Errorf("mockllm: %w", err)

@@ -32,6 +32,28 @@
 // Config.Schedule changes these limits at given offsets. Config.Faults adds
 // random 500s, 529s, resets and hangs.
 //
+// Token budgets limit what calls cost, as providers' per-minute limits do:
+// Config.TokensPerMinute (OpenAI's TPM: prompt plus max_tokens) with
+// `x-ratelimit-{limit,remaining,reset}-tokens`, and
+// Config.InputTokensPerMinute and OutputTokensPerMinute (Anthropic's ITPM
+// and OTPM, unused output tokens given back) with
+// `anthropic-ratelimit-{input-tokens,output-tokens,tokens}-{limit,remaining,reset}`,
+// the reset an RFC 3339 time. A call that does not fit gets 429 with
+// `retry-after-ms` and `retry-after`, and OpenAI's message stating `Limit`,
+// `Used` and `Requested`; one that costs more than a whole budget gets 429
+// without a hint ("Request too large").
+//
+// # Time
+//
+// A call's first byte comes after Config.Latency, and its output tokens
+// take Config.OutputTokensPerSecond more (Config.FillMaxTokens makes an
+// answer as long as its max_tokens, so that time varies with it); both are
+// multiplied by one lognormal factor of sigma Config.LatencySpread, whose
+// tail is that of real providers at 0.5 to 1. Config.Knee simulates a
+// server that queues instead of refusing (vLLM and the like): never a 429
+// of its own, but beyond Knee calls in flight each one takes (in flight /
+// Knee)² as long.
+//
 // # Request headers
 //
 // A test can steer one request with these headers:

@@ -22,6 +22,8 @@ type apiError struct {
 	anthropicType string
 	code          string
 	message       string
+	// anthropicMessage, if set, replaces message in Anthropic's shape.
+	anthropicMessage string
 	// anthropicOnly forces Anthropic's shape on every route (529).
 	anthropicOnly bool
 }
@@ -50,7 +52,11 @@ type anthropicErrorDetail struct {
 func (e apiError) body(sh shape) []byte {
 	var v any
 	if sh == shapeAnthropic || e.anthropicOnly {
-		v = anthropicErrorBody{Type: "error", Error: anthropicErrorDetail{Type: e.anthropicType, Message: e.message}}
+		msg := e.message
+		if e.anthropicMessage != "" {
+			msg = e.anthropicMessage
+		}
+		v = anthropicErrorBody{Type: "error", Error: anthropicErrorDetail{Type: e.anthropicType, Message: msg}}
 	} else {
 		var code *string
 		if e.code != "" {

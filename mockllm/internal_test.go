@@ -16,23 +16,23 @@ var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestLimiterBucketAcrossPhases(t *testing.T) {
 	l := newLimiter(Config{Rate: 1, Burst: 1, Schedule: []Phase{{At: 10 * time.Second, Rate: 10, Burst: 10}}}, t0)
-	a := l.admit(t0)
+	a := l.admit(t0, tokenCost{})
 	require.True(t, a.ok)
-	assert.Equal(t, admission{ok: true, bucket: true, limit: 1, remaining: 0, full: time.Second}, a)
-	l.release()
+	assert.Equal(t, admission{ok: true, bucket: true, limit: 1, remaining: 0, full: time.Second, inFlight: 1}, a)
+	l.release(0)
 
-	a = l.admit(t0.Add(500 * time.Millisecond))
+	a = l.admit(t0.Add(500*time.Millisecond), tokenCost{})
 	assert.False(t, a.ok)
 	assert.Equal(t, 500*time.Millisecond, a.next)
 
 	// At 10s the old rate has refilled one token; the new phase keeps it and
 	// refills at 10/s from there.
-	a = l.admit(t0.Add(10*time.Second + 100*time.Millisecond))
+	a = l.admit(t0.Add(10*time.Second+100*time.Millisecond), tokenCost{})
 	require.True(t, a.ok)
 	assert.Equal(t, 10, a.limit)
 	assert.Equal(t, 1, a.remaining, "1 kept + 1 refilled - 1 taken")
 	assert.Equal(t, 900*time.Millisecond, a.full)
-	l.release()
+	l.release(0)
 
 	lim, inFlight, peak := l.snapshot(t0.Add(time.Minute))
 	assert.Equal(t, Limits{Rate: 10, Burst: 10}, lim)
@@ -43,11 +43,11 @@ func TestLimiterBucketAcrossPhases(t *testing.T) {
 func TestLimiterBucketStartsFullWhenAdded(t *testing.T) {
 	l := newLimiter(Config{Schedule: []Phase{{At: time.Second, Rate: 2}}}, t0)
 	for range 5 {
-		a := l.admit(t0)
+		a := l.admit(t0, tokenCost{})
 		require.True(t, a.ok)
 		assert.False(t, a.bucket)
 	}
-	a := l.admit(t0.Add(time.Second))
+	a := l.admit(t0.Add(time.Second), tokenCost{})
 	require.True(t, a.ok)
 	assert.Equal(t, 2, a.limit, "burst defaults to the rate")
 	assert.Equal(t, 1, a.remaining)
@@ -56,12 +56,12 @@ func TestLimiterBucketStartsFullWhenAdded(t *testing.T) {
 
 func TestLimiterCapBeforeBucket(t *testing.T) {
 	l := newLimiter(Config{MaxConcurrency: 1, Rate: 1, Burst: 5}, t0)
-	require.True(t, l.admit(t0).ok)
-	a := l.admit(t0)
+	require.True(t, l.admit(t0, tokenCost{}).ok)
+	a := l.admit(t0, tokenCost{})
 	assert.True(t, a.capFull)
 	assert.Equal(t, 4, a.remaining, "a request refused by the cap takes no token")
-	l.release()
-	assert.True(t, l.admit(t0).ok)
+	l.release(0)
+	assert.True(t, l.admit(t0, tokenCost{}).ok)
 }
 
 func TestIDCounterBounded(t *testing.T) {
@@ -84,7 +84,7 @@ func TestLatencySpread(t *testing.T) {
 	defer s.Close()
 	ds := make([]time.Duration, 10001)
 	for i := range ds {
-		ds[i] = s.latency()
+		ds[i], _ = s.timing(0, 1)
 	}
 	slices.Sort(ds)
 	assert.InDelta(t, float64(100*time.Millisecond), float64(ds[len(ds)/2]), float64(3*time.Millisecond), "median")

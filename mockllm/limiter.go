@@ -21,6 +21,9 @@ type limiter struct {
 	last     time.Time // when tokens was last brought up to date
 	inFlight int
 	peak     int
+	// budgets are the token budgets, indexed by budgetKind (requests
+	// are the bucket above).
+	budgets [budgetOutput + 1]tokenBudget
 }
 
 // admission is the verdict on one request.
@@ -37,6 +40,16 @@ type admission struct {
 	full time.Duration
 	// next is the time until the next token, when there was none.
 	next time.Duration
+	// budgets are the token budgets' states, indexed by budgetKind, after
+	// the request's charge (before it, for a refused request).
+	budgets [budgetOutput + 1]budgetState
+	// refusedBy is the token budget that refused the request, and
+	// tooLarge is set when its cost exceeds the whole budget.
+	refusedBy budgetKind
+	tooLarge  bool
+	requested int // the refused cost
+	// inFlight counts the requests in flight, an admitted one included.
+	inFlight int
 }
 
 func newLimiter(cfg Config, now time.Time) *limiter {
@@ -44,6 +57,9 @@ func newLimiter(cfg Config, now time.Time) *limiter {
 		base:     Limits{MaxConcurrency: cfg.MaxConcurrency, Rate: cfg.Rate, Burst: cfg.Burst},
 		schedule: sortedSchedule(cfg.Schedule),
 	}
+	l.budgets[budgetTokens].perMinute = cfg.TokensPerMinute
+	l.budgets[budgetInput].perMinute = cfg.InputTokensPerMinute
+	l.budgets[budgetOutput].perMinute = cfg.OutputTokensPerMinute
 	l.restartLocked(now)
 	return l
 }
@@ -63,6 +79,9 @@ func (l *limiter) restartLocked(now time.Time) {
 	l.next = 0
 	l.cur = l.base
 	l.tokens = float64(burstOf(l.cur))
+	for i := range l.budgets {
+		l.budgets[i].tokens = float64(l.budgets[i].perMinute)
+	}
 	l.last = now
 	l.advanceLocked(now)
 }
@@ -82,6 +101,9 @@ func (l *limiter) refillLocked(t time.Time) {
 	}
 	if l.cur.Rate > 0 {
 		l.tokens = min(float64(burstOf(l.cur)), l.tokens+l.cur.Rate*t.Sub(l.last).Seconds())
+	}
+	for i := range l.budgets {
+		l.budgets[i].refill(t.Sub(l.last))
 	}
 	l.last = t
 }
@@ -107,9 +129,10 @@ func (l *limiter) advanceLocked(now time.Time) {
 	l.refillLocked(now)
 }
 
-// admit decides whether a request arriving at now is served. An admitted
-// request must be given back with release when its answer is finished.
-func (l *limiter) admit(now time.Time) admission {
+// admit decides whether a request arriving at now, costing cost tokens,
+// is served. An admitted request must be given back with release when its
+// answer is finished.
+func (l *limiter) admit(now time.Time, cost tokenCost) admission {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now)
@@ -123,14 +146,26 @@ func (l *limiter) admit(now time.Time) admission {
 		a.capFull = true
 	case a.bucket && l.tokens < 1:
 		a.next = ceilDuration((1 - l.tokens) / l.cur.Rate)
+	case l.refuseTokensLocked(cost, &a):
 	default:
 		a.ok = true
 		if a.bucket {
 			l.tokens--
 		}
+		for k := range l.budgets {
+			if l.budgets[k].on() {
+				l.budgets[k].tokens -= float64(cost.of(budgetKind(k)))
+			}
+		}
 		l.inFlight++
 		l.peak = max(l.peak, l.inFlight)
 	}
+	for k := range l.budgets {
+		if budgetKind(k) != a.refusedBy {
+			a.budgets[k] = l.budgets[k].state(0)
+		}
+	}
+	a.inFlight = l.inFlight
 	if a.bucket {
 		a.remaining = int(l.tokens)
 		a.full = ceilDuration((float64(a.limit) - l.tokens) / l.cur.Rate)
@@ -138,10 +173,30 @@ func (l *limiter) admit(now time.Time) admission {
 	return a
 }
 
-// release gives back the place of an admitted request.
-func (l *limiter) release() {
+// refuseTokensLocked reports whether a token budget refuses cost, and
+// which, in a. It requires l.mu to be held.
+func (l *limiter) refuseTokensLocked(cost tokenCost, a *admission) bool {
+	for k := budgetTokens; k <= budgetOutput; k++ {
+		b := &l.budgets[k]
+		c := cost.of(k)
+		if !b.on() || float64(c) <= b.tokens {
+			continue
+		}
+		a.refusedBy, a.tooLarge, a.requested = k, c > b.perMinute, c
+		a.budgets[k] = b.state(c)
+		return true
+	}
+	return false
+}
+
+// release gives back the place of an admitted request, and the output
+// tokens it was charged but did not use.
+func (l *limiter) release(unusedOutput int) {
 	l.mu.Lock()
 	l.inFlight--
+	if b := &l.budgets[budgetOutput]; b.on() && unusedOutput > 0 {
+		b.tokens = min(float64(b.perMinute), b.tokens+float64(unusedOutput))
+	}
 	l.mu.Unlock()
 }
 

@@ -110,17 +110,22 @@ func sse(event string, data []byte) []byte {
 	return b.Bytes()
 }
 
-func buildChat(body []byte, chunks int) (answer, *apiError) {
+func buildChat(body []byte, o buildOptions) (answer, *apiError) {
 	var req chatRequest
 	if e := decodeObject(body, &req); e != nil {
 		return answer{}, e
 	}
+	maxTokens, e := maxTokensOf(body)
+	if e != nil {
+		return answer{}, e
+	}
 	prompt, total := lastUserText(req.Messages)
-	text := answerText(prompt, chunks)
-	usage := openAIUsage{PromptTokens: estimateTokens(total), CompletionTokens: estimateTokens(len(text))}
+	text, output := o.completion(prompt, maxTokens)
+	usage := openAIUsage{PromptTokens: estimateTokens(total), CompletionTokens: output}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	id := bodyID("chatcmpl-", body)
-	ans := answer{idHeader: "X-Request-Id", id: bodyID("req_", body)}
+	ans := answer{idHeader: "X-Request-Id", id: bodyID("req_", body), model: req.Model, output: output,
+		cost: tokenCost{input: usage.PromptTokens, output: outputCost(maxTokens, output)}}
 	if !req.Stream {
 		ans.body = mustMarshal(chatCompletion{
 			ID: id, Object: "chat.completion", Created: created, Model: req.Model,
@@ -143,7 +148,7 @@ func buildChat(body []byte, chunks int) (answer, *apiError) {
 	}
 	empty, stop := "", "stop"
 	events := [][]byte{chunk(chunkDelta{Role: "assistant", Content: &empty}, nil)}
-	for _, piece := range splitChunks(text, chunks) {
+	for _, piece := range splitChunks(text, o.chunks) {
 		events = append(events, chunk(chunkDelta{Content: &piece}, nil))
 	}
 	events = append(events, chunk(chunkDelta{}, &stop))
@@ -188,7 +193,7 @@ const (
 	maxDimensions     = 4096
 )
 
-func buildEmbeddings(body []byte, _ int) (answer, *apiError) {
+func buildEmbeddings(body []byte, _ buildOptions) (answer, *apiError) {
 	var req embeddingRequest
 	if e := decodeObject(body, &req); e != nil {
 		return answer{}, e
@@ -227,7 +232,8 @@ func buildEmbeddings(body []byte, _ int) (answer, *apiError) {
 		}
 		list.Data[i] = embedding{Object: "embedding", Index: i, Embedding: v}
 	}
-	return answer{body: mustMarshal(list), idHeader: "X-Request-Id", id: bodyID("req_", body)}, nil
+	return answer{body: mustMarshal(list), idHeader: "X-Request-Id", id: bodyID("req_", body),
+		model: req.Model, cost: tokenCost{input: tokens}}, nil
 }
 
 // embeddingInputs splits an embeddings input into items: a string, an array
@@ -334,7 +340,7 @@ var modelListBody = func() []byte {
 	return mustMarshal(l)
 }()
 
-func buildModels([]byte, int) (answer, *apiError) {
+func buildModels([]byte, buildOptions) (answer, *apiError) {
 	return answer{body: modelListBody}, nil
 }
 

@@ -248,17 +248,25 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The answer is built first, for what it costs the token budgets; a
+	// body it cannot answer is refused after the limits and forced
+	// faults have had their say, as before any cost was known.
+	ans, buildErr := ep.build(body, buildOptions{chunks: s.cfg.StreamChunks, fill: s.cfg.FillMaxTokens})
 	now := s.now()
-	adm := s.lim.admit(now)
-	setRateHeaders(w.Header(), adm, sh, now)
+	adm := s.lim.admit(now, ans.cost)
+	if !s.cfg.NoRateLimitHeaders {
+		setRateHeaders(w.Header(), adm, sh, now)
+		setTokenHeaders(w.Header(), adm, sh, now)
+	}
 	if !adm.ok {
-		s.refuse(w, sh, adm)
+		s.refuse(w, sh, adm, ans.model)
 		return
 	}
 	// A reset gives the place back before the client sees it, so that
 	// /stats never shows a reset request in flight.
 	var once sync.Once
-	release := func() { once.Do(s.lim.release) }
+	unused := ans.cost.output - ans.output
+	release := func() { once.Do(func() { s.lim.release(unused) }) }
 	defer release()
 
 	f := mock.fault
@@ -279,17 +287,21 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.failWithHints(w, sh, f, mock)
 		return
 	}
-	ans, aerr := ep.build(body, s.cfg.StreamChunks)
-	if aerr != nil {
-		s.fail(w, sh, *aerr)
+	if buildErr != nil {
+		s.fail(w, sh, *buildErr)
 		return
 	}
 
 	wt := waiter{s: s}
 	defer wt.stop()
-	lat := s.latency()
+	lat, gen := s.timing(ans.output, adm.inFlight)
 	if mock.latencySet {
 		lat = mock.latency
+	}
+	if ans.events == nil {
+		// A JSON answer comes once generated; a stream spreads the
+		// generation over its chunks.
+		lat += gen
 	}
 	switch wt.pause(ctx, lat) {
 	case waitClientGone:
@@ -312,23 +324,38 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(ans.idHeader, ans.id)
 	}
 	if ans.events != nil {
-		s.stream(ctx, w, &wt, ans.events, f, release)
+		s.stream(ctx, w, &wt, ans.events, gen, f, release)
 		return
 	}
 	s.writeJSONAnswer(ctx, w, ans.body, f, release)
 }
 
 // refuse answers a request the limits did not admit.
-func (s *Server) refuse(w http.ResponseWriter, sh shape, adm admission) {
+func (s *Server) refuse(w http.ResponseWriter, sh shape, adm admission, model string) {
 	h := w.Header()
-	if adm.capFull {
+	switch {
+	case adm.capFull:
 		h.Set("Retry-After", "1")
 		s.fail(w, sh, errCapacity())
-		return
+	case adm.tooLarge:
+		// Waiting cannot help: no retry hint.
+		st := adm.budgets[adm.refusedBy]
+		s.fail(w, sh, errTooManyTokens(adm.refusedBy, model, st.limit, adm.requested))
+	case adm.refusedBy != budgetNone:
+		st := adm.budgets[adm.refusedBy]
+		setRetryHints(h, st.next)
+		s.fail(w, sh, errTokens(adm.refusedBy, model, st, adm.requested))
+	default:
+		setRetryHints(h, adm.next)
+		s.fail(w, sh, errRate())
 	}
-	h.Set("Retry-After-Ms", strconv.FormatInt(adm.next.Milliseconds(), 10))
-	h.Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(adm.next.Seconds()))), 10))
-	s.fail(w, sh, errRate())
+}
+
+// setRetryHints tells the client to wait d: retry-after-ms, and
+// retry-after in whole seconds, at least 1.
+func setRetryHints(h http.Header, d time.Duration) {
+	h.Set("Retry-After-Ms", strconv.FormatInt(d.Milliseconds(), 10))
+	h.Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(d.Seconds()))), 10))
 }
 
 // failWithHints answers a status fault, with the retry hints of
@@ -381,15 +408,20 @@ func (s *Server) uniform() float64 {
 	return float64(splitmix64(s.rng.Add(golden))>>11) / (1 << 53)
 }
 
-// latency draws a latency: lognormal around the median Config.Latency.
-func (s *Server) latency() time.Duration {
-	l := s.cfg.Latency
-	if l <= 0 || s.cfg.LatencySpread <= 0 {
-		return l
+// timing draws the time to an answer's first byte and the time to
+// generate its output tokens, with inFlight requests in flight: Latency
+// and output/OutputTokensPerSecond, both times one lognormal factor of
+// sigma LatencySpread (median 1) and the knee's slowdown.
+func (s *Server) timing(output, inFlight int) (first, gen time.Duration) {
+	f := kneeSlowdown(s.cfg.Knee, inFlight)
+	if s.cfg.LatencySpread > 0 && (s.cfg.Latency > 0 || s.cfg.OutputTokensPerSecond > 0) {
+		u1, u2 := s.uniform(), s.uniform()
+		z := math.Sqrt(-2*math.Log(1-u1)) * math.Cos(2*math.Pi*u2)
+		f *= math.Exp(s.cfg.LatencySpread * z)
 	}
-	u1, u2 := s.uniform(), s.uniform()
-	z := math.Sqrt(-2*math.Log(1-u1)) * math.Cos(2*math.Pi*u2)
-	return time.Duration(float64(l) * math.Exp(s.cfg.LatencySpread*z))
+	first = time.Duration(float64(s.cfg.Latency) * f)
+	gen = time.Duration(float64(generation(output, s.cfg.OutputTokensPerSecond)) * f)
+	return first, gen
 }
 
 // readBody reads the whole request body, up to maxBody.
@@ -430,12 +462,17 @@ type answer struct {
 	events   [][]byte
 	idHeader string
 	id       string
+	model    string
+	// cost is what the request costs the token budgets; output is the
+	// output tokens the answer uses (at most cost.output).
+	cost   tokenCost
+	output int
 }
 
 // endpoint is one API route.
 type endpoint struct {
 	method string
-	build  func(body []byte, chunks int) (answer, *apiError)
+	build  func(body []byte, o buildOptions) (answer, *apiError)
 }
 
 var (
@@ -459,7 +496,7 @@ func route(path string) (endpoint, bool) {
 	}
 	if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
 		ep := epModel
-		ep.build = func([]byte, int) (answer, *apiError) { return buildModel(id) }
+		ep.build = func([]byte, buildOptions) (answer, *apiError) { return buildModel(id) }
 		return ep, true
 	}
 	return endpoint{}, false

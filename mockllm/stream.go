@@ -114,9 +114,10 @@ func (f fault) isMidStream() bool {
 }
 
 // stream writes events as a server-sent event stream, flushing each one and
-// pausing ChunkDelay between them. A mid-stream fault strikes after half of
+// pausing ChunkDelay between them, plus an equal share of gen, the time
+// the answer takes to generate. A mid-stream fault strikes after half of
 // the events. A stream that does not reach its last event counts as aborted.
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, events [][]byte, f fault, release func()) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, events [][]byte, gen time.Duration, f fault, release func()) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -125,6 +126,11 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 	s.stats.streamsStarted.Add(1)
 	rc := http.NewResponseController(w)
 
+	// The i-th gap takes the generation from share i-1 to share i.
+	gap := func(i int) time.Duration {
+		n := time.Duration(len(events) - 1)
+		return s.cfg.ChunkDelay + gen*time.Duration(i)/n - gen*time.Duration(i-1)/n
+	}
 	strike := -1
 	if f.isMidStream() {
 		strike = max(1, len(events)/2)
@@ -136,7 +142,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 			return
 		}
 		if i > 0 {
-			if res := wt.pause(ctx, s.cfg.ChunkDelay); res != waitElapsed {
+			if res := wt.pause(ctx, gap(i)); res != waitElapsed {
 				s.stats.streamsAborted.Add(1)
 				if res == waitClosed {
 					resetConn(w)

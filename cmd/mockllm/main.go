@@ -46,6 +46,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxConcurrency, "max-concurrency", 0, "requests served at once; beyond it 429 at once (0 = no cap)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "token bucket refill in requests per second; no token means 429 (0 = no bucket)")
 	fs.IntVar(&cfg.Burst, "burst", 0, "token bucket size (0 = max(1, rate))")
+	fs.IntVar(&cfg.TokensPerMinute, "tpm", 0, "tokens-per-minute budget (OpenAI's TPM): prompt + max_tokens per request, x-ratelimit-*-tokens headers (0 = none)")
+	fs.IntVar(&cfg.InputTokensPerMinute, "itpm", 0, "input-tokens-per-minute budget (Anthropic's ITPM), anthropic-ratelimit-input-tokens-* headers (0 = none)")
+	fs.IntVar(&cfg.OutputTokensPerMinute, "otpm", 0, "output-tokens-per-minute budget (Anthropic's OTPM): max_tokens, unused ones given back (0 = none)")
+	fs.BoolVar(&cfg.NoRateLimitHeaders, "no-ratelimit-headers", false, "publish no x-ratelimit-* / anthropic-ratelimit-* headers (429s keep their retry hints)")
+	fs.BoolVar(&cfg.FillMaxTokens, "fill-max-tokens", false, "make every answer exactly max_tokens long instead of a short echo")
+	fs.Float64Var(&cfg.OutputTokensPerSecond, "tokens-per-second", 0, "output speed: an answer of n tokens takes n/this after its first byte (0 = at once)")
+	fs.IntVar(&cfg.Knee, "knee", 0, "queue instead of refusing: never 429, and beyond this many requests in flight each one takes (in flight / knee)² as long (0 = off)")
 	fs.StringVar(&schedule, "schedule", "", "capacity `changes` during the run: OFFSET:key=value[:key=value],...\n"+
 		"keys cap, rate, burst (0 removes a limit; an omitted key keeps its value),\n"+
 		"offsets from the start, increasing, e.g. \"20s:cap=8,40s:cap=32:rate=50\"")
@@ -59,7 +66,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 A simulated LLM provider: OpenAI's /v1/chat/completions, /v1/embeddings and
 /v1/models and Anthropic's /v1/messages, JSON and streamed, behind a
-concurrency cap, a token bucket, a capacity schedule and random faults.
+concurrency cap, a request bucket, token budgets (OpenAI TPM, Anthropic
+ITPM/OTPM), a knee where calls slow down instead of failing, a capacity
+schedule and random faults.
 GET /stats shows what it saw; POST /stats/reset zeroes it. Requests can force
 faults with the X-Mock-Fault, X-Mock-Latency and X-Mock-Retry-After headers
 (see the package documentation of mockllm).

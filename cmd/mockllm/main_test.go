@@ -23,6 +23,9 @@ func TestBadFlags(t *testing.T) {
 		{"-fault-500", "2"},
 		{"-rate", "-1"},
 		{"-chunks", "0"},
+		{"-tpm", "-5"},
+		{"-knee", "-1"},
+		{"-tokens-per-second", "-2"},
 		{"extra"},
 	} {
 		var stderr bytes.Buffer
@@ -38,6 +41,7 @@ func TestHelp(t *testing.T) {
 	for _, flag := range []string{
 		"-listen", "-latency", "-spread", "-chunk-delay", "-chunks", "-max-concurrency",
 		"-rate", "-burst", "-schedule", "-fault-500", "-fault-529", "-fault-reset", "-fault-hang", "-seed",
+		"-tpm", "-itpm", "-otpm", "-tokens-per-second", "-knee",
 	} {
 		assert.Contains(t, stderr.String(), flag+" ")
 	}
