@@ -59,7 +59,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	refuse := func(e apiError) (bool, bool) {
 		writeError(ctx, anthropic, e)
 		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
-		p.finish(up, ctx)
+		p.finish(up, ctx, StatusFailed)
 		return anthropic, false
 	}
 	maxRetries, err := maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries)
@@ -98,15 +98,16 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
 		writeError(ctx, anthropic, *res.err)
 		setDetailHeaders(&ctx.Response.Header, &res.details)
-		p.finish(up, ctx)
+		p.finish(up, ctx, res.details.Status)
 		return
 	}
 	p.respond(ctx, up, *res)
 }
 
 // finish accounts for a call whose answer is complete (not streaming).
-func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx) {
-	p.metrics.countRequest(up.name, ctx.Response.StatusCode())
+func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx, status Status) {
+	up.metrics.countRequest(ctx.Response.StatusCode())
+	up.metrics.countCall(status)
 	p.metrics.inFlight.Add(-1)
 }
 
@@ -218,7 +219,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
 		res.release()
-		p.finish(up, ctx)
+		p.finish(up, ctx, res.details.Status)
 		return
 	}
 
@@ -226,7 +227,8 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 		// Send the headers before the first event, which may be minutes away.
 		ctx.Response.ImmediateHeaderFlush = true
 	}
-	p.metrics.countRequest(up.name, resp.StatusCode())
+	up.metrics.countRequest(resp.StatusCode())
+	up.metrics.countCall(res.details.Status)
 	slot := res.slot // the closure captures this, not res, which stays on the stack
 	body := &streamBody{
 		resp:   resp,

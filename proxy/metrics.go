@@ -11,37 +11,47 @@ import (
 // created up front, so the hot path looks nothing up and allocates nothing.
 type proxyMetrics struct {
 	inFlight atomic.Int64
-	// requests[route][class] counts answers by route and status class
-	// (index 1..5 for 1xx..5xx; 0 for anything else).
-	requests map[string]*[6]*metrics.Counter
-	// upstreamLatency[route] observes the time from dispatch to response
-	// headers of each upstream attempt.
-	upstreamLatency map[string]*metrics.PrometheusHistogram
+	routes   map[string]*routeMetrics
 }
+
+// routeMetrics are one route's series.
+type routeMetrics struct {
+	// requests counts answers by status class (index 1..5 for 1xx..5xx;
+	// 0 for anything else).
+	requests [6]*metrics.Counter
+	// calls counts forwarded calls by how they ended (see callStatuses).
+	calls [len(callStatuses)]*metrics.Counter
+	// upstreamLatency observes the time from dispatch to response headers
+	// of each upstream attempt; nil for Governor's own API.
+	upstreamLatency *metrics.PrometheusHistogram
+}
+
+// callStatuses are the statuses a forwarded call ends with.
+var callStatuses = [...]Status{StatusCompleted, StatusCompletedWithRetries, StatusFailed}
 
 // apiRoute is the route label of Governor's own API.
 const apiRoute = "governor"
 
 func newProxyMetrics(set *metrics.Set, routes []string) *proxyMetrics {
-	m := &proxyMetrics{
-		requests:        map[string]*[6]*metrics.Counter{},
-		upstreamLatency: map[string]*metrics.PrometheusHistogram{},
-	}
+	m := &proxyMetrics{routes: map[string]*routeMetrics{}}
 	set.NewGauge("governor_in_flight_requests", func() float64 { return float64(m.inFlight.Load()) })
 	for _, r := range append(routes, apiRoute) {
-		var cs [6]*metrics.Counter
-		for i := range cs {
+		rm := &routeMetrics{}
+		for i := range rm.requests {
 			class := "other"
 			if i > 0 {
 				class = fmt.Sprintf("%dxx", i)
 			}
-			cs[i] = set.NewCounter(fmt.Sprintf(`governor_requests_total{route=%q,code=%q}`, r, class))
+			rm.requests[i] = set.NewCounter(fmt.Sprintf(`governor_requests_total{route=%q,code=%q}`, r, class))
 		}
-		m.requests[r] = &cs
 		if r != apiRoute {
-			m.upstreamLatency[r] = set.NewPrometheusHistogramExt(
+			for i, st := range callStatuses {
+				rm.calls[i] = set.NewCounter(fmt.Sprintf(`governor_calls_total{route=%q,status=%q}`, r, st))
+			}
+			rm.upstreamLatency = set.NewPrometheusHistogramExt(
 				fmt.Sprintf(`governor_upstream_latency_seconds{route=%q}`, r), latencyBuckets)
 		}
+		m.routes[r] = rm
 	}
 	return m
 }
@@ -50,13 +60,25 @@ func newProxyMetrics(set *metrics.Set, routes []string) *proxyMetrics {
 var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 func (m *proxyMetrics) countRequest(route string, status int) {
-	cs := m.requests[route]
-	if cs == nil {
-		return
+	if rm := m.routes[route]; rm != nil {
+		rm.countRequest(status)
 	}
+}
+
+func (rm *routeMetrics) countRequest(status int) {
 	class := status / 100
 	if class < 1 || class > 5 {
 		class = 0
 	}
-	cs[class].Inc()
+	rm.requests[class].Inc()
+}
+
+// countCall counts a forwarded call that has ended with status.
+func (rm *routeMetrics) countCall(status Status) {
+	for i, st := range callStatuses {
+		if st == status {
+			rm.calls[i].Inc()
+			return
+		}
+	}
 }

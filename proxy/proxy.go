@@ -77,6 +77,9 @@ func New(cfg Config) (*Proxy, error) {
 		names = append(names, r.Name)
 	}
 	p.metrics = newProxyMetrics(c.Metrics, names)
+	for _, up := range p.upstreams() {
+		up.metrics = p.metrics.routes[up.name]
+	}
 	p.lanes = newLanes(&p.cfg)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if c.Coordinator != nil {

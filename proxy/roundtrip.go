@@ -310,6 +310,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	d.Execution += latency
 	l.m.attempts[oc].Inc()
 	l.m.upstream.Update(latency.Seconds())
+	l.upstream.metrics.upstreamLatency.Update(latency.Seconds())
 	l.observe(oc, latency, c.granted, l.q.Stats().InFlight, now, p.cfg.Logger)
 
 	if err == nil && oc == outcomeAnswered || oc == outcomeQuota {

@@ -31,6 +31,7 @@ type upstream struct {
 	client    *fasthttp.HostClient
 	maxConns  int      // Config.MaxConnsPerUpstream
 	load      connLoad // calls in flight to it (see lanes.upstreamInFlight)
+	metrics   *routeMetrics
 
 	connsMu sync.Mutex
 	conns   map[*trackedConn]struct{} // open connections, to cut them at the end of a drain

@@ -29,8 +29,7 @@ func (a *admin) handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString("not ready\n")
 	case "/metrics":
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-		a.set.WritePrometheus(ctx)
-		metrics.WriteProcessMetrics(ctx)
+		writeMetrics(ctx, a.set)
 	default:
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
 		ctx.SetBodyString("not found: try /healthz, /readyz or /metrics\n")

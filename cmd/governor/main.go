@@ -29,6 +29,9 @@ import (
 var version = ""
 
 func main() {
+	// The metrics package's switch for # TYPE lines on the Go runtime's
+	// and the process's metrics (writeMetrics writes Governor's own).
+	metrics.ExposeMetadata(true)
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
@@ -114,6 +117,13 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	set := metrics.NewSet()
 	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
 		func() float64 { return 1 })
+	var draining atomic.Bool
+	set.NewGauge("governor_draining", func() float64 {
+		if draining.Load() {
+			return 1
+		}
+		return 0
+	})
 
 	coordinator, closeCoordinator := startCoordination(cfg, set, log)
 	if closeCoordinator != nil {
@@ -208,6 +218,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	case serveErr = <-errc:
 	}
 	ready.Store(false)
+	draining.Store(true)
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()

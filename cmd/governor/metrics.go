@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// metricFamily describes one family of Governor's metrics: /metrics
+// writes its kind and meaning as the family's # TYPE and # HELP lines, and
+// README's Operations section lists it with the same meaning.
+type metricFamily struct {
+	name, kind, help string
+}
+
+// metricFamilies are all of Governor's own metrics. A family registered
+// anywhere must have a row here (TestMetricsAreDescribed checks it on a
+// running Governor).
+var metricFamilies = []metricFamily{
+	{"governor_build_info", "gauge", "Always 1; labels version and goversion say what is running."},
+	{"governor_draining", "gauge", "1 from SIGTERM/SIGINT until the process exits, while queued and in-flight calls finish."},
+	{"governor_in_flight_requests", "gauge", "Calls in progress on the main listener, queued and streaming ones included."},
+	{"governor_requests_total", "counter", "Answers by route and HTTP status class (code=1xx..5xx, other)."},
+	{"governor_calls_total", "counter", "Forwarded calls by route and how they ended (status=COMPLETED, COMPLETED_WITH_RETRIES, FAILED)."},
+	{"governor_upstream_latency_seconds", "histogram", "Upstream attempts by route: dispatch to response headers."},
+	{"governor_attempts_total", "counter", "Upstream attempts by lane and outcome (answered, rate_limited, quota_exhausted, server_error, timeout, connection_error, client_gone)."},
+	{"governor_retries_total", "counter", "Retries by lane and the outcome that caused them (reason)."},
+	{"governor_lane_target", "gauge", "The lane's controller target (the shared target on a coordinated lane)."},
+	{"governor_lane_limit", "gauge", "Calls the lane may have in flight here now."},
+	{"governor_lane_in_flight", "gauge", "The lane's calls in flight."},
+	{"governor_lane_queued", "gauge", "The lane's calls waiting in its queue."},
+	{"governor_lane_conn_limited", "gauge", "1 while the lane's calls wait for a connection to its upstream (GOVERNOR_MAX_CONNS_PER_UPSTREAM)."},
+	{"governor_lane_decreases_total", "counter", "Times the lane's controller lowered its target."},
+	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
+	{"governor_lane_pauses_total", "counter", "Times a provider's Retry-After paused the lane."},
+	{"governor_lanes_evicted_total", "counter", "Idle lanes removed, with their series, to make room past GOVERNOR_MAX_LANES."},
+	{"governor_queue_wait_seconds", "histogram", "Time calls waited in the lane's queue, per wait."},
+	{"governor_lane_upstream_latency_seconds", "histogram", "The lane's upstream attempts: dispatch to response headers."},
+	{"governor_batches_total", "counter", "Batches accepted, by mode (sync, progress, async)."},
+	{"governor_batches_rejected_total", "counter", "Batches refused whole (malformed, too large, too many jobs)."},
+	{"governor_batch_items_total", "counter", "Batch items finished, by status (COMPLETED, COMPLETED_WITH_RETRIES, FAILED, DID_NOT_RUN)."},
+	{"governor_batch_jobs", "gauge", "Async batch jobs held, by state (running, finished)."},
+	{"governor_redis_up", "gauge", "1 while coordinated through Redis, 0 while governing locally."},
+	{"governor_redis_fallbacks_total", "counter", "Switches from Redis coordination to local governing."},
+	{"governor_redis_errors_total", "counter", "Redis commands that failed or timed out."},
+	{"governor_redis_sync_seconds", "histogram", "One sync of every lane with Redis (one pipelined round trip)."},
+}
+
+// familyOf returns the description of the family a sample belongs to, or
+// nil for a metric Governor does not describe (the Go runtime's and the
+// process's).
+func familyOf(sample string, byName map[string]*metricFamily) *metricFamily {
+	if f := byName[sample]; f != nil {
+		return f
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(sample, suffix); ok {
+			if f := byName[base]; f != nil && f.kind == "histogram" {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+// writeMetrics writes set in Prometheus text format with a # HELP and a
+// # TYPE line before each of Governor's families, then the process's
+// metrics.
+func writeMetrics(w io.Writer, set *metrics.Set) {
+	byName := make(map[string]*metricFamily, len(metricFamilies))
+	for i := range metricFamilies {
+		byName[metricFamilies[i].name] = &metricFamilies[i]
+	}
+	var in bytes.Buffer
+	set.WritePrometheus(&in)
+	out := make([]byte, 0, in.Len()+len(metricFamilies)*160)
+	var prev *metricFamily
+	for line := range bytes.Lines(in.Bytes()) {
+		if bytes.HasPrefix(line, []byte("# ")) {
+			// The metrics package's own metadata (bare HELP lines), when
+			// it writes any: Governor's families get theirs below.
+			if f := strings.Fields(string(line)); len(f) >= 3 && byName[f[2]] != nil {
+				continue
+			}
+			out = append(out, line...)
+			continue
+		}
+		name := line
+		if i := bytes.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		if f := familyOf(string(name), byName); f != nil && f != prev {
+			out = append(out, "# HELP "...)
+			out = append(out, f.name...)
+			out = append(out, ' ')
+			out = append(out, f.help...)
+			out = append(out, "\n# TYPE "...)
+			out = append(out, f.name...)
+			out = append(out, ' ')
+			out = append(out, f.kind...)
+			out = append(out, '\n')
+			prev = f
+		}
+		out = append(out, line...)
+	}
+	_, _ = w.Write(out)
+	metrics.WriteProcessMetrics(w)
+}
