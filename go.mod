@@ -8,6 +8,7 @@ require (
 	github.com/redis/go-redis/v9 v9.17.3
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.74.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
