@@ -19,6 +19,7 @@ import (
 )
 
 func TestOutputsComeBackInInputOrderUnderALowCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{mock: mockllm.Config{MaxConcurrency: 4, Latency: 10 * time.Millisecond}})
 	const n = 200
 	items := make([]any, n)
@@ -49,6 +50,7 @@ func TestOutputsComeBackInInputOrderUnderALowCap(t *testing.T) {
 }
 
 func TestItemAnswered400FailsAfterOneAttempt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{
 		chatItem("bad", "x", map[string]string{"X-Mock-Fault": "400", "X-Request-Id": "bad"}),
@@ -66,6 +68,7 @@ func TestItemAnswered400FailsAfterOneAttempt(t *testing.T) {
 }
 
 func TestItemAnswered429TwiceCompletesWithRetries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{
 		chatItem("", "x", map[string]string{"X-Mock-Fault": "429,429,ok", "X-Request-Id": "flaky"}),
@@ -82,6 +85,7 @@ func TestItemAnswered429TwiceCompletesWithRetries(t *testing.T) {
 }
 
 func TestExitOnErrorStopsTheBatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	items := []any{
 		chatItem("", "first", nil),
@@ -107,6 +111,7 @@ func TestExitOnErrorStopsTheBatch(t *testing.T) {
 }
 
 func TestItemsInheritTheBatchCredentials(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}}),
 		"Authorization", "Bearer sk-batch", "OpenAI-Project", "proj_1")
@@ -124,6 +129,7 @@ func TestItemsInheritTheBatchCredentials(t *testing.T) {
 }
 
 func TestPrefixRoutesApplyToItems(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{map[string]any{
 		"url":  "/anthropic/v1/messages",
@@ -139,6 +145,7 @@ func TestPrefixRoutesApplyToItems(t *testing.T) {
 }
 
 func TestJSONLRoundTripMatchesOpenAIBatchOutput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	lines := []string{
 		`{"custom_id":"req-1","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-test","messages":[{"role":"user","content":"one"}]}}`,
@@ -187,6 +194,7 @@ func TestJSONLRoundTripMatchesOpenAIBatchOutput(t *testing.T) {
 }
 
 func TestJSONLItemThatDidNotRunHasAnError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	body := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"},"headers":{"X-Mock-Fault":"400"}}
 {"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}
@@ -208,6 +216,7 @@ func TestJSONLItemThatDidNotRunHasAnError(t *testing.T) {
 }
 
 func TestProgressLinesArriveWhileLaterItemsRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	body := mustJSON(t, map[string]any{"requests": []any{
 		chatItem("slow", "slow", map[string]string{"X-Mock-Latency": "3s"}),
@@ -285,6 +294,7 @@ func TestInteractiveCallsOvertakeBatchItems(t *testing.T) {
 }
 
 func TestTimeoutBoundsEachAttempt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{
 		chatItem("", "slow", map[string]string{"X-Mock-Latency": "5s"}),

@@ -17,6 +17,7 @@ import (
 )
 
 func TestBadInputRunsNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{
 		proxy: func(c *proxy.Config) { c.MaxBodyBytes = 4096 },
 		batch: func(c *batch.Config) { c.MaxItems = 3 },
@@ -83,8 +84,10 @@ func TestBadInputRunsNothing(t *testing.T) {
 // never run, and the item in flight is cut, its provider connection closed
 // at once (the item hangs until then).
 func TestClientThatLeavesCancelsItsBatch(t *testing.T) {
+	t.Parallel()
 	for _, accept := range []string{"application/json", "application/x-ndjson"} {
 		t.Run(accept, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, envOptions{})
 			const n, held = 20, 2
 			items := make([]any, n)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestAPITokenGuardsGovernorAPIOnly(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), APIToken: "s3cret"}))
@@ -63,6 +64,7 @@ func rawExchange(t *testing.T, addr, raw string) string {
 }
 
 func TestHostileRequestLines(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up),
@@ -90,6 +92,7 @@ func TestHostileRequestLines(t *testing.T) {
 }
 
 func TestHeaderInjectionIsNotForwarded(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	got := make(chan http.Header, 4)
 	rec, up := newRecorder(t)
@@ -121,6 +124,7 @@ func TestHeaderInjectionIsNotForwarded(t *testing.T) {
 }
 
 func TestRecordedPathsAfterTraversal(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	got := make(chan string, 4)
 	rec, up := newRecorder(t)
@@ -135,6 +139,7 @@ func TestRecordedPathsAfterTraversal(t *testing.T) {
 }
 
 func TestPipelinedRequestsAllAnswered(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	_, up := newRecorder(t)
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
@@ -147,6 +152,7 @@ func TestPipelinedRequestsAllAnswered(t *testing.T) {
 // A client that never reads its stream is given up after the idle timeout,
 // and the upstream stream is closed.
 func TestClientThatNeverReadsIsGivenUp(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	gone := make(chan struct{}, 1)
 	chunk := strings.Repeat("data: "+strings.Repeat("x", 1000)+"\n\n", 16)

@@ -19,6 +19,7 @@ import (
 // default urgency. A malformed X-Governor-Max-Retries, Governor's own
 // header, is refused with 400 and nothing is sent upstream.
 func TestMalformedGovernorHeaders(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), MaxRetries: 2}))
@@ -62,6 +63,7 @@ func TestMalformedGovernorHeaders(t *testing.T) {
 // A provider's nonsense Retry-After or retry-after-ms never pauses a lane
 // beyond MaxPause, and never crashes or stalls the call.
 func TestAbsurdRetryHintsPauseAtMostMaxPause(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
 	const maxPause = 100 * time.Millisecond
@@ -102,6 +104,7 @@ func TestAbsurdRetryHintsPauseAtMostMaxPause(t *testing.T) {
 // A provider whose request-budget headers announce a refill a day away (or
 // nonsense) cannot hold the next call longer than MaxPause.
 func TestAbsurdRequestBudgetPausesAtMostMaxPause(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	for _, budget := range [][3]string{{"1", "0", "24h"}, {"1e-300", "0", "1s"}, {"NaN", "NaN", "1s"}, {"2", "1", "2562047h"}} {
 		rec, up := newRecorder(t)
@@ -131,6 +134,7 @@ func TestAbsurdRequestBudgetPausesAtMostMaxPause(t *testing.T) {
 // 400; and whatever the client's framing, the upstream gets exactly the
 // requests Governor answered, each framed by Governor.
 func TestRequestFramingAbuse(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	got := make(chan string, 16)
 	rec, up := newRecorder(t)

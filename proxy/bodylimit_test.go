@@ -18,6 +18,7 @@ import (
 // closing a socket with unread bytes would reset the connection and discard
 // the answer before the client reads it.
 func TestBodyFarOverLimitIs413NotReset(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))

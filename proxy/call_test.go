@@ -124,6 +124,7 @@ func TestCallCancelledInFlightCutsTheAttempt(t *testing.T) {
 // A Call whose context ends while it waits in the queue never reaches the
 // provider and reports that its caller cancelled it.
 func TestCallCancelledInQueueIsNeverSent(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, url := newRecorder(t)
 	p, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, url)}))

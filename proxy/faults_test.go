@@ -21,6 +21,7 @@ import (
 // Each upstream fault ends with an answer within the configured timeouts:
 // a retry that succeeds, or a Governor error that says why.
 func TestUpstreamFaultsAreRetriedToSuccess(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{Latency: 5 * time.Millisecond})
 	cfg := fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: 300 * time.Millisecond})
@@ -52,6 +53,7 @@ func TestUpstreamFaultsAreRetriedToSuccess(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestStreamFaultsCutTheStreamVisibly(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{ChunkDelay: 5 * time.Millisecond, StreamChunks: 20})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), StreamIdleTimeout: 300 * time.Millisecond}))
@@ -73,6 +75,7 @@ func TestStreamFaultsCutTheStreamVisibly(t *testing.T) {
 }
 
 func TestSlowTrickleStreamCompletes(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -94,6 +97,7 @@ func TestSlowTrickleStreamCompletes(t *testing.T) {
 }
 
 func TestMalformedAnswerAndTLSFailureGiveGovernorErrors(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	// An upstream that answers garbage.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -113,6 +113,7 @@ func waitQueued(t *testing.T, c *http.Client, base string, n int) {
 }
 
 func TestUrgentCallsOvertakeBackgroundCalls(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	_, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, up)}))
@@ -139,6 +140,7 @@ func TestUrgentCallsOvertakeBackgroundCalls(t *testing.T) {
 }
 
 func TestClientLeavingQueueIsNeverSentUpstream(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	_, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, up)}))
@@ -171,6 +173,7 @@ func TestClientLeavingQueueIsNeverSentUpstream(t *testing.T) {
 }
 
 func TestRetryAfterPausesTheLane(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	rec.answer = func(w http.ResponseWriter, r *http.Request, n int) {
@@ -200,6 +203,7 @@ func TestRetryAfterPausesTheLane(t *testing.T) {
 }
 
 func TestFinalAnswersAreNeverRetried(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
@@ -222,6 +226,7 @@ func TestFinalAnswersAreNeverRetried(t *testing.T) {
 }
 
 func TestRetriesUntilSuccessOrBudget(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
@@ -318,6 +323,7 @@ func TestAPIKeysGetIndependentLanes(t *testing.T) {
 }
 
 func TestQueueFullAnswers503(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	cfg := limitOne(Config{Upstream: mustURL(t, up)})
@@ -341,6 +347,7 @@ func TestQueueFullAnswers503(t *testing.T) {
 }
 
 func TestQueueTimeoutAnswers504(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	cfg := limitOne(Config{Upstream: mustURL(t, up)})

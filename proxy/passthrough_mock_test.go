@@ -34,6 +34,7 @@ func post(t *testing.T, c *http.Client, url, body string) (*http.Response, []byt
 }
 
 func TestBodiesByteIdenticalToDirect(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	_, mock := startMock(t, mockllm.Config{ChunkDelay: time.Millisecond})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mock),
@@ -60,6 +61,7 @@ func TestBodiesByteIdenticalToDirect(t *testing.T) {
 }
 
 func TestFirstEventArrivesBeforeProviderFinishes(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{ChunkDelay: 100 * time.Millisecond, StreamChunks: 8})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
@@ -77,6 +79,7 @@ func TestFirstEventArrivesBeforeProviderFinishes(t *testing.T) {
 }
 
 func TestClientLeavingMidStreamIsSeenByProvider(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{ChunkDelay: 200 * time.Millisecond, StreamChunks: 50})
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))

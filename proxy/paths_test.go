@@ -52,6 +52,7 @@ func rawUpstream(t *testing.T) (addr string, lines <-chan string) {
 // line (a query, a fragment, a second request line), and an escaped "%"
 // cannot turn into a dot-segment that climbs out of a route's base path.
 func TestUpstreamPathKeepsItsEscapes(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	upAddr, lines := rawUpstream(t)
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://"+upAddr),
@@ -147,6 +148,7 @@ func newTestUpstream(name, raw string) *upstream {
 // A batch item's url travels the same way: escapes survive, and a url that
 // would break the request line runs nothing.
 func TestCallPathKeepsItsEscapes(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	upAddr, lines := rawUpstream(t)
 	p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://"+upAddr)}))

@@ -57,6 +57,8 @@ func mustURL(t *testing.T, s string) *url.URL {
 }
 
 func TestForwardPassesRequestThroughUnchanged(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	type seen struct {
 		method, uri, host, body string
 		header                  http.Header
@@ -96,6 +98,8 @@ func TestForwardPassesRequestThroughUnchanged(t *testing.T) {
 }
 
 func TestHopByHopHeadersStrippedBothWays(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	got := make(chan http.Header, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Clone()
@@ -140,6 +144,8 @@ func TestHopByHopHeadersStrippedBothWays(t *testing.T) {
 // only one, in any case: the proxy skips stripping for messages that have
 // none, so each one alone must be seen.
 func TestEachStrippedHeaderAloneIsStripped(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	got := make(chan *http.Request, 1)
 	respHop := make(chan string, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -191,6 +197,8 @@ func TestEachStrippedHeaderAloneIsStripped(t *testing.T) {
 }
 
 func TestPrefixRouteStripsPrefix(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	paths := make(chan string, 2)
 	handler := func(tag string) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -222,6 +230,8 @@ func TestPrefixRouteStripsPrefix(t *testing.T) {
 }
 
 func TestHTTPSUpstream(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "over tls "+r.Host)
 	}))
@@ -237,6 +247,8 @@ func TestHTTPSUpstream(t *testing.T) {
 }
 
 func TestUnreachableUpstreamIsOpenAIShaped502(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -275,6 +287,8 @@ func TestUnreachableUpstreamIsOpenAIShaped502(t *testing.T) {
 }
 
 func TestBodyLargerThanLimitIs413(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	hits := make(chan struct{}, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits <- struct{}{} }))
 	defer up.Close()
@@ -293,6 +307,7 @@ func TestBodyLargerThanLimitIs413(t *testing.T) {
 // end. (Each used to fail at its second read: gathering the body in the
 // response closed the stream, and with it the connection.)
 func TestAnswersOfManyReadsAreReadWhole(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	big := `{"x":"` + strings.Repeat("a", 100<<10) + `"}`
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -319,6 +334,8 @@ func TestAnswersOfManyReadsAreReadWhole(t *testing.T) {
 }
 
 func TestUnknownGovernorPathIs404(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("upstream got %s", r.URL.Path)
 	}))
@@ -358,6 +375,8 @@ func sseUpstream(t *testing.T, n int, next <-chan struct{}, gone chan<- struct{}
 }
 
 func TestStreamEventsArriveAsProduced(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	next := make(chan struct{})
 	up := sseUpstream(t, 3, next, make(chan struct{}, 1))
 	defer up.Close()
@@ -385,6 +404,8 @@ func TestStreamEventsArriveAsProduced(t *testing.T) {
 }
 
 func TestClientLeavingMidStreamClosesUpstream(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
 	gone := make(chan struct{}, 1)
 	up := sseUpstream(t, 3, make(chan struct{}), gone)
 	defer up.Close()

@@ -15,6 +15,7 @@ import (
 // startup) stops that Serve, even when its goroutine had not yet reached
 // fasthttp: Serve returns and the port is closed.
 func TestShutdownRightAfterServeStopsIt(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	for i := range 20 {
 		p, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:9"), Metrics: metrics.NewSet()})
@@ -39,6 +40,7 @@ func TestShutdownRightAfterServeStopsIt(t *testing.T) {
 
 // Serve called after Shutdown closes its listener and returns at once.
 func TestServeAfterShutdownReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	checkLeaks(t)
 	p, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:9"), Metrics: metrics.NewSet()})
 	require.NoError(t, err)
