@@ -54,6 +54,12 @@ type Config struct {
 	// ClientIdleTimeout closes client keep-alive connections idle this long.
 	// Default 120s.
 	ClientIdleTimeout time.Duration
+	// MaxConnections bounds the client connections open on each listener
+	// given to Serve; beyond it a new connection is answered 503 and closed
+	// at once. Default 262144 (fasthttp's). Whatever the bound, a listener
+	// that runs out of file descriptors pauses and accepts again once
+	// some are free.
+	MaxConnections int
 
 	// MaxRetries is the retry budget of a call after its first attempt;
 	// a call may lower or raise it with X-Governor-Max-Retries (0 to

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgovernor/governor/internal/fdlimit"
 )
 
 // acceptGrace is how long a closing listener keeps accepting.
@@ -22,11 +24,19 @@ const acceptGrace = 100 * time.Millisecond
 // then closes the socket for real.
 //
 // It hands out each connection as a clientConn, whose Close can linger.
+//
+// Accept outlives running out of file descriptors: on EMFILE or ENFILE it
+// pauses and accepts again (see fdlimit), where fasthttp's Serve would
+// return and the process stop.
 type drainListener struct {
 	*net.TCPListener
 	closing   atomic.Bool
+	closed    chan struct{} // closed by Close: ends a pause in Accept
 	closeOnce sync.Once
 	closeErr  error
+
+	backoff fdlimit.Backoff // only Accept's goroutine (fasthttp's accept loop) uses it
+	onPause func(err error) // called when a shortage of descriptors begins
 }
 
 // servedListener is a listener handed to fasthttp's Serve. Its accepting
@@ -47,12 +57,13 @@ func (l *servedListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-// listenerFor wraps ln when it is a TCP listener.
-func listenerFor(ln net.Listener) net.Listener {
+// listenerFor wraps ln: a TCP listener in a drainListener, any other in
+// fdlimit's Listener. onPause is told when descriptors run out.
+func listenerFor(ln net.Listener, onPause func(error)) net.Listener {
 	if tl, ok := ln.(*net.TCPListener); ok {
-		return &drainListener{TCPListener: tl}
+		return &drainListener{TCPListener: tl, closed: make(chan struct{}), onPause: onPause}
 	}
-	return ln
+	return fdlimit.Listener(ln, onPause)
 }
 
 // Close starts the grace period; Accept closes the socket when it ends.
@@ -60,24 +71,35 @@ func (l *drainListener) Close() error {
 	if l.closing.Swap(true) {
 		return nil
 	}
+	close(l.closed)
 	return l.TCPListener.SetDeadline(time.Now().Add(acceptGrace))
 }
 
 // Accept accepts connections, including during the grace period; after it,
-// it closes the socket and reports net.ErrClosed.
+// it closes the socket and reports net.ErrClosed. While file descriptors
+// are exhausted it pauses and tries again.
 func (l *drainListener) Accept() (net.Conn, error) {
-	c, err := l.TCPListener.AcceptTCP()
-	if err == nil {
-		return &clientConn{TCPConn: c}, nil
-	}
-	if l.closing.Load() {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, net.ErrClosed) {
-			l.closeOnce.Do(func() { l.closeErr = l.TCPListener.Close() })
-			return nil, net.ErrClosed
+	for {
+		c, err := l.TCPListener.AcceptTCP()
+		if err == nil {
+			l.backoff.Reset()
+			return &clientConn{TCPConn: c}, nil
 		}
+		if l.closing.Load() {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, net.ErrClosed) || fdlimit.Exhausted(err) {
+				l.closeOnce.Do(func() { l.closeErr = l.TCPListener.Close() })
+				return nil, net.ErrClosed
+			}
+		}
+		if !fdlimit.Exhausted(err) {
+			return nil, err
+		}
+		if !l.backoff.Pausing() && l.onPause != nil {
+			l.onPause(err)
+		}
+		l.backoff.Wait(l.closed) // a Close ends the pause; the next Accept sees it
 	}
-	return nil, err
 }
 
 // lingerTimeout bounds how long a connection closed on a request that was

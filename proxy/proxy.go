@@ -104,8 +104,11 @@ func New(cfg Config) (*Proxy, error) {
 		// fasthttp otherwise keeps for the connection's life: 22 KiB of
 		// heap per waiting call instead of 7.
 		ReduceMemoryUsage: true,
-		Logger:            fasthttpLogger{c.Logger},
-		ConnState:         p.conns.state,
+		// Beyond MaxConnections, a new connection gets fasthttp's 503
+		// (Connection: close) and is closed at once.
+		Concurrency: c.MaxConnections,
+		Logger:      fasthttpLogger{c.Logger},
+		ConnState:   p.conns.state,
 	}
 	return p, nil
 }
@@ -127,7 +130,7 @@ func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
 // Serve accepts connections on ln until Shutdown, then returns nil. Called
 // after Shutdown, it closes ln and returns nil at once.
 func (p *Proxy) Serve(ln net.Listener) error {
-	sl := newServedListener(listenerFor(ln))
+	sl := newServedListener(listenerFor(ln, p.fdShortage))
 	p.serving.Lock()
 	if p.closed {
 		p.serving.Unlock()
@@ -137,6 +140,13 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.listeners = append(p.listeners, sl)
 	p.serving.Unlock()
 	return p.server.Serve(sl)
+}
+
+// fdShortage logs the start of a shortage of file descriptors, during
+// which the listener pauses between accepts.
+func (p *Proxy) fdShortage(err error) {
+	p.cfg.Logger.Warn("out of file descriptors: new connections wait until some close "+
+		"(raise the open-file limit, or lower GOVERNOR_MAX_CONNECTIONS)", "err", err)
 }
 
 // awaitListeners marks the Proxy closed to new Serve calls and waits until
