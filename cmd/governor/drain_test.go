@@ -54,10 +54,18 @@ type governorProcess struct {
 
 func startGovernor(t *testing.T, env ...string) *governorProcess {
 	t.Helper()
+	return startGovernorVia(t, nil, env...)
+}
+
+// startGovernorVia starts governor as the last argument of the command
+// wrapper (such as a shell that sets limits first; nil: directly).
+func startGovernorVia(t *testing.T, wrapper []string, env ...string) *governorProcess {
+	t.Helper()
 	bin, err := buildGovernor()
 	require.NoError(t, err)
 	g := &governorProcess{base: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
-	g.cmd = exec.Command(bin)
+	args := append(append([]string(nil), wrapper...), bin)
+	g.cmd = exec.Command(args[0], args[1:]...)
 	g.cmd.Env = append(os.Environ(), append(env, "GOVERNOR_LISTEN="+g.base, "GOVERNOR_ADMIN_LISTEN="+g.admin)...)
 	g.cmd.Stderr = &lockedWriter{w: g.stderr}
 	require.NoError(t, g.cmd.Start())

@@ -18,9 +18,9 @@ import (
 	"syscall"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fasthttp"
 
 	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/internal/fdlimit"
 	"github.com/llmgovernor/governor/proxy"
 )
 
@@ -114,6 +114,14 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		defer stop()
 	}
 
+	// Each client connection is a file descriptor: use all the process
+	// may have. (Go's runtime raises the soft limit too; this makes sure.)
+	openFiles, err := fdlimit.Raise()
+	if err != nil {
+		log.Warn("could not raise the open-file limit", "err", err, "limit", openFiles)
+	}
+	maxConns := maxConnections(cfg.MaxConnections, openFiles)
+
 	set := metrics.NewSet()
 	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
 		func() float64 { return 1 })
@@ -144,6 +152,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		BackoffBase:       cfg.BackoffBase,
 		BackoffMax:        cfg.BackoffMax,
 		MaxLanes:          cfg.MaxLanes,
+		MaxConnections:    maxConns,
 		AIMD:              cfg.aimd,
 		APIToken:          cfg.APIToken,
 		Coordinator:       coordinator,
@@ -185,11 +194,12 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	}
 
 	var ready atomic.Bool
-	adminSrv := &fasthttp.Server{
-		Handler:               (&admin{set: set, ready: &ready}).handler,
-		NoDefaultServerHeader: true,
-		CloseOnShutdown:       true,
-	}
+	adminSrv := newAdminServer(&admin{set: set, ready: &ready}, maxConns)
+	// Running out of file descriptors pauses the admin listener's accepts
+	// (fasthttp's Serve would return); the proxy's listener does the same.
+	adminLn = fdlimit.Listener(adminLn, func(err error) {
+		log.Warn("out of file descriptors: new admin connections wait until some close", "err", err)
+	})
 	errc := make(chan error, 2)
 	go func() { errc <- serveListener("admin", adminSrv.Serve, adminLn) }()
 	go func() { errc <- serveListener("main", p.Serve, mainLn) }()
@@ -199,7 +209,8 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		routes = append(routes, r.Name+"="+r.URL.Redacted())
 	}
 	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
-		"admin_listen", adminLn.Addr().String(), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
+		"admin_listen", adminLn.Addr().String(), "open_files", openFiles, "max_connections", maxConns,
+		"admin_max_connections", adminConnections(maxConns), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
 		slog.Group("config", cfg.config.logAttrs()...))
 	if cfg.APIToken == "" && !isLoopback(mainLn.Addr()) {
 		log.Warn("the main listener is not on loopback and GOVERNOR_API_TOKEN is not set: anyone who reaches it can use /governor/*",

@@ -131,7 +131,8 @@ func TestTenThousandWaitingCallsAreAllAnswered(t *testing.T) {
 	}
 	up := newHoldUpstream(t)
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+up.srv.URL, "GOVERNOR_MAX_CONCURRENCY="+strconv.Itoa(limit),
-		"GOVERNOR_AIMD_INITIAL="+strconv.Itoa(limit), "GOVERNOR_QUEUE_CAPACITY="+strconv.Itoa(capacity))
+		"GOVERNOR_AIMD_INITIAL="+strconv.Itoa(limit), "GOVERNOR_QUEUE_CAPACITY="+strconv.Itoa(capacity),
+		"GOVERNOR_MAX_CONNECTIONS="+strconv.Itoa(calls+overflow+100))
 	rssIdle := rssKiB(g.cmd.Process.Pid)
 
 	conns := make([]net.Conn, calls)

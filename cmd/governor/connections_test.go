@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// underNofile is a wrapper that starts governor with the given soft and
+// hard limits on open files.
+func underNofile(soft, hard int) []string {
+	return []string{"sh", "-c", fmt.Sprintf(`ulimit -Sn %d && ulimit -Hn %d && exec "$0"`, soft, hard)}
+}
+
+// openFilesLimits reads a process's soft and hard limits on open files.
+func openFilesLimits(t *testing.T, pid int) (soft, hard int) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			f := strings.Fields(rest)
+			soft, _ = strconv.Atoi(f[0])
+			hard, _ = strconv.Atoi(f[1])
+			return soft, hard
+		}
+	}
+	t.Fatal("no open-file limit in /proc/<pid>/limits")
+	return 0, 0
+}
+
+func openFiles(pid int) int {
+	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(entries)
+}
+
+// dialIdle opens n connections to addr that send nothing.
+func dialIdle(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+func (g *governorProcess) alive() bool {
+	select {
+	case <-g.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Running out of file descriptors does not stop Governor: with more idle
+// connections to each listener than it may open files (and no connection
+// cap to spare it), both listeners pause their accepts, and once the
+// connections close Governor serves calls and probes again. The soft limit
+// it was started with is raised to the hard one.
+func TestRunningOutOfFileDescriptorsKeepsServing(t *testing.T) {
+	const limit = 256
+	up := newHoldUpstream(t)
+	close(up.release) // answer at once
+	g := startGovernorVia(t, underNofile(128, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
+		"GOVERNOR_MAX_CONNECTIONS=100000", "GOVERNOR_LOG_LEVEL=warn")
+	soft, hard := openFilesLimits(t, g.cmd.Process.Pid)
+	assert.Equal(t, limit, hard)
+	assert.Equal(t, limit, soft, "the soft limit (128) is raised to the hard one")
+
+	idle := append(dialIdle(t, g.base, limit+50), dialIdle(t, g.admin, 100)...)
+	defer closeAll(idle)
+	// Governor takes connections until its descriptors run out (it would
+	// exit there), or exits.
+	require.Eventually(t, func() bool { return !g.alive() || openFiles(g.cmd.Process.Pid) >= limit-2 },
+		20*time.Second, 10*time.Millisecond, "governor never reached its open-file limit")
+	require.True(t, g.alive(), "governor exited when it ran out of file descriptors:\n%s", g.logs())
+	assert.Contains(t, g.logs(), "out of file descriptors")
+
+	closeAll(idle)
+	// The connections that waited in the backlog are accepted and closed
+	// in turn; then calls and probes are served as before.
+	require.Eventually(t, func() bool { return g.readyz() == 200 }, 20*time.Second, 20*time.Millisecond)
+	resp, err := oneShot.Post("http://"+g.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode, string(body))
+	assert.True(t, g.alive())
+	assert.NotContains(t, g.logs(), "governor stopped")
+}
+
+// keepAlive opens a connection to addr and has one request answered on
+// it, so that the server holds it open; it returns the connection.
+func keepAlive(t *testing.T, addr, path string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: governor\r\n\r\n", path)
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	return c
+}
+
+// refused reports how a connection beyond the cap ended: with a 503, or
+// closed (EOF or reset), but at once, never left waiting.
+func refused(t *testing.T, addr string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "a connection beyond the cap is left open")
+	if strings.HasPrefix(string(b), "HTTP/1.1 503") {
+		return "503"
+	}
+	return "closed"
+}
+
+// GOVERNOR_MAX_CONNECTIONS caps the main listener's connections and the
+// admin listener holds at most 64: beyond them a new connection is
+// answered 503 (or closed) at once, and once connections close new ones
+// are served again.
+func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
+	const maxConns = 20
+	up := newHoldUpstream(t)
+	close(up.release)
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+up.srv.URL, "GOVERNOR_MAX_CONNECTIONS="+strconv.Itoa(maxConns))
+	for _, l := range []struct {
+		name, addr, path string
+		max              int
+	}{
+		{"main", g.base, "/governor/lanes", maxConns},
+		{"admin", g.admin, "/healthz", adminConnections(maxConns)},
+	} {
+		held := make([]net.Conn, 0, l.max)
+		for range l.max {
+			held = append(held, keepAlive(t, l.addr, l.path))
+		}
+		for range 5 {
+			how := refused(t, l.addr)
+			t.Logf("%s: a connection beyond %d: %s", l.name, l.max, how)
+		}
+		closeAll(held)
+		require.Eventually(t, func() bool {
+			c, err := net.Dial("tcp", l.addr)
+			if err != nil {
+				return false
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: governor\r\nConnection: close\r\n\r\n", l.path)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			return err == nil && resp.StatusCode == 200
+		}, 10*time.Second, 20*time.Millisecond, "%s: served again once connections closed", l.name)
+	}
+	assert.True(t, g.alive())
+}
+
+// The admin listener closes a connection that sends no request within its
+// read timeout: idle connections cannot pile up on it.
+func TestAdminListenerClosesSilentConnections(t *testing.T) {
+	g := startGovernor(t)
+	c, err := net.Dial("tcp", g.admin)
+	require.NoError(t, err)
+	defer c.Close()
+	start := time.Now()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(adminReadTimeout+10*time.Second)))
+	_, err = io.ReadAll(c)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the admin listener kept a silent connection open")
+	assert.Less(t, time.Since(start), adminReadTimeout+5*time.Second)
+}
+
+func TestMaxConnectionsDefault(t *testing.T) {
+	for _, tc := range []struct {
+		configured int
+		openFiles  uint64
+		want       int
+	}{
+		{0, 1024, 768},
+		{0, 1 << 20, 3 << 18},
+		{0, 40, 64},
+		{0, 0, 0},
+		{500, 1024, 500},
+	} {
+		assert.Equal(t, tc.want, maxConnections(tc.configured, tc.openFiles), "%+v", tc)
+	}
+	assert.Equal(t, 64, adminConnections(0))
+	assert.Equal(t, 20, adminConnections(20))
+	assert.Equal(t, 64, adminConnections(768))
+}
