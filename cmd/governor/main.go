@@ -166,11 +166,24 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var batches *batch.Server
+	started := false
+	defer func() {
+		if started {
+			return
+		}
+		// Start-up failed after the proxy (the coordinator's sync loop)
+		// and perhaps the batch server began their work: stop them.
+		if batches != nil {
+			_ = batches.Shutdown(context.Background())
+		}
+		_ = p.Shutdown(context.Background())
+	}()
 	window := cfg.BatchWindow
 	if window == 0 {
 		window = 2 * cfg.MaxConcurrency
 	}
-	batches, err := batch.New(p, batch.Config{
+	batches, err = batch.New(p, batch.Config{
 		MaxItems:  cfg.BatchMaxItems,
 		Window:    window,
 		MaxJobs:   cfg.BatchMaxJobs,
@@ -192,6 +205,8 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		mainLn.Close()
 		return fmt.Errorf("admin listener (GOVERNOR_ADMIN_LISTEN): %w", err)
 	}
+
+	started = true
 
 	var ready atomic.Bool
 	adminSrv := newAdminServer(&admin{set: set, ready: &ready}, maxConns)
