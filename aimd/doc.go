@@ -14,7 +14,7 @@
 //
 // A Controller is pure logic, like golang.org/x/time/rate: it starts no
 // goroutines, and its state advances only in ObserveAt, from the time
-// passed in. The caller (a lane in package proxy) dispatches calls while
+// passed in. The caller (package lane) dispatches calls while
 // in-flight < Limit() and feeds every finished attempt back as a Sample:
 //
 //	ctl := aimd.New(aimd.Config{Max: 64}, time.Now())

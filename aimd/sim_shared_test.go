@@ -19,7 +19,7 @@ import (
 //
 //   - a 429 carries a Retry-After hint (Hint): the call waits it out before
 //     it is retried, and its lane pauses dispatching until the hint ends or
-//     one of its calls succeeds (proxy: lane.pause, lane.answered);
+//     one of its calls succeeds (package lane: Lane.Pause, Lane.Answered);
 //   - a 429 takes RejectLatency to come back;
 //   - a freed slot at the provider goes to whichever lane dispatches next:
 //     a lane dispatches only on its own events (an answer, a retry

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/proxy"
 )
 
@@ -199,7 +200,7 @@ func TestAsyncJobCancelCutsItemsInFlight(t *testing.T) {
 
 	resp, out = e.do(t, http.MethodGet, "/governor/lanes", "", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, out)
-	var lanes struct{ Lanes []proxy.LaneInfo }
+	var lanes struct{ Lanes []lane.Info }
 	require.NoError(t, json.Unmarshal([]byte(out), &lanes))
 	require.Len(t, lanes.Lanes, 1)
 	assert.Zero(t, lanes.Lanes[0].InFlight, "the lane's slot came back")

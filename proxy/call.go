@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 // Call is a governed call made by Governor itself rather than forwarded
@@ -119,7 +121,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if opts.attemptTimeout <= 0 {
 		opts.attemptTimeout = p.cfg.AttemptTimeout
 	}
-	l, lerr := p.lanes.forRequest(up, in)
+	l, lerr := p.laneOf(up, in)
 	if lerr != nil {
 		return Result{Err: &Error{Status: lerr.Status, Code: lerr.Code, Message: lerr.Message},
 			Details: Details{Status: StatusDidNotRun}}
@@ -158,7 +160,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 			e, why := upstreamError(up, err), truncate(err.Error(), 200)
 			if cut { // ctx ended: say why, as for a wait
 				cause := context.Cause(ctx)
-				e, why = *p.waitError(ctx, cause), attemptError(outcomeClientGone, 0, nil, cause, 0)
+				e, why = *p.waitError(ctx, cause), attemptError(lane.ClientGone, 0, nil, cause, 0)
 			}
 			out.Details.Status = StatusFailed
 			out.Details.Errors = append(out.Details.Errors, "body: "+why)

@@ -12,62 +12,37 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
 )
-
-// outcome is what one upstream attempt came to, for the retry loop and the
-// lane's controller.
-type outcome uint8
-
-const (
-	outcomeAnswered    outcome = iota // 1xx-3xx, or a 4xx that retrying cannot fix: passed back
-	outcomeRateLimited                // 429 or 529: back off, slow the lane, retry
-	outcomeQuota                      // 429 for exhausted quota or spend limit: final
-	outcomeServerError                // 500, 502, 503, 504: retry
-	outcomeTimeout                    // no answer within the attempt timeout: retry
-	outcomeConnError                  // no answer at all (refused, reset): retry
-	outcomeClientGone                 // cut because the client left: not the provider's doing, not fed to the controller
-)
-
-var outcomeNames = [...]string{"answered", "rate_limited", "quota_exhausted", "server_error", "timeout", "connection_error", "client_gone"}
-
-func (o outcome) String() string { return outcomeNames[o] }
-
-// retryable reports whether another attempt may succeed.
-func (o outcome) retryable() bool {
-	switch o {
-	case outcomeRateLimited, outcomeServerError, outcomeTimeout, outcomeConnError:
-		return true
-	}
-	return false
-}
 
 // statusOverloaded is Anthropic's 529 "overloaded".
 const statusOverloaded = 529
 
 // classifyStatus classifies an answer by its status code and, for a 429,
 // its error body.
-func classifyStatus(status int, body []byte) outcome {
+func classifyStatus(status int, body []byte) lane.Outcome {
 	switch status {
 	case http.StatusTooManyRequests:
 		if isQuotaError(body) {
-			return outcomeQuota
+			return lane.Quota
 		}
-		return outcomeRateLimited
+		return lane.RateLimited
 	case statusOverloaded:
-		return outcomeRateLimited
+		return lane.RateLimited
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return outcomeServerError
+		return lane.ServerError
 	}
-	return outcomeAnswered
+	return lane.Answered
 }
 
 // classifyErr classifies an attempt that got no answer.
-func classifyErr(err error) outcome {
+func classifyErr(err error) lane.Outcome {
 	var netErr net.Error
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout() {
-		return outcomeTimeout
+		return lane.Timeout
 	}
-	return outcomeConnError
+	return lane.ConnError
 }
 
 // quotaMarkers are error codes and types that providers use for a 429 that
@@ -127,13 +102,13 @@ func truncate(s string, n int) string {
 
 // attemptError is the short string a failed attempt leaves in its
 // execution details: "429 rate_limit_exceeded", "timeout after 30s".
-func attemptError(o outcome, status int, body []byte, err error, timeout time.Duration) string {
+func attemptError(o lane.Outcome, status int, body []byte, err error, timeout time.Duration) string {
 	switch o {
-	case outcomeTimeout:
+	case lane.Timeout:
 		return "timeout after " + timeout.String()
-	case outcomeConnError:
+	case lane.ConnError:
 		return "connection error: " + truncate(err.Error(), 200)
-	case outcomeClientGone:
+	case lane.ClientGone:
 		return "cut: " + truncate(err.Error(), 200)
 	}
 	if code := errorCode(body); code != "" {
@@ -199,8 +174,8 @@ func parseRetryAfter(v []byte, now time.Time) (time.Duration, bool) {
 }
 
 // describe renders an outcome for logs.
-func describe(o outcome, status int) string {
-	if o == outcomeTimeout || o == outcomeConnError {
+func describe(o lane.Outcome, status int) string {
+	if o == lane.Timeout || o == lane.ConnError {
 		return o.String()
 	}
 	return fmt.Sprintf("%s (%d)", o, status)

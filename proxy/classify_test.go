@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -61,34 +63,34 @@ func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		status int
 		body   string
-		want   outcome
+		want   lane.Outcome
 	}{
-		{200, "", outcomeAnswered},
-		{400, `{"error":{"code":"invalid"}}`, outcomeAnswered},
-		{404, "", outcomeAnswered},
-		{429, `{"error":{"code":"rate_limit_exceeded"}}`, outcomeRateLimited},
-		{429, `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`, outcomeQuota},
-		{429, `{"error":{"code":"enforced_spend_limit_reached"}}`, outcomeQuota},
-		{529, `{"type":"error","error":{"type":"overloaded_error"}}`, outcomeRateLimited},
-		{500, "", outcomeServerError},
-		{502, "", outcomeServerError},
-		{503, "", outcomeServerError},
-		{504, "", outcomeServerError},
-		{501, "", outcomeAnswered},
+		{200, "", lane.Answered},
+		{400, `{"error":{"code":"invalid"}}`, lane.Answered},
+		{404, "", lane.Answered},
+		{429, `{"error":{"code":"rate_limit_exceeded"}}`, lane.RateLimited},
+		{429, `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`, lane.Quota},
+		{429, `{"error":{"code":"enforced_spend_limit_reached"}}`, lane.Quota},
+		{529, `{"type":"error","error":{"type":"overloaded_error"}}`, lane.RateLimited},
+		{500, "", lane.ServerError},
+		{502, "", lane.ServerError},
+		{503, "", lane.ServerError},
+		{504, "", lane.ServerError},
+		{501, "", lane.Answered},
 	} {
 		assert.Equal(t, tc.want, classifyStatus(tc.status, []byte(tc.body)), "%d %s", tc.status, tc.body)
 	}
-	assert.Equal(t, outcomeTimeout, classifyErr(fasthttp.ErrTimeout))
-	assert.Equal(t, outcomeConnError, classifyErr(errors.New("connection refused")))
+	assert.Equal(t, lane.Timeout, classifyErr(fasthttp.ErrTimeout))
+	assert.Equal(t, lane.ConnError, classifyErr(errors.New("connection refused")))
 }
 
 func TestAttemptError(t *testing.T) {
 	assert.Equal(t, "429 rate_limit_exceeded",
-		attemptError(outcomeRateLimited, 429, []byte(`{"error":{"code":"rate_limit_exceeded"}}`), nil, 0))
+		attemptError(lane.RateLimited, 429, []byte(`{"error":{"code":"rate_limit_exceeded"}}`), nil, 0))
 	assert.Equal(t, "529 overloaded_error",
-		attemptError(outcomeRateLimited, 529, []byte(`{"type":"error","error":{"type":"overloaded_error"}}`), nil, 0))
-	assert.Equal(t, "500 Internal Server Error", attemptError(outcomeServerError, 500, nil, nil, 0))
-	assert.Equal(t, "timeout after 30s", attemptError(outcomeTimeout, 0, nil, fasthttp.ErrTimeout, 30*time.Second))
+		attemptError(lane.RateLimited, 529, []byte(`{"type":"error","error":{"type":"overloaded_error"}}`), nil, 0))
+	assert.Equal(t, "500 Internal Server Error", attemptError(lane.ServerError, 500, nil, nil, 0))
+	assert.Equal(t, "timeout after 30s", attemptError(lane.Timeout, 0, nil, fasthttp.ErrTimeout, 30*time.Second))
 }
 
 func TestMaxRetriesHeader(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/lane"
 )
 
 // Config configures a Proxy. The zero value of every field but Upstream and
@@ -96,7 +97,7 @@ type Config struct {
 	// Coordinator, if set, shares every lane with the other Governors that
 	// use it (package coord, over Redis). Nil: each lane is governed here
 	// alone.
-	Coordinator Coordinator
+	Coordinator lane.Coordinator
 	// SyncInterval is how often lanes are synced with the Coordinator.
 	// Default 50ms.
 	SyncInterval time.Duration
@@ -119,16 +120,17 @@ const (
 	DefaultStreamIdleTimeout   = 5 * time.Minute
 	DefaultConnectTimeout      = 10 * time.Second
 	DefaultIdleConnTimeout     = 60 * time.Second
-	DefaultMaxConnsPerUpstream = 1024
+	DefaultMaxConnsPerUpstream = lane.DefaultMaxConnsPerUpstream
 	DefaultReadTimeout         = 60 * time.Second
 	DefaultClientIdleTimeout   = 120 * time.Second
 	DefaultMaxRetries          = 10
 	DefaultQueueTimeout        = 10 * time.Minute
-	DefaultQueueCapacity       = 10000
-	DefaultMaxPause            = 60 * time.Second
+	DefaultQueueCapacity       = lane.DefaultQueueCapacity
+	DefaultMaxPause            = lane.DefaultMaxPause
 	DefaultBackoffBase         = 500 * time.Millisecond
-	DefaultBackoffMax          = 30 * time.Second
-	DefaultMaxLanes            = 256
+	DefaultBackoffMax          = lane.DefaultMaxBackoff
+	DefaultMaxLanes            = lane.DefaultMaxLanes
+	DefaultSyncInterval        = lane.DefaultSyncInterval
 	DefaultMaxConcurrency      = 64
 
 	// MaxRetriesCeiling bounds a call's X-Governor-Max-Retries.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/mockllm"
 )
 
@@ -19,27 +20,27 @@ import (
 type fakeCoordinator struct {
 	mu       sync.Mutex
 	down     bool
-	shared   LaneShared
-	reports  []LaneReport
+	shared   lane.Shared
+	reports  []lane.Report
 	reserves int
 	left     []string
 }
 
-func (f *fakeCoordinator) Sync(ctx context.Context, reports []LaneReport) ([]LaneShared, error) {
+func (f *fakeCoordinator) Sync(ctx context.Context, reports []lane.Report) ([]lane.Shared, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
 		return nil, errors.New("down")
 	}
 	f.reports = append(f.reports, reports...)
-	out := make([]LaneShared, len(reports))
+	out := make([]lane.Shared, len(reports))
 	for i := range out {
 		out[i] = f.shared
 	}
 	return out, nil
 }
 
-func (f *fakeCoordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
+func (f *fakeCoordinator) Reserve(ctx context.Context, id string, rate, burst float64) (time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reserves++
@@ -48,10 +49,10 @@ func (f *fakeCoordinator) Reserve(ctx context.Context, lane string, rate, burst 
 
 func (f *fakeCoordinator) Up() bool { f.mu.Lock(); defer f.mu.Unlock(); return !f.down }
 
-func (f *fakeCoordinator) Leave(ctx context.Context, lanes []string) error {
+func (f *fakeCoordinator) Leave(ctx context.Context, ids []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.left = append(f.left, lanes...)
+	f.left = append(f.left, ids...)
 	return nil
 }
 
@@ -62,21 +63,20 @@ func (f *fakeCoordinator) get(fn func(f *fakeCoordinator)) { f.mu.Lock(); fn(f);
 func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
-	fc := &fakeCoordinator{shared: LaneShared{Target: 10.5, Members: 2, Share: 3}}
+	fc := &fakeCoordinator{shared: lane.Shared{Target: 10.5, Members: 2, Share: 3}}
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
 	c := client(t)
 	resp, _ := chat(t, c, base, map[string]string{"Authorization": "Bearer sk-canary-secret"})
 	require.Equal(t, 200, resp.StatusCode)
 
-	var li LaneInfo
+	var li lane.Info
 	require.Eventually(t, func() bool {
 		li = lanesOf(t, c, base)[0]
 		return li.Coordinated && li.Limit == 3
 	}, 2*time.Second, 5*time.Millisecond, "this Governor's limit is its share")
 	assert.Equal(t, 10, li.SharedLimit, "the controller holds the shared target")
 	assert.Equal(t, 2, li.Members)
-	lane := p.lanes.all()[0]
-	assert.Equal(t, 3, lane.q.Stats().Limit)
+	assert.Equal(t, 3, p.lanes.All()[0].Queue().Stats().Limit)
 
 	fc.get(func(f *fakeCoordinator) {
 		require.NotEmpty(t, f.reports)
@@ -106,7 +106,7 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 func TestCoordinatedPauseAndPacing(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
-	fc := &fakeCoordinator{shared: LaneShared{Target: 8, Members: 1, Share: 8, Rate: 100, Burst: 10}}
+	fc := &fakeCoordinator{shared: lane.Shared{Target: 8, Members: 1, Share: 8, Rate: 100, Burst: 10}}
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
 	c := client(t)
 	resp, _ := chat(t, c, base, nil)
@@ -146,7 +146,7 @@ func TestCoordinatedPauseAndPacing(t *testing.T) {
 func TestCoordinatedDecreaseIsReported(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
-	fc := &fakeCoordinator{shared: LaneShared{Target: 8, Members: 1, Share: 8}}
+	fc := &fakeCoordinator{shared: lane.Shared{Target: 8, Members: 1, Share: 8}}
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
 	c := client(t)
 	resp, _ := chat(t, c, base, nil)
@@ -155,7 +155,7 @@ func TestCoordinatedDecreaseIsReported(t *testing.T) {
 
 	resp, _ = chat(t, c, base, map[string]string{"X-Request-Id": "d1", mockllm.HeaderFault: "429,ok", mockllm.HeaderRetryAfterMs: "20"})
 	require.Equal(t, 200, resp.StatusCode)
-	var dec, pause LaneReport
+	var dec, pause lane.Report
 	require.Eventually(t, func() bool {
 		fc.get(func(f *fakeCoordinator) {
 			for _, r := range f.reports {
@@ -183,67 +183,6 @@ func TestCoordinatedDecreaseIsReported(t *testing.T) {
 	})
 }
 
-func TestCtrlInFlight(t *testing.T) {
-	for _, tc := range []struct{ inFlight, share, synced, limit, want int }{
-		{4, 4, 8, 8, 8},      // the whole share in use: the shared limit is in use
-		{5, 4, 8, 8, 8},      // above it (after a cut)
-		{2, 4, 8, 8, 4},      // half the share: half the limit
-		{1, 4, 8, 8, 2},      //
-		{3, 4, 4, 4, 3},      // never the whole limit when the share is not used
-		{1, 0, 8, 8, 8},      // no share (an idle member): one call is all of it
-		{1, 1, 1, 1, 1},      // limit 1
-		{1, 3, 10, 10, 3},    // rounded down
-		{4, 4, 8, 10, 8},     // grown since the sync: in use only up to the synced limit
-		{4, 4, 8, 6, 6},      // cut since the sync: at most the limit
-		{4, 4, 0, 8, 1},      // no sync yet
-		{10, 10, 40, 44, 40}, // a decrease's level is what the shares gave out
-	} {
-		assert.Equal(t, tc.want, ctrlInFlight(tc.inFlight, tc.share, tc.synced, tc.limit), "%+v", tc)
-	}
-}
-
-// A share that grows applies only once the others have synced since it was
-// given; one that shrinks applies at once.
-func TestGrownShareWaitsForTheOthers(t *testing.T) {
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	grace := 150 * time.Millisecond
-	c := &laneCoord{}
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	// g is a sync at ms when the others last synced a grace ago.
-	g := func(s, ms, from int) int { return c.grownShare(s, at(ms), at(ms).Add(-grace), from) }
-
-	assert.Equal(t, 1, g(8, 0, 1), "joining: the start's limit until the others have synced")
-	assert.Equal(t, 1, g(8, 100, 1))
-	assert.Equal(t, 8, g(8, 200, 1), "a grace later, the share")
-	assert.Equal(t, 8, g(11, 300, 8), "a larger share waits")
-	assert.Equal(t, 8, g(11, 400, 8))
-	assert.Equal(t, 11, g(11, 500, 8), "then applies")
-	assert.Equal(t, 7, g(7, 510, 11), "a smaller share applies at once")
-	assert.Equal(t, 7, g(9, 600, 7), "the share of a grace ago bounds it")
-	assert.Equal(t, 9, g(9, 800, 7))
-	assert.LessOrEqual(t, len(c.shares), 3, "old syncs are dropped")
-
-	// When the record says when the others last synced, a larger share
-	// applies as soon as they all have since it was given.
-	assert.Equal(t, 9, c.grownShare(12, at(900), at(850), 9), "given at 900: the others synced at 850 at the latest")
-	assert.Equal(t, 9, c.grownShare(12, at(1000), at(880), 9), "one of them has not synced since 900")
-	assert.Equal(t, 12, c.grownShare(12, at(1100), at(1010), 9), "all have: it applies, before a grace")
-}
-
-func TestPeakDemand(t *testing.T) {
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	memory := 250 * time.Millisecond
-	c := &laneCoord{}
-	assert.Equal(t, 16, c.peakDemand(16, at(0), memory), "rises at once")
-	assert.Equal(t, 16, c.peakDemand(15, at(100), memory), "a client between two calls is no demand gone")
-	assert.Equal(t, 16, c.peakDemand(14, at(200), memory))
-	assert.Equal(t, 15, c.peakDemand(14, at(300), memory), "two syncs later, it is")
-	assert.Equal(t, 2, c.peakDemand(0, at(400), memory), "clients gone: all but two slots go at once")
-	assert.Equal(t, 0, c.peakDemand(0, at(700), memory))
-	assert.Len(t, c.demands, 1, "old syncs are dropped")
-}
-
 // A Governor with no share (the others use the whole shared limit) sends
 // nothing until a sync gives it one, rather than the one call a queue's
 // limit of 1 would let out; and it fails open: with the coordinator down
@@ -251,7 +190,7 @@ func TestPeakDemand(t *testing.T) {
 func TestNoShareHoldsTheLane(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
-	fc := &fakeCoordinator{shared: LaneShared{Target: 32, Members: 4, Share: 0}}
+	fc := &fakeCoordinator{shared: lane.Shared{Target: 32, Members: 4, Share: 0}}
 	// The hold lasts a sync interval (a grace) past each sync by design:
 	// long enough here that a sync delayed by a loaded machine under -race
 	// does not let the call out.
@@ -286,7 +225,7 @@ func TestEvictedLaneLeavesTheCoordinator(t *testing.T) {
 	checkLeaks(t)
 	_, up := newRecorder(t)
 	clock := newManualClock()
-	fc := &fakeCoordinator{shared: LaneShared{Target: 4, Members: 2, Share: 2}}
+	fc := &fakeCoordinator{shared: lane.Shared{Target: 4, Members: 2, Share: 2}}
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxLanes: 1, Metrics: newSet(), Now: clock.Now,
 		Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
 	c := client(t)
@@ -297,7 +236,7 @@ func TestEvictedLaneLeavesTheCoordinator(t *testing.T) {
 	idA := lanes[0].ID
 	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
 
-	clock.Advance(p.lanes.idle + time.Second)
+	clock.Advance(p.lanes.EvictAfter() + time.Second)
 	require.Equal(t, 200, chatModel(t, c, base, "m", bearer("sk-b")))
 	lanes = lanesOf(t, c, base)
 	require.Len(t, lanes, 1)
@@ -318,7 +257,7 @@ func TestEvictedLaneLeavesTheCoordinator(t *testing.T) {
 func TestOwnPauseEndsOnASuccessElsewhere(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
-	fc := &fakeCoordinator{shared: LaneShared{Target: 8, Members: 2, Share: 4, Fair: 4}}
+	fc := &fakeCoordinator{shared: lane.Shared{Target: 8, Members: 2, Share: 4, Fair: 4}}
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
 	c := client(t)
 	resp, _ := chat(t, c, base, nil)
@@ -331,7 +270,7 @@ func TestOwnPauseEndsOnASuccessElsewhere(t *testing.T) {
 	fc.set(func(f *fakeCoordinator) {
 		f.shared.PausedUntil, f.shared.PausedAt = time.UnixMilli(until.UnixMilli()), now
 	})
-	p.lanes.all()[0].pause(until, now, p.cfg.Logger)
+	p.lanes.All()[0].Pause(until, now)
 	require.Eventually(t, func() bool {
 		sent := false
 		fc.get(func(f *fakeCoordinator) {

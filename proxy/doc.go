@@ -14,18 +14,15 @@
 //
 // # Lanes
 //
-// A lane is what is governed: one upstream, one credential (a hash of the
-// Authorization, x-api-key, OpenAI-Organization and OpenAI-Project headers,
-// never the key) and one model (the JSON body's "model"), because providers
-// limit per account and per model. Each lane has a queue.Queue ordered by
-// RFC 9218 urgency and an aimd.Controller; the queue lets a call out only
-// while the lane has fewer calls in flight than the controller's limit, and
-// every attempt's outcome feeds the controller, which sets the next limit.
-// A 429 for one model or key never slows another. MaxLanes bounds the lanes
-// (and their metric series) that request headers and bodies can create:
-// past it, new models of a known credential share one lane, and a new
-// credential takes the place of a lane that has been idle for minutes, or
-// is refused with 503 too_many_lanes when none has.
+// Every call is governed by its lane (package lane): one upstream, one
+// credential (a hash of the Authorization, x-api-key, OpenAI-Organization
+// and OpenAI-Project headers as sent upstream, never the key) and one model
+// (the JSON body's "model"). The proxy computes that key, reads the
+// provider's answers into outcomes, Retry-After hints and request budgets
+// (x-ratelimit-*, anthropic-ratelimit-requests-*), and hands those to the
+// lane, whose queue and controller decide when a call is let out. A call
+// that would need a lane beyond Config.MaxLanes is refused with 503
+// too_many_lanes and reaches no provider.
 //
 // # The round trip
 //
@@ -46,9 +43,9 @@
 //
 // A Retry-After also pauses the lane, until the hint or until a call of the
 // lane succeeds, whichever is first: under a request budget the lane waits
-// (and the pacer, which reads the provider's x-ratelimit-* headers, spaces
-// dispatches so that the budget is met by waiting rather than by 429s);
-// under a concurrency cap a completed call frees a slot at once.
+// (and the lane's pacer spaces dispatches so that the budget is met by
+// waiting rather than by 429s); under a concurrency cap a completed call
+// frees a slot at once.
 //
 // # fasthttp
 //

@@ -49,7 +49,7 @@ func TestLanesAreBoundedAgainstNewCredentials(t *testing.T) {
 	clock := newManualClock()
 	set := metrics.NewSet()
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxLanes: 2, Metrics: set, Now: clock.Now}))
-	idle := p.lanes.idle
+	idle := p.lanes.EvictAfter()
 	c := client(t)
 
 	require.Equal(t, 200, chatModel(t, c, base, "m", bearer("sk-a")))

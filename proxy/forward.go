@@ -66,7 +66,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	if err != nil {
 		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + err.Error(), Final: true})
 	}
-	l, lerr := p.lanes.forRequest(up, &ctx.Request)
+	l, lerr := p.laneOf(up, &ctx.Request)
 	if lerr != nil {
 		return refuse(*lerr)
 	}
@@ -89,7 +89,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool) {
 	up, res := c.req.up, &c.res
 	if p.cfg.Logger.Enabled(p.ctx, slog.LevelDebug) { // spares boxing the arguments on every call
-		p.cfg.Logger.Debug("call", "lane", c.l.id, "status", res.details.Status, "attempts", res.details.Attempts,
+		p.cfg.Logger.Debug("call", "lane", c.l.ID(), "status", res.details.Status, "attempts", res.details.Attempts,
 			"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
 	}
 	if res.err != nil {

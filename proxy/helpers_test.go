@@ -13,18 +13,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/internal/leakcheck"
+	"github.com/llmgovernor/governor/lane"
 )
 
 // checkLeaks fails the test if it leaves goroutines running; call it first.
 func checkLeaks(t *testing.T) { leakcheck.Check(t) }
 
 // lanesOf fetches GET /governor/lanes.
-func lanesOf(t *testing.T, c *http.Client, base string) []LaneInfo {
+func lanesOf(t *testing.T, c *http.Client, base string) []lane.Info {
 	t.Helper()
 	resp, err := c.Get(base + "/governor/lanes")
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var out struct{ Lanes []LaneInfo }
+	var out struct{ Lanes []lane.Info }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	return out.Lanes
 }

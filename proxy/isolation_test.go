@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 // chatModel posts a chat completion for model with headers.
@@ -63,9 +65,9 @@ func TestCredentialsNeverShareALane(t *testing.T) {
 		}
 	}
 	lanes = lanesOf(t, c, base)
-	var overflow []LaneInfo
+	var overflow []lane.Info
 	for _, l := range lanes {
-		if l.Model == otherModel {
+		if l.Model == lane.OtherModel {
 			overflow = append(overflow, l)
 		}
 	}

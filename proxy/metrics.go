@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 // proxyMetrics are the front's metrics. Every series a request touches is
@@ -49,15 +51,12 @@ func newProxyMetrics(set *metrics.Set, routes []string) *proxyMetrics {
 				rm.calls[i] = set.NewCounter(fmt.Sprintf(`governor_calls_total{route=%q,status=%q}`, r, st))
 			}
 			rm.upstreamLatency = set.NewPrometheusHistogramExt(
-				fmt.Sprintf(`governor_upstream_latency_seconds{route=%q}`, r), latencyBuckets)
+				fmt.Sprintf(`governor_upstream_latency_seconds{route=%q}`, r), lane.LatencyBuckets)
 		}
 		m.routes[r] = rm
 	}
 	return m
 }
-
-// latencyBuckets span a cached answer (5 ms) to a long generation (10 min).
-var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 func (m *proxyMetrics) countRequest(route string, status int) {
 	if rm := m.routes[route]; rm != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 // Proxy is Governor's main listener: it forwards every call whose path is
@@ -21,7 +23,7 @@ import (
 // /governor/.
 type Proxy struct {
 	cfg   Config
-	lanes *lanes
+	lanes *lane.Registry
 	// ctx ends when the Proxy stops for good; calls in the queue see it.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -31,8 +33,6 @@ type Proxy struct {
 
 	conns   *connTracker
 	clients *clientWatch // the clients of calls under way
-
-	coordDone chan struct{} // closed when the sync loop has ended; nil without a Coordinator
 
 	// serving guards closed and listeners: Shutdown must stop every Serve,
 	// including one whose goroutine had not yet reached fasthttp.
@@ -80,12 +80,13 @@ func New(cfg Config) (*Proxy, error) {
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]
 	}
-	p.lanes = newLanes(&p.cfg)
-	p.ctx, p.cancel = context.WithCancel(context.Background())
-	if c.Coordinator != nil {
-		p.coordDone = make(chan struct{})
-		go p.coordinate()
+	p.lanes, err = lane.New(lane.Config{AIMD: c.AIMD, QueueCapacity: c.QueueCapacity, MaxLanes: c.MaxLanes,
+		MaxConnsPerUpstream: c.MaxConnsPerUpstream, MaxPause: c.MaxPause, MaxBackoff: c.BackoffMax, Coordinator: c.Coordinator, SyncInterval: c.SyncInterval,
+		Now: c.Now, Metrics: c.Metrics, Logger: c.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.HandleAPI(APIPrefix+"lanes", p.serveLanes)
 	p.server = &fasthttp.Server{
 		Handler:                      p.Handler,
@@ -197,7 +198,7 @@ wait:
 		}
 		if now := p.cfg.Now(); now.Sub(lastReport) >= drainReportEvery {
 			lastReport = now
-			p.cfg.Logger.Info("drain in progress", "calls_in_progress", p.metrics.inFlight.Load(), "queued", p.lanes.queued())
+			p.cfg.Logger.Info("drain in progress", "calls_in_progress", p.metrics.inFlight.Load(), "queued", p.lanes.Queued())
 		}
 	}
 	// Out of time: answer whatever still waits with Governor's draining
@@ -226,10 +227,7 @@ func (p *Proxy) upstreams() []*upstream {
 // (so fasthttp's connection cleaners end too).
 func (p *Proxy) stop() {
 	p.cancel()
-	if p.coordDone != nil {
-		<-p.coordDone
-	}
-	p.lanes.close()
+	p.lanes.Close()
 	p.clients.close()
 	for _, up := range p.upstreams() {
 		up.client.CloseIdleConnections()
@@ -242,15 +240,9 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
 		return
 	}
-	now := p.cfg.Now()
-	all := p.lanes.all()
 	out := struct {
-		Lanes []LaneInfo `json:"lanes"`
-	}{Lanes: make([]LaneInfo, 0, len(all))}
-	sums := inFlightByUpstream(all)
-	for _, l := range all {
-		out.Lanes = append(out.Lanes, l.info(now, sums[l.upstream]))
-	}
+		Lanes []lane.Info `json:"lanes"`
+	}{Lanes: p.lanes.Info(p.cfg.Now())}
 	writeJSON(ctx, fasthttp.StatusOK, out)
 }
 

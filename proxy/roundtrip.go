@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/queue"
 )
 
@@ -54,7 +55,7 @@ func (r *callResult) release() {
 // forward).
 type governedCall struct {
 	p   *Proxy
-	l   *lane
+	l   *lane.Lane
 	req upstreamRequest
 	o   callOptions
 
@@ -175,13 +176,13 @@ func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
 func (c *governedCall) acquire(ctx context.Context, attempt int) (context.Context, *apiError) {
 	prio := queue.Priority{Urgency: c.o.urgency, Retry: attempt > 1}
 	c.granted = time.Time{}
-	if c.l.q.TryAcquire(prio) {
-		c.l.m.queueWait.Update(0)
+	if c.l.Queue().TryAcquire(prio) {
+		c.l.ObserveWait(0)
 		return c.pace(ctx) // granted now, which pace reads
 	}
 	ctx = c.own(ctx)
 	start := c.startWait()
-	granted, err := c.l.q.AcquireAt(ctx, prio)
+	granted, err := c.l.Queue().AcquireAt(ctx, prio)
 	if e := c.waited(ctx, start, err); e != nil {
 		return ctx, e
 	}
@@ -215,12 +216,12 @@ func (c *governedCall) waited(ctx context.Context, start time.Time, err error) *
 		// cancellation does in Acquire. (Its cause must be set before
 		// the call goes on.)
 		c.cancel(errQueueTimeout)
-		l.q.Release()
+		l.Queue().Release()
 		err = context.Cause(ctx)
 	}
 	waited := p.cfg.Now().Sub(start)
 	c.res.details.Queue += waited
-	l.m.queueWait.Update(waited.Seconds())
+	l.ObserveWait(waited)
 	if err == nil {
 		return nil
 	}
@@ -237,17 +238,12 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	if c.granted.IsZero() {
 		c.granted = now
 	}
-	seq, delay := l.pace.reserve(now)
+	seq, delay := l.Reserve(ctx, now)
 	c.seq = seq
-	if l.co != nil {
-		if d, ok := p.reserveShared(ctx, l); ok {
-			delay = d // the bucket every Governor on the lane draws from
-		}
-	}
 	if delay > 0 {
 		ctx = c.own(ctx)
 		if err := sleepCtx(ctx, delay); err != nil {
-			l.q.Release()
+			l.Queue().Release()
 			return ctx, p.waitError(ctx, err)
 		}
 		c.res.details.Queue += delay
@@ -268,8 +264,8 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		c.watched.carryBody(out, resp)
 	}
 	start := p.cfg.Now()
-	err := l.upstream.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
-	oc := outcomeAnswered
+	err := c.req.up.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
+	oc := lane.Answered
 	if err != nil {
 		oc = classifyErr(err)
 	} else if needsBuffering(resp) {
@@ -279,7 +275,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		if err = bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
 			oc = classifyErr(err)
 			if errors.Is(err, errResponseTooLarge) {
-				oc = outcomeAnswered // retrying gets the same; passed back cut as a Governor error
+				oc = lane.Answered // retrying gets the same; passed back cut as a Governor error
 			}
 		}
 	}
@@ -293,29 +289,28 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// so the controller does not hear of it, and nobody is left to
 		// retry for.
 		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
-		l.q.Release()
-		l.lastUsed.Store(now.UnixNano())
+		l.Observe(lane.ClientGone, latency, c.granted, now)
+		l.Queue().Release()
 		d.Attempts++
 		d.Execution += latency
 		e, why := c.cutError(ctx)
-		d.Errors = append(d.Errors, attemptError(outcomeClientGone, 0, nil, why, 0))
-		l.m.attempts[outcomeClientGone].Inc()
+		d.Errors = append(d.Errors, attemptError(lane.ClientGone, 0, nil, why, 0))
 		c.giveUp(ctx, e)
 		return true
 	}
 	if err == nil {
-		l.pace.observe(&resp.Header, c.seq, start, now)
+		if b, ok := rateLimitHeaders(&resp.Header, now); ok {
+			l.ObserveBudget(b, c.seq, start, now)
+		}
 	}
 	d.Attempts++
 	d.Execution += latency
-	l.m.attempts[oc].Inc()
-	l.m.upstream.Update(latency.Seconds())
-	l.upstream.metrics.upstreamLatency.Update(latency.Seconds())
-	l.observe(oc, latency, c.granted, l.q.Stats().InFlight, now, p.cfg.Logger)
+	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
+	l.Observe(oc, latency, c.granted, now)
 
-	if err == nil && oc == outcomeAnswered || oc == outcomeQuota {
+	if err == nil && oc == lane.Answered || oc == lane.Quota {
 		if resp.StatusCode() < 400 {
-			l.answered(now, p.cfg.Logger)
+			l.Answered(now)
 		}
 		if c.last != nil {
 			fasthttp.ReleaseResponse(c.last)
@@ -329,13 +324,13 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		case attempt > 1:
 			d.Status = StatusCompletedWithRetries
 		}
-		c.res.resp, c.res.slot = resp, l.q
+		c.res.resp, c.res.slot = resp, l.Queue()
 		return true
 	}
-	if err != nil && oc == outcomeAnswered { // response too large
-		l.q.Release()
+	if err != nil && oc == lane.Answered { // response too large
+		l.Queue().Release()
 		fasthttp.ReleaseResponse(resp)
-		e := upstreamError(l.upstream, err)
+		e := upstreamError(c.req.up, err)
 		c.giveUp(ctx, &e)
 		return true
 	}
@@ -345,11 +340,11 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	c.hint = 0
 	if err == nil {
 		c.hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
-		if oc == outcomeRateLimited && c.hint > 0 {
-			l.pause(now.Add(c.hint), now, p.cfg.Logger)
+		if oc == lane.RateLimited && c.hint > 0 {
+			l.Pause(now.Add(c.hint), now)
 		}
 	}
-	l.q.Release()
+	l.Queue().Release()
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 	} else {
@@ -366,14 +361,14 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	if attempt > o.maxRetries || ctx.Err() != nil {
 		if err != nil {
-			e := upstreamError(l.upstream, err)
+			e := upstreamError(c.req.up, err)
 			c.giveUp(ctx, &e)
 		} else {
 			c.giveUp(ctx, nil)
 		}
 		return true
 	}
-	l.m.retries[oc].Inc()
+	l.CountRetry(oc)
 	return false
 }
 
@@ -438,7 +433,7 @@ func (p *Proxy) waitError(ctx context.Context, err error) *apiError {
 const statusClientClosed = 499
 
 // backoff waits before a retry: the provider's hint when it gave one (the
-// lane may resume earlier, see lane.answered, but the call that was told to
+// lane may resume earlier, see lane.Lane.Answered, but the call that was told to
 // wait does), else exponential backoff with full jitter.
 func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration) error {
 	d := hint

@@ -29,8 +29,6 @@ type upstream struct {
 	basePath  string // path of the upstream URL without its trailing slash
 	anthropic bool   // Governor's own errors use Anthropic's shape
 	client    *fasthttp.HostClient
-	maxConns  int      // Config.MaxConnsPerUpstream
-	load      connLoad // calls in flight to it (see lanes.upstreamInFlight)
 	metrics   *routeMetrics
 
 	connsMu sync.Mutex
@@ -64,7 +62,6 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 		host:      u.Host,
 		basePath:  strings.TrimSuffix(u.EscapedPath(), "/"),
 		anthropic: name == "anthropic" || strings.HasSuffix(u.Hostname(), "anthropic.com"),
-		maxConns:  cfg.MaxConnsPerUpstream,
 		conns:     map[*trackedConn]struct{}{},
 	}
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}

@@ -10,14 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmgovernor/governor/coord"
-	"github.com/llmgovernor/governor/proxy"
+	"github.com/llmgovernor/governor/lane"
 )
 
 // startCoordination connects to Redis when GOVERNOR_REDIS_URL is set and
-// returns the proxy's Coordinator and its Close; nil, nil without one.
+// returns the lanes' Coordinator and its Close; nil, nil without one.
 // Redis need not be up: the Coordinator starts in local mode and joins when
 // it answers.
-func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (proxy.Coordinator, func()) {
+func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Coordinator, func()) {
 	if cfg.redis == nil {
 		return nil, nil
 	}
@@ -41,12 +41,12 @@ func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (proxy.C
 	return coordinator{co}, func() { _ = co.Close() }
 }
 
-// coordinator adapts *coord.Coordinator to proxy.Coordinator: the two
+// coordinator adapts *coord.Coordinator to lane.Coordinator: the two
 // packages know nothing of each other, and their report and state types
 // are the same structs, converted field for field.
 type coordinator struct{ c *coord.Coordinator }
 
-func (a coordinator) Sync(ctx context.Context, reports []proxy.LaneReport) ([]proxy.LaneShared, error) {
+func (a coordinator) Sync(ctx context.Context, reports []lane.Report) ([]lane.Shared, error) {
 	in := make([]coord.Report, len(reports))
 	for i, r := range reports {
 		in[i] = coord.Report(r)
@@ -55,15 +55,15 @@ func (a coordinator) Sync(ctx context.Context, reports []proxy.LaneReport) ([]pr
 	if err != nil {
 		return nil, err
 	}
-	shared := make([]proxy.LaneShared, len(out))
+	shared := make([]lane.Shared, len(out))
 	for i, s := range out {
-		shared[i] = proxy.LaneShared(s)
+		shared[i] = lane.Shared(s)
 	}
 	return shared, nil
 }
 
-func (a coordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
-	return a.c.Reserve(ctx, lane, rate, burst)
+func (a coordinator) Reserve(ctx context.Context, id string, rate, burst float64) (time.Duration, error) {
+	return a.c.Reserve(ctx, id, rate, burst)
 }
 
 func (a coordinator) Up() bool { return a.c.Up() }

@@ -1,4 +1,4 @@
-package proxy
+package lane
 
 import (
 	"context"
@@ -9,14 +9,15 @@ import (
 // Coordinator shares lanes with the other Governors that govern them (the
 // replicas of a service calling one provider account). Package coord
 // implements it over Redis; cmd/governor wires it in when configured. With
-// no Coordinator a Proxy governs its lanes alone and starts nothing for it.
+// no Coordinator a Registry governs its lanes alone and starts nothing for
+// it.
 //
 // Every method must return quickly (within a configured timeout) and fail
 // rather than wait: a failure means the lanes go on alone.
 type Coordinator interface {
 	// Sync sends one report per lane and returns each lane's shared
 	// state, in the same order.
-	Sync(ctx context.Context, reports []LaneReport) ([]LaneShared, error)
+	Sync(ctx context.Context, reports []Report) ([]Shared, error)
 	// Reserve books one dispatch on a lane's shared token bucket (rate per
 	// second, burst) and returns how long the call must wait.
 	Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error)
@@ -27,9 +28,9 @@ type Coordinator interface {
 	Leave(ctx context.Context, lanes []string) error
 }
 
-// LaneReport is what this Governor tells the others about a lane. Its
-// fields mirror coord.Report, field for field.
-type LaneReport struct {
+// Report is what this Governor tells the others about a lane. Its fields
+// mirror coord.Report, field for field.
+type Report struct {
 	Lane               string        // the lane id, free of credentials
 	Max                int           // upper bound of the target
 	Initial            float64       // the target a lane with no shared state starts from
@@ -50,9 +51,9 @@ type LaneReport struct {
 	DecreaseRatio      float64       // the controller's gentle cut
 }
 
-// LaneShared is a lane's shared state. Its fields mirror coord.Shared,
-// field for field.
-type LaneShared struct {
+// Shared is a lane's shared state. Its fields mirror coord.Shared, field
+// for field.
+type Shared struct {
 	Target        float64
 	LastDecrease  time.Time
 	DecreaseLevel float64
@@ -67,12 +68,10 @@ type LaneShared struct {
 	OthersSynced time.Time
 }
 
-// DefaultSyncInterval is how often lanes are synced with a Coordinator.
-const DefaultSyncInterval = 50 * time.Millisecond
-
 // laneCoord is a lane's coordination state, guarded by the lane's mu.
 type laneCoord struct {
-	kick chan struct{} // asks the sync loop for a sync now
+	kick  chan struct{} // asks the sync loop for a sync now
+	coord Coordinator
 
 	joined       bool      // the last sync succeeded: the queue's limit is the share
 	starting     bool      // not yet synced: the queue is held (see newLane)
@@ -205,7 +204,7 @@ type syncSnap struct {
 }
 
 // report is the lane's report for a sync.
-func (l *lane) report(maxTarget int, now time.Time, memory time.Duration) (LaneReport, syncSnap) {
+func (l *Lane) report(maxTarget int, now time.Time, memory time.Duration) (Report, syncSnap) {
 	qs := l.q.Stats()
 	rate, burst := l.pace.learned()
 	l.mu.Lock()
@@ -214,7 +213,7 @@ func (l *lane) report(maxTarget int, now time.Time, memory time.Duration) (LaneR
 	st := l.ctrl.State()
 	decs := st.Decreases + st.Collapses
 	demand := co.peakDemand(qs.InFlight+qs.Waiting, now, memory)
-	r := LaneReport{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: demand, InFlight: qs.InFlight,
+	r := Report{Lane: l.id, Max: maxTarget, Initial: st.Target, Demand: demand, InFlight: qs.InFlight,
 		PausedUntil: co.pendingPause, PausedAt: co.pendingAt, LastSuccess: co.lastOK, Rate: rate, Burst: burst, SeenDecrease: co.seenDec,
 		Latency: st.LatencyEWMA, DecreaseRatio: l.ctrl.Config().DecreaseRatio}
 	switch {
@@ -237,7 +236,7 @@ func (l *lane) report(maxTarget int, now time.Time, memory time.Duration) (LaneR
 // queue's limit, another Governor's pause, the shared pacing.
 //
 // A share larger than the last applies only after grace (see grownShare).
-func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Duration, log *slog.Logger) {
+func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration) {
 	l.mu.Lock()
 	co := l.co
 	st := l.ctrl.State()
@@ -327,24 +326,24 @@ func (l *lane) adopt(snap syncSnap, s LaneShared, now time.Time, grace time.Dura
 	}
 	if resume {
 		l.q.Resume()
-		log.Debug("lane resumed: a call succeeded in another governor", "lane", l.id)
+		l.log.Debug("lane resumed: a call succeeded in another governor", "lane", l.id)
 	}
 	if !pauseTo.IsZero() {
 		l.q.PauseUntil(pauseTo)
 		l.m.pauses.Inc()
-		log.Info("lane paused by another governor", "lane", l.id, "until", pauseTo.Format(time.RFC3339Nano))
+		l.log.Info("lane paused by another governor", "lane", l.id, "until", pauseTo.Format(time.RFC3339Nano))
 	}
-	if log.Enabled(context.Background(), slog.LevelDebug) {
-		log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", co.share, "members", s.Members)
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", co.share, "members", s.Members)
 	}
 	if !joined {
-		log.Info("lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
+		l.log.Info("lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
 	}
 }
 
 // fallback governs the lane alone again after a failed sync, from its
 // share: the local controller continues from what this Governor was using.
-func (l *lane) fallback(log *slog.Logger) {
+func (l *Lane) fallback() {
 	l.mu.Lock()
 	co := l.co
 	held := co.held
@@ -374,11 +373,11 @@ func (l *lane) fallback(log *slog.Logger) {
 	if held {
 		l.q.Resume()
 	}
-	log.Info("lane governed locally", "lane", l.id, "limit", limit)
+	l.log.Info("lane governed locally", "lane", l.id, "limit", limit)
 }
 
 // sharedPace returns the lane's shared pacing, if any.
-func (l *lane) sharedPace() (rate, burst float64, joined bool) {
+func (l *Lane) sharedPace() (rate, burst float64, joined bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.co.rate, l.co.burst, l.co.joined
@@ -386,73 +385,74 @@ func (l *lane) sharedPace() (rate, burst float64, joined bool) {
 
 // reserveShared books a dispatch on the lane's shared bucket when the lane
 // is coordinated and a rate is known; ok is false when the local pacer
-// decides (no shared rate, or Redis down or slow).
-func (p *Proxy) reserveShared(ctx context.Context, l *lane) (time.Duration, bool) {
+// decides (no shared rate, or the Coordinator down or slow).
+func (l *Lane) reserveShared(ctx context.Context) (time.Duration, bool) {
 	rate, burst, joined := l.sharedPace()
-	if !joined || !(rate > 0) || !p.cfg.Coordinator.Up() {
+	if !joined || !(rate > 0) || !l.co.coord.Up() {
 		return 0, false
 	}
 	rate *= paceMargin
 	if l.pace.maxGap > 0 {
 		rate = max(rate, 1/l.pace.maxGap.Seconds())
 	}
-	d, err := p.cfg.Coordinator.Reserve(ctx, l.id, rate, burst)
+	d, err := l.co.coord.Reserve(ctx, l.id, rate, burst)
 	if err != nil {
 		return 0, false
 	}
-	return min(d, maxHint), true
+	return min(d, maxDelay), true
 }
 
-// coordinate syncs the lanes every SyncInterval, and at once when a lane
-// asks (a decrease, a pause), until the Proxy stops; then it gives the
+// syncLoop syncs the lanes every SyncInterval, and at once when a lane
+// asks (a decrease, a pause), until the Registry closes; then it gives the
 // lanes' shares back. It gives an evicted lane's share back before the
 // next sync.
-func (p *Proxy) coordinate() {
-	defer close(p.coordDone)
-	t := time.NewTicker(p.cfg.SyncInterval)
+func (r *Registry) syncLoop() {
+	defer close(r.syncDone)
+	coord := r.cfg.Coordinator
+	t := time.NewTicker(r.cfg.SyncInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-p.ctx.Done():
-			ids := p.lanes.takeLeaving()
-			for _, l := range p.lanes.all() {
+		case <-r.ctx.Done():
+			ids := r.takeLeaving()
+			for _, l := range r.All() {
 				ids = append(ids, l.id)
 			}
-			_ = p.cfg.Coordinator.Leave(context.Background(), ids)
+			_ = coord.Leave(context.Background(), ids)
 			return
 		case <-t.C:
-		case <-p.lanes.kick:
+		case <-r.kick:
 		}
-		if ids := p.lanes.takeLeaving(); len(ids) > 0 {
+		if ids := r.takeLeaving(); len(ids) > 0 {
 			// Evicted lanes: their shares go back at once, as at a
 			// shutdown. (A failure leaves their leases to expire.)
-			_ = p.cfg.Coordinator.Leave(p.ctx, ids)
+			_ = coord.Leave(r.ctx, ids)
 		}
-		p.syncLanes()
+		r.syncLanes()
 	}
 }
 
 // syncLanes syncs every lane with the Coordinator in one call.
-func (p *Proxy) syncLanes() {
-	lanes := p.lanes.all()
+func (r *Registry) syncLanes() {
+	lanes := r.All()
 	if len(lanes) == 0 {
 		return
 	}
-	reports := make([]LaneReport, len(lanes))
+	reports := make([]Report, len(lanes))
 	snaps := make([]syncSnap, len(lanes))
-	at := p.cfg.Now()
+	at := r.cfg.Now()
 	for i, l := range lanes {
-		reports[i], snaps[i] = l.report(p.cfg.AIMD.Max, at, time.Duration(demandMemory*float64(p.cfg.SyncInterval)))
+		reports[i], snaps[i] = l.report(r.cfg.AIMD.Max, at, time.Duration(demandMemory*float64(r.cfg.SyncInterval)))
 	}
-	shared, err := p.cfg.Coordinator.Sync(p.ctx, reports)
+	shared, err := r.cfg.Coordinator.Sync(r.ctx, reports)
 	if err != nil || len(shared) != len(lanes) {
 		for _, l := range lanes {
-			l.fallback(p.cfg.Logger)
+			l.fallback()
 		}
 		return
 	}
-	now := p.cfg.Now()
+	now := r.cfg.Now()
 	for i, l := range lanes {
-		l.adopt(snaps[i], shared[i], now, p.cfg.SyncInterval*3/2, p.cfg.Logger)
+		l.adopt(snaps[i], shared[i], now, r.cfg.SyncInterval*3/2)
 	}
 }

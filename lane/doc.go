@@ -1,0 +1,30 @@
+// Package lane governs the calls to one provider account and model: a
+// lane is one upstream, one credential and one model, because providers
+// limit per account and per model, so a 429 for one model or key never
+// slows another.
+//
+// A Registry holds the lanes, created on first use by Key (the caller
+// computes the upstream's name, the credential's hash and the model; this
+// package sees no HTTP). MaxLanes bounds them, and their metric series:
+// past it a new model of a known credential shares that credential's
+// OtherModel lane, and a new credential takes the place of the least
+// recently used lane idle for EvictAfter, or gets ErrTooManyLanes.
+//
+// Each Lane has a queue.Queue and an aimd.Controller. For each attempt the
+// caller takes a slot from the lane's Queue, calls Reserve (and waits what
+// it says, holding the slot: the provider's request budget, learned from
+// ObserveBudget), makes the attempt, then reports it with Observe, which
+// feeds the controller and sets the queue's limit from it, and releases
+// the slot. Pause holds the lane's dispatches for a provider's Retry-After
+// until a call succeeds (Answered) or the time comes, whichever is first.
+// Every method of Lane and Registry is safe for concurrent use and takes
+// the time it acts at, so tests drive it with explicit instants.
+//
+// With a Coordinator (package coord, over Redis) each lane is shared with
+// the other Governors that use it: a loop owned by the Registry syncs
+// every lane each SyncInterval, and at once after a decrease or a pause.
+// The controller then holds the lane's shared limit and the queue this
+// Governor's share of it. A failed sync governs the lane alone again from
+// its share; coordination never blocks a call. Close stops the loop, gives
+// the lanes' shares back and closes the queues.
+package lane

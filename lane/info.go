@@ -1,0 +1,94 @@
+package lane
+
+import (
+	"fmt"
+	"time"
+)
+
+// Info is one lane as GET /governor/lanes shows it.
+type Info struct {
+	ID              string         `json:"id"`
+	Upstream        string         `json:"upstream"`
+	Model           string         `json:"model"`
+	Credential      string         `json:"credential"` // a short hash, never the key
+	Target          float64        `json:"target"`
+	Limit           int            `json:"limit"`
+	InFlight        int            `json:"in_flight"`
+	Queued          int            `json:"queued"`
+	QueuedByUrgency map[string]int `json:"queued_by_urgency"`
+	LatencyEWMAMs   float64        `json:"latency_ewma_ms"`
+	LastDecrease    *time.Time     `json:"last_decrease"`
+	Collapsed       bool           `json:"collapsed"`
+	Decreases       uint64         `json:"decreases"`
+	Collapses       uint64         `json:"collapses"`
+	PausedUntil     *time.Time     `json:"paused_until"`
+	// Coordinated reports whether the lane is governed together with the
+	// other Governors that use it (GOVERNOR_REDIS_URL, and Redis reachable).
+	// Then Target is the lane's shared target, SharedLimit the calls every
+	// Governor together may have in flight, and Limit this Governor's
+	// share of them. Otherwise SharedLimit is Limit.
+	Coordinated bool `json:"coordinated"`
+	SharedLimit int  `json:"shared_limit"`
+	// Members is the number of Governors sharing the lane at the last
+	// sync (0 when not coordinated).
+	Members int `json:"members"`
+	// ConnLimited reports that the calls in flight to the lane's upstream,
+	// UpstreamInFlight summed over its lanes, fill its UpstreamMaxConns
+	// connections (Config.MaxConnsPerUpstream): the lane's calls wait for
+	// a connection whatever its limit.
+	ConnLimited      bool `json:"conn_limited"`
+	UpstreamInFlight int  `json:"upstream_in_flight"`
+	UpstreamMaxConns int  `json:"upstream_max_conns"`
+}
+
+// info describes l at now; upstreamInFlight counts the calls in flight to
+// its upstream.
+func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
+	st := l.ctrl.State()
+	qs := l.q.Stats()
+	li := Info{
+		ConnLimited:      r.connLimited(upstreamInFlight, qs.InFlight),
+		UpstreamInFlight: upstreamInFlight,
+		UpstreamMaxConns: r.cfg.MaxConnsPerUpstream,
+		ID:               l.id,
+		Upstream:         l.key.Upstream,
+		Model:            l.key.Model,
+		Credential:       l.credHash,
+		Target:           st.Target,
+		Limit:            qs.Limit, // the controller's, or this Governor's share of it
+		SharedLimit:      st.Limit,
+		InFlight:         qs.InFlight,
+		Queued:           qs.Waiting,
+		QueuedByUrgency:  map[string]int{},
+		LatencyEWMAMs:    float64(st.LatencyEWMA) / float64(time.Millisecond),
+		Collapsed:        st.Collapsed,
+		Decreases:        st.Decreases,
+		Collapses:        st.Collapses,
+	}
+	if l.co != nil {
+		l.mu.Lock()
+		li.Coordinated, li.Members = l.co.joined, l.co.members
+		if !l.co.joined {
+			li.Members = 0
+		} else {
+			// The shared limit as of the last sync: the controller's
+			// own has grown or been cut since, and is shared at the next.
+			li.SharedLimit = max(1, int(l.co.sharedTarget))
+		}
+		l.mu.Unlock()
+	}
+	for u, n := range qs.WaitingByUrgency {
+		if n > 0 {
+			li.QueuedByUrgency[fmt.Sprintf("u=%d", u)] = n
+		}
+	}
+	if !st.LastDecrease.IsZero() {
+		t := st.LastDecrease
+		li.LastDecrease = &t
+	}
+	if qs.PausedUntil.After(now) {
+		t := qs.PausedUntil
+		li.PausedUntil = &t
+	}
+	return li
+}

@@ -1,0 +1,223 @@
+package lane
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/queue"
+)
+
+// A Lane is the unit Governor governs: one upstream, one credential, one
+// model, because providers limit per account and per model. Each lane has
+// its own queue and controller, so a 429 for one model or key never slows
+// another. The lane feeds each attempt's outcome to its controller and sets
+// its queue's limit from the controller's. It is safe for concurrent use.
+type Lane struct {
+	id       string // upstream/model/credential-hash; safe to show and to use as a label
+	key      Key
+	credHash string // short hash of the credential, never the credential
+	log      *slog.Logger
+
+	q *queue.Queue
+
+	mu   sync.Mutex // orders ObserveAt with the SetLimit that follows it
+	ctrl *aimd.Controller
+
+	pausedUntil time.Time  // guarded by mu; also kept by q
+	co          *laneCoord // guarded by mu; nil without a Coordinator
+	pace        pacer
+	m           *laneMetrics
+	load        *connLoad // of the lane's upstream
+
+	// lastUsed is when a call last took the lane or finished an attempt
+	// in it (Unix nanoseconds), for eviction (see
+	// Registry.evictIdleLocked).
+	lastUsed atomic.Int64
+}
+
+// ID returns the lane's id, upstream/model/credential-hash: free of
+// credentials, safe to show and to use as a metric label.
+func (l *Lane) ID() string { return l.id }
+
+// Queue returns the lane's queue. A call takes a slot there before each
+// attempt (Reserve, then the attempt, then Observe) and releases it when
+// the attempt is done with; the lane sets the queue's limit and pauses.
+func (l *Lane) Queue() *queue.Queue { return l.q }
+
+// close releases what a lane holds outside itself: its metric series. A
+// call still holding the lane (none should: it is idle) keeps working.
+func (l *Lane) close(set *metrics.Set) {
+	for _, name := range l.m.names {
+		set.UnregisterMetric(name)
+	}
+}
+
+// ObserveWait accounts for a wait of d in the lane's queue (0 for a slot
+// granted at once).
+func (l *Lane) ObserveWait(d time.Duration) { l.m.queueWait.Update(d.Seconds()) }
+
+// CountRetry counts a retry after an attempt that came to o.
+func (l *Lane) CountRetry(o Outcome) {
+	if c := l.m.retries[o]; c != nil {
+		c.Inc()
+	}
+}
+
+// Observe accounts for one attempt that came to o at now: it took latency,
+// and its slot was granted at dispatched (the limit it was let out under
+// is the one the controller had then). Every outcome but ClientGone feeds
+// the controller, and the queue's limit follows the controller's. Call it
+// with the attempt's slot still held.
+//
+// A coordinated lane's controller holds the limit shared by every Governor
+// on the lane, and its queue this Governor's share of it (see adopt).
+func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Time) {
+	l.lastUsed.Store(now.UnixNano())
+	l.m.attempts[o].Inc()
+	if o == ClientGone {
+		// The provider did nothing wrong: the controller does not hear
+		// of it.
+		return
+	}
+	l.m.upstream.Update(latency.Seconds())
+	inFlight := l.q.Stats().InFlight
+	l.mu.Lock()
+	before := l.ctrl.Limit()
+	co := l.co
+	shared := co != nil && co.joined
+	if shared {
+		inFlight = ctrlInFlight(inFlight, co.share, int(co.sharedTarget), before)
+	}
+	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Dispatched: dispatched}, now)
+	limit := l.ctrl.Limit()
+	qlimit := limit
+	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
+	if decreased {
+		co.decDispatched, co.collapsed = dispatched, ev == aimd.Collapsed
+	}
+	if shared {
+		if decreased {
+			// Take the cut on the share at once; the sync it asks for
+			// tells the others.
+			co.share = max(1, (co.share*limit+before-1)/before)
+		}
+		qlimit = co.share
+	}
+	l.q.SetLimit(qlimit)
+	l.mu.Unlock()
+	if decreased || shared && ev == aimd.Increased {
+		// A decrease is told at once; so is an increase, which gives
+		// this Governor's share its part at once (see ctrlInFlight).
+		co.signal()
+	}
+
+	switch ev {
+	case aimd.Decreased:
+		l.m.decreases.Inc()
+		l.log.Info("lane limit decreased", "lane", l.id, "from", before, "to", limit, "cause", l.decreaseCause())
+	case aimd.Collapsed:
+		l.m.collapses.Inc()
+		l.log.Info("lane collapsed", "lane", l.id, "from", before, "to", limit, "cause", l.ctrl.State().DecreaseCause.String())
+	case aimd.Recovered:
+		l.log.Info("lane recovered", "lane", l.id, "limit", limit)
+	case aimd.Yielded:
+		l.log.Debug("lane yielded", "lane", l.id, "from", before, "to", limit)
+	}
+}
+
+// decreaseCause says what made the controller decrease: the signal itself,
+// or for Phoenix, whose decreases happen when a feedback window ends (often
+// on a success, so the outcome at hand says nothing), what the window held.
+func (l *Lane) decreaseCause() string {
+	c := l.ctrl.State().DecreaseCause
+	if l.ctrl.Config().Preset != aimd.Phoenix {
+		return c.String()
+	}
+	if c == aimd.Timeout {
+		return "window had timeouts"
+	}
+	return "window had rate limits"
+}
+
+// Pause holds the lane's dispatches until t (the provider said
+// Retry-After), or until a call of the lane succeeds (see Answered),
+// whichever is first. now is when the provider said so.
+func (l *Lane) Pause(t, now time.Time) {
+	l.mu.Lock()
+	extended := t.After(l.pausedUntil)
+	if extended {
+		l.pausedUntil = t
+	}
+	co := l.co
+	if co != nil && t.After(co.seenPause) {
+		// Tell the other Governors at once.
+		co.pendingPause, co.pendingAt, co.seenPause = t, now, t
+	} else {
+		co = nil
+	}
+	l.mu.Unlock()
+	if co != nil {
+		co.signal()
+	}
+	if extended {
+		l.q.PauseUntil(t)
+		l.m.pauses.Inc()
+		l.log.Info("lane paused", "lane", l.id, "until", t.Format(time.RFC3339Nano))
+	}
+}
+
+// Answered lifts a pause when a call of the lane has just succeeded.
+//
+// A Retry-After says when the provider expects to take that call again;
+// whether it speaks for the whole lane depends on the limit behind it. Under
+// a request budget the lane should wait, and the pacer, which reads the
+// budget, already makes it wait. Under a concurrency cap a call that
+// completes frees a slot at once, and holding the lane for the rest of the
+// hint (a whole second, typically) would leave that slot idle: the
+// controller's decrease is the right answer to a cap. So a pause holds only
+// while nothing succeeds; the call that was told to wait still waits out its
+// own hint.
+func (l *Lane) Answered(now time.Time) {
+	l.mu.Lock()
+	lifted := l.pausedUntil.After(now)
+	if lifted {
+		l.pausedUntil = time.Time{}
+	}
+	if l.co != nil {
+		l.co.lastOK = now
+	}
+	l.mu.Unlock()
+	if lifted {
+		l.q.Resume()
+		l.log.Debug("lane resumed: a call succeeded", "lane", l.id)
+	}
+}
+
+// Reserve books one dispatch at now on the lane's request budget, holding
+// the call's slot, and returns the dispatch's sequence number (for
+// ObserveBudget) and how long the call must wait before it is sent. With
+// no budget known the wait is 0. A coordinated lane books the bucket every
+// Governor on the lane draws from, unless the Coordinator fails or is
+// slow; ctx bounds that.
+func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait time.Duration) {
+	seq, wait = l.pace.reserve(now)
+	if l.co != nil {
+		if d, ok := l.reserveShared(ctx); ok {
+			wait = d
+		}
+	}
+	return seq, wait
+}
+
+// ObserveBudget takes the request budget the answer to dispatch seq
+// (reserved at dispatched) reported at now; reports older than the one
+// held are ignored.
+func (l *Lane) ObserveBudget(b Budget, seq uint64, dispatched, now time.Time) {
+	l.pace.observe(b, seq, dispatched, now)
+}

@@ -1,0 +1,61 @@
+package lane
+
+import (
+	"fmt"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// LatencyBuckets are the buckets of Governor's latency histograms: they
+// span a cached answer (5 ms) to a long generation (10 min).
+var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// laneMetrics are one lane's series, labelled by its id (bounded by
+// Config.MaxLanes, and free of credentials).
+type laneMetrics struct {
+	attempts  [len(outcomeNames)]*metrics.Counter
+	retries   [len(outcomeNames)]*metrics.Counter
+	decreases *metrics.Counter
+	collapses *metrics.Counter
+	pauses    *metrics.Counter
+	queueWait *metrics.PrometheusHistogram
+	upstream  *metrics.PrometheusHistogram
+	names     []string // every series of the lane, to unregister it
+}
+
+func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
+	set := r.cfg.Metrics
+	lbl := fmt.Sprintf("lane=%q", l.id)
+	m := &laneMetrics{}
+	name := func(format string, args ...any) string {
+		n := fmt.Sprintf(format, args...)
+		m.names = append(m.names, n)
+		return n
+	}
+	m.decreases = set.NewCounter(name("governor_lane_decreases_total{%s}", lbl))
+	m.collapses = set.NewCounter(name("governor_lane_collapses_total{%s}", lbl))
+	m.pauses = set.NewCounter(name("governor_lane_pauses_total{%s}", lbl))
+	m.queueWait = set.NewPrometheusHistogramExt(name("governor_queue_wait_seconds{%s}", lbl), LatencyBuckets)
+	m.upstream = set.NewPrometheusHistogramExt(name("governor_lane_upstream_latency_seconds{%s}", lbl), LatencyBuckets)
+	for i, o := range outcomeNames {
+		m.attempts[i] = set.NewCounter(name("governor_attempts_total{%s,outcome=%q}", lbl, o))
+		if Outcome(i).Retryable() {
+			m.retries[i] = set.NewCounter(name("governor_retries_total{%s,reason=%q}", lbl, o))
+		}
+	}
+	set.NewGauge(name("governor_lane_target{%s}", lbl), func() float64 { return l.ctrl.State().Target })
+	// The limit this Governor applies: the controller's, or this
+	// Governor's share of it when the lane is coordinated.
+	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.q.Stats().Limit) })
+	set.NewGauge(name("governor_lane_in_flight{%s}", lbl), func() float64 { return float64(l.q.Stats().InFlight) })
+	set.NewGauge(name("governor_lane_queued{%s}", lbl), func() float64 { return float64(l.q.Len()) })
+	// 1 while the calls in flight to the lane's upstream fill its
+	// connections and the lane has calls among them.
+	set.NewGauge(name("governor_lane_conn_limited{%s}", lbl), func() float64 {
+		if r.connLimited(r.upstreamInFlight(l), l.q.Stats().InFlight) {
+			return 1
+		}
+		return 0
+	})
+	return m
+}

@@ -1,0 +1,282 @@
+package lane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/queue"
+)
+
+// Key identifies a lane: one upstream, one credential, one model.
+type Key struct {
+	// Upstream names the upstream; it appears in the lane's id.
+	Upstream string
+	// Credential is the full hash of the credential the calls are billed
+	// to, so that two credentials whose short hashes collide still get
+	// separate lanes. The lane shows its first 6 bytes, in hex.
+	Credential [sha256.Size]byte
+	// Model is the model asked for; empty for none.
+	Model string
+}
+
+// ErrTooManyLanes refuses a call whose credential would need a lane beyond
+// the bound (see Registry).
+var ErrTooManyLanes = errors.New("lane: the lane limit is reached and no lane has been idle long enough to make room for a new credential")
+
+// OtherModel is the Model of a credential's lane that groups its new
+// models once MaxLanes lanes exist.
+const OtherModel = "other"
+
+// minEvictAfter is the least time a lane must have been unused, with
+// nothing waiting or in flight, before a new lane may evict it (see
+// Registry.EvictAfter).
+const minEvictAfter = 2 * time.Minute
+
+// A Registry holds every lane, created on first use. It is safe for
+// concurrent use.
+//
+// Lanes are bounded, because request headers and bodies choose them. Once
+// MaxLanes exist, a new model of a known credential shares that
+// credential's "other" lane (isolation is per credential, so that costs
+// nothing but per-model accounting). A new credential, or a known one's
+// first "other" lane, evicts the least recently used idle lane (see
+// EvictAfter); with none idle long enough, a new credential is refused
+// (ErrTooManyLanes), which keeps every credential's calls apart from every
+// other's while bounding the lanes at 2×MaxLanes.
+type Registry struct {
+	cfg        Config
+	evicted    *metrics.Counter
+	evictAfter time.Duration // unused this long, an idle lane may be evicted
+
+	// kick asks the sync loop for a sync now; nil without a Coordinator.
+	kick chan struct{}
+	// ctx ends when the Registry closes; syncDone is closed when the sync
+	// loop has ended (nil without a Coordinator).
+	ctx      context.Context
+	cancel   context.CancelFunc
+	syncDone chan struct{}
+
+	mu      sync.RWMutex
+	byKey   map[Key]*Lane
+	ordered []*Lane                   // in creation order, for All
+	creds   map[[sha256.Size]byte]int // lanes per credential
+	loads   map[string]*connLoad      // by upstream name
+	// leaving are the ids of evicted lanes whose shares the sync loop is
+	// to give back to the Coordinator (see takeLeaving); nil without one.
+	leaving []string
+}
+
+// New returns a Registry for cfg. It registers its metrics on cfg.Metrics
+// and, with a Coordinator, starts the sync loop that Close stops.
+func New(cfg Config) (*Registry, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{cfg: c, byKey: map[Key]*Lane{},
+		creds:      map[[sha256.Size]byte]int{},
+		loads:      map[string]*connLoad{},
+		evictAfter: max(minEvictAfter, 2*c.MaxPause, 2*c.MaxBackoff),
+		evicted:    c.Metrics.NewCounter("governor_lanes_evicted_total")}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if c.Coordinator != nil {
+		r.kick = make(chan struct{}, 1)
+		r.syncDone = make(chan struct{})
+		go r.syncLoop()
+	}
+	return r, nil
+}
+
+// EvictAfter is how long a lane must have been unused, with nothing waiting
+// or in flight, before a new lane may take its place: at least 2 minutes,
+// and at least twice the longest wait between a call's attempts (MaxPause,
+// MaxBackoff), so that a lane is not evicted under a call about to retry.
+func (r *Registry) EvictAfter() time.Duration { return r.evictAfter }
+
+// Get returns the lane of key, creating it on first use, or
+// ErrTooManyLanes. Once MaxLanes lanes exist, a new model gets its
+// credential's OtherModel lane.
+func (r *Registry) Get(key Key) (*Lane, error) {
+	now := r.cfg.Now()
+	r.mu.RLock()
+	l := r.byKey[key]
+	r.mu.RUnlock()
+	if l != nil {
+		l.lastUsed.Store(now.UnixNano())
+		return l, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l = r.byKey[key]; l == nil && len(r.byKey) >= r.cfg.MaxLanes {
+		// Bound the lanes (and metric series) that request bodies can
+		// create: new models share one lane per upstream and credential.
+		key.Model = OtherModel
+		l = r.byKey[key]
+		if l == nil && !r.evictIdleLocked(now) && r.creds[key.Credential] == 0 {
+			return nil, ErrTooManyLanes
+		}
+	}
+	if l == nil {
+		l = r.newLaneLocked(key)
+		// A lane evicted and back before its share was given back keeps
+		// its place in the Coordinator.
+		r.leaving = slices.DeleteFunc(r.leaving, func(id string) bool { return id == l.id })
+		r.byKey[key] = l
+		r.ordered = append(r.ordered, l)
+		r.creds[key.Credential]++
+	}
+	l.lastUsed.Store(now.UnixNano())
+	return l, nil
+}
+
+// evictIdleLocked removes the least recently used lane that has nothing
+// waiting or in flight and has been unused for r.evictAfter, with its
+// metric series. It reports whether it removed one. It requires r.mu to
+// be held for writing.
+func (r *Registry) evictIdleLocked(now time.Time) bool {
+	victim := -1
+	var oldest int64
+	cutoff := now.Add(-r.evictAfter).UnixNano()
+	for i, l := range r.ordered {
+		used := l.lastUsed.Load()
+		if used > cutoff || (victim >= 0 && used >= oldest) {
+			continue
+		}
+		if st := l.q.Stats(); st.InFlight > 0 || st.Waiting > 0 {
+			continue
+		}
+		victim, oldest = i, used
+	}
+	if victim < 0 {
+		return false
+	}
+	l := r.ordered[victim]
+	r.ordered = append(r.ordered[:victim], r.ordered[victim+1:]...)
+	delete(r.byKey, l.key)
+	if r.creds[l.key.Credential]--; r.creds[l.key.Credential] == 0 {
+		delete(r.creds, l.key.Credential)
+	}
+	l.close(r.cfg.Metrics)
+	if r.kick != nil {
+		// Give the lane's share back to the other Governors now, as a
+		// shutdown does, rather than let its lease expire. The Coordinator
+		// is called from the sync loop, never under r.mu.
+		r.leaving = append(r.leaving, l.id)
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+	r.evicted.Inc()
+	r.cfg.Logger.Info("lane evicted: idle, and the lane limit is reached", "lane", l.id,
+		"idle", now.Sub(time.Unix(0, oldest)).Round(time.Second).String())
+	return true
+}
+
+// newLaneLocked requires r.mu to be held.
+func (r *Registry) newLaneLocked(key Key) *Lane {
+	now := r.cfg.Now()
+	credHash := hex.EncodeToString(key.Credential[:6])
+	l := &Lane{
+		id:       fmt.Sprintf("%s/%s/%s", key.Upstream, labelSafe(key.Model), credHash),
+		key:      key,
+		credHash: credHash,
+		ctrl:     aimd.New(r.cfg.AIMD, now),
+		log:      r.cfg.Logger,
+		load:     r.loadLocked(key.Upstream),
+	}
+	l.q = queue.New(queue.Config{Capacity: r.cfg.QueueCapacity, Limit: l.ctrl.Limit(), Now: r.cfg.Now})
+	l.pace.maxGap = r.cfg.MaxPause
+	if r.kick != nil {
+		l.co = &laneCoord{kick: r.kick, coord: r.cfg.Coordinator}
+		defer l.co.signal() // join at once
+		if r.cfg.Coordinator.Up() {
+			// Until the first sync tells this Governor its share, the
+			// others may be using the whole shared limit: no call, for a
+			// sync interval at most. (A failed sync gives the lane its
+			// local limit at once.)
+			l.co.starting, l.co.held = true, true
+			l.q.SetLimit(1)
+			l.q.PauseUntil(now.Add(r.cfg.SyncInterval))
+		}
+	}
+	l.m = newLaneMetrics(r, l)
+	r.cfg.Logger.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", r.cfg.AIMD.Preset.String())
+	return l
+}
+
+// labelSafe maps a model name to the characters that are safe in a lane id
+// and a metric label, bounded in length.
+func labelSafe(s string) string {
+	if s == "" {
+		return "none"
+	}
+	b := []byte(s[:min(len(s), 64)])
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-@/", c) >= 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// takeLeaving returns the ids of the lanes evicted since the last call, for
+// the sync loop to leave the Coordinator.
+func (r *Registry) takeLeaving() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := r.leaving
+	r.leaving = nil
+	return ids
+}
+
+// All returns the lanes in creation order.
+func (r *Registry) All() []*Lane {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return append([]*Lane(nil), r.ordered...)
+}
+
+// Info returns every lane as GET /governor/lanes shows it, in creation
+// order.
+func (r *Registry) Info(now time.Time) []Info {
+	all := r.All()
+	out := make([]Info, 0, len(all))
+	sums := inFlightByUpstream(all)
+	for _, l := range all {
+		out = append(out, r.info(l, now, sums[l.key.Upstream]))
+	}
+	return out
+}
+
+// Queued counts the calls waiting in every lane.
+func (r *Registry) Queued() int {
+	n := 0
+	for _, l := range r.All() {
+		n += l.q.Len()
+	}
+	return n
+}
+
+// Close stops the sync loop, if any, giving every lane's share back to the
+// Coordinator, then closes every lane's queue: waiting calls get
+// queue.ErrClosed. Calls holding a slot may still release it.
+func (r *Registry) Close() {
+	r.cancel()
+	if r.syncDone != nil {
+		<-r.syncDone
+	}
+	for _, l := range r.All() {
+		l.q.Close()
+	}
+}
