@@ -81,8 +81,3 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 2, p.CollapseThreshold)
 	assert.Equal(t, 0.2, p.LatencyAlpha)
 }
-
-func TestLimitAtEqualsLimit(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
-	assert.Equal(t, c.Limit(), c.LimitAt(t0.Add(time.Hour)), "no change with time alone")
-}

@@ -108,19 +108,13 @@ func (c *Controller) ObserveAt(s Sample, now time.Time) Event {
 	return ev
 }
 
-// Limit returns the integer concurrency limit now: max(1, floor(target)),
-// at most Max.
+// Limit returns the integer concurrency limit: max(1, floor(target)), at
+// most Max. It changes only in ObserveAt and Adopt, never with time alone.
 func (c *Controller) Limit() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.limitLocked()
 }
-
-// LimitAt returns the limit at now. Neither preset changes the limit with
-// time alone (a quiet lane keeps its limit, and its target does not grow
-// while unused), so it equals Limit; it exists so that callers need not
-// change if a future preset decays the limit over time.
-func (c *Controller) LimitAt(now time.Time) int { return c.Limit() }
 
 // State returns a snapshot of the controller's state.
 func (c *Controller) State() State {

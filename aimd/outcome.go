@@ -30,9 +30,6 @@ func (o Outcome) String() string {
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
-// congestion reports whether o is a congestion signal.
-func (o Outcome) congestion() bool { return o == RateLimited || o == Timeout }
-
 // Sample is what the controller learns from one finished attempt.
 type Sample struct {
 	Outcome Outcome

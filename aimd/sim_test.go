@@ -172,7 +172,7 @@ func simulate(cfg Config, p simParams) simResult {
 		}
 	}
 	pump := func() {
-		for len(queue) > 0 && inFlight < ctl.LimitAt(epoch.Add(now)) && now >= paused {
+		for len(queue) > 0 && inFlight < ctl.Limit() && now >= paused {
 			call := queue[0]
 			queue = queue[1:]
 			inFlight++
