@@ -91,8 +91,8 @@ type Config struct {
 	// Phoenix: per window with any 429 or timeout (default 0.5). Default
 	// preset: on a congestion signal from a call dispatched after the last
 	// decrease, when that decrease had been confirmed by a success
-	// (default 0.9; a 429 cuts at most 2 slots below its level, see the
-	// package documentation). Must be in (0, 1).
+	// (default 0.9; a 429 cuts at most 2 slots below its level, see
+	// DESIGN.md). Must be in (0, 1).
 	DecreaseRatio float64
 	// RepeatDecreaseRatio (Default preset only) multiplies the target on
 	// a congestion signal that arrives when no call at all has succeeded

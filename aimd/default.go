@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// This file holds the Default preset. doc.go states its rules in prose;
-// the comments here say where each comes from.
+// This file holds the Default preset. DESIGN.md states its rules and the
+// reasoning behind them; the comments here say what each part does.
 
 // defaultState is the part of Controller used by the Default preset.
 type defaultState struct {
@@ -63,9 +63,8 @@ type defaultState struct {
 	peakAt time.Time
 }
 
-// Constants of the Default preset that are not in Config: they were
-// chosen with the simulations (sim_test.go, sim_shared_test.go) and are
-// explained in doc.go.
+// Constants of the Default preset that are not in Config, chosen with the
+// simulations (sim_test.go, sim_shared_test.go; see DESIGN.md).
 const (
 	// overshootSlack: a confirmed 429 at level L cuts the target to
 	// max(target*DecreaseRatio, L-overshootSlack).
@@ -75,20 +74,14 @@ const (
 	yieldRounds = 10
 	yieldShare  = 0.3
 	// yieldGap is the least time between two yields (or a congestion
-	// signal and a yield). Against a provider that answers in a
-	// millisecond, yieldRounds round trips would be a yield every few milliseconds:
-	// calls would keep waiting in the queue for nothing, and competitors
-	// find what is given back over seconds, not milliseconds. At LLM
-	// latencies (hundreds of ms and more) they are longer.
+	// signal and a yield), so that a provider that answers in a
+	// millisecond does not make the lane yield every few milliseconds.
 	yieldGap = time.Second
 	// A lane whose limit is below recallRatio of its recent peak probes
 	// after one clean round trip instead of the probe hold: capacity that
-	// was there a moment ago (a provider's throttle, S3's 32 -> 8 -> 32)
-	// often comes back, and a lane held at 8 that probes every 3 or 4
-	// round trips finds it up to 2 s late. The peak fades by e every
+	// was there a moment ago often comes back. The peak fades by e every
 	// peakMemory round trips, so a lane whose capacity stays low goes back
-	// to the usual hold (and its rate of 429s) within about a minute of
-	// round trips.
+	// to the usual hold within about a minute of round trips.
 	recallRatio = 0.7
 	peakMemory  = 64
 )
@@ -291,14 +284,9 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		// Fewer than Initial calls of the lane have ever got through, and
 		// the provider says it is full: others hold the capacity (a
 		// newcomer to a shared account), or it is not there yet. Neither
-		// is a storm, and a lane cut to 1 would ask too rarely to ever win
-		// a slot that frees up: the first 429 cuts gently, later ones
-		// change nothing and the lane keeps asking at that level until
-		// Initial calls have succeeded. Its first calls get in one at a
-		// time, as slots free up, with 429s in between: cutting on those
-		// (as the usual rules would once one call had succeeded) took a
-		// newcomer from 7 to 4 within seconds in the shared simulation,
-		// where it stayed.
+		// is a storm: the first 429 cuts gently, later ones change nothing
+		// and the lane keeps asking at that level until Initial calls have
+		// succeeded.
 		d.streak = 0
 		if c.decreases > 0 {
 			return None
@@ -360,9 +348,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		// succeeded, but calls sent before it still do: the cut was not
 		// enough, or others sharing the provider took what it freed.
 		// Cut by DecreaseRatio² (0.81) and probe from there at once,
-		// since the level that works is unknown. Halving here, as TCP
-		// would, is what starved late processes sharing a cap: a small
-		// lane sees its next 429 before its next success every time.
+		// since the level that works is unknown.
 		c.target = math.Max(1, c.target*c.cfg.DecreaseRatio*c.cfg.DecreaseRatio)
 		d.ss = c.target
 		d.skipHold = true
@@ -376,9 +362,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 			// A 429 from a hard cap means one call too many: above 20, a
 			// cut of 10% frees more than the overshoot for the round
 			// trip until the new level is confirmed. Free at most
-			// overshootSlack slots. (Below 20 the cut decides, and what
-			// it frees for that round trip is what lets competitors for a
-			// shared cap grow: see doc.go.)
+			// overshootSlack slots.
 			c.target = math.Max(c.target, level-overshootSlack)
 			c.target = c.shareAboveInitialLocked(level, taken)
 		}
@@ -393,19 +377,8 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 // freezing in an unfair split: a lane holding more than Initial gives
 // back one slot (two when taken, the last slot it gave back having gone
 // to someone else) until a fresh call succeeds, whatever the 10% cut
-// would leave it. It returns the new target. It requires c.mu to be held.
-//
-// Why: below 10 calls, a cut of 10% from one probe too many rounds back
-// to exactly the level the lane held (0.9 x 10 = 9), so a failed probe
-// costs it nothing, and any split of a shared cap among lanes holding 9
-// or fewer is a fixed point: in govbench's S4 three early processes
-// settled at 9 each and the last to join kept the remaining 5 for the
-// rest of the run. A lane above Initial, the level every lane starts at,
-// now gives a slot back each time it overshoots, which the lane that
-// joined last (squeezed below Initial) can catch; a lane at or below
-// Initial keeps what it has. Alone under a cap the rule changes nothing
-// above 10 (the cut already gives a slot back) and costs one slot for a
-// round trip per probe between 9 and 10.
+// would leave it; a lane at or below Initial keeps what it has. It returns
+// the new target. It requires c.mu to be held.
 func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 {
 	held := level - 1
 	if held <= c.cfg.Initial {
@@ -419,12 +392,8 @@ func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 
 }
 
 // restartShareClock counts the quiet round trips before the next yield
-// from now. Capacity has just grown: the lane is taking slots nobody
-// holds, not keeping them from anyone, and its competitors (if any) are
-// growing too. Yielding as soon as it gets there, on round trips counted
-// while it was held back, gives slots to nobody: in the shared
-// simulation, the two lanes left after two others stop used 0.86 of the
-// cap between the stops with that yield, 0.91 without.
+// from now: after a congestion signal, a yield, or growth into capacity
+// that nobody holds.
 func (d *defaultState) restartShareClock(now time.Time) {
 	d.quiet, d.rtStart, d.quietSince = 0, now, now
 }

@@ -237,7 +237,7 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 }
 
 // sharedSeeds is how many seeds TestSimulationShared runs: 20 in CI; the
-// figures the package doc quotes are from 1000
+// figures DESIGN.md quotes are from 1000
 // (go test ./aimd -run TestSimulationShared -v -shared-seeds 1000).
 var sharedSeeds = flag.Int("shared-seeds", 20, "seeds of TestSimulationShared")
 

@@ -359,7 +359,7 @@ func TestSimulationSeeds(t *testing.T) {
 // a round trip each time. The figure is the makespan its 16 clients would
 // have with no governor at the median latency over its makespan: at most
 // about 0.98, since latency with sigma 0.2 averages 2% above its median;
-// 0.97 without the yield. The package doc quotes it.
+// 0.97 without the yield. DESIGN.md quotes it.
 func TestSimulationClientLimited(t *testing.T) {
 	const seeds = 20
 	var sum float64
