@@ -19,6 +19,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/internal/reply"
 	"github.com/llmgovernor/governor/proxy"
 )
 
@@ -200,7 +201,7 @@ func (s *Server) serveBatches(ctx *fasthttp.RequestCtx) {
 		for _, j := range s.jobs.list(now) {
 			out.Batches = append(out.Batches, j.status(now, s.cfg.TTL))
 		}
-		proxy.WriteJSON(ctx, fasthttp.StatusOK, out)
+		reply.WriteJSON(ctx, fasthttp.StatusOK, out)
 	default:
 		methodNotAllowed(ctx, "GET, POST")
 	}
@@ -218,7 +219,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	if err := s.jobs.add(j, now); err != nil {
 		cancel(nil)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
-		proxy.WriteError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
 			fmt.Sprintf("%d batch jobs are held already; fetch and DELETE finished ones, or wait for them to expire", s.cfg.MaxJobs))
 		return
 	}
@@ -234,7 +235,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 		s.finished(j.exec, "async")
 	})
 	ctx.Response.Header.Set(fasthttp.HeaderLocation, PathBatches+"/"+j.exec.id)
-	proxy.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
+	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
 }
 
 // serveJob answers /governor/batches/{id} and /governor/batches/{id}/results.
@@ -244,7 +245,7 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	now := s.cfg.Now()
 	j := s.jobs.get(id, now)
 	if j == nil || (sub != "" && sub != "results") {
-		proxy.WriteError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound,
+		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound,
 			fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish)", id, s.cfg.TTL))
 		return
 	}
@@ -252,7 +253,7 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	case sub == "results" && ctx.IsGet():
 		s.serveJobResults(ctx, j)
 	case sub == "" && ctx.IsGet():
-		proxy.WriteJSON(ctx, fasthttp.StatusOK, j.status(now, s.cfg.TTL))
+		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(now, s.cfg.TTL))
 	case sub == "" && ctx.IsDelete():
 		s.deleteJob(ctx, j)
 	case sub == "results":
@@ -267,12 +268,12 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 	if v := ctx.QueryArgs().Peek("partial"); v != nil {
 		var err error
 		if partial, err = strconv.ParseBool(string(v)); err != nil {
-			proxy.WriteError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, fmt.Sprintf("partial: want true or false, got %q", v))
+			writeError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, fmt.Sprintf("partial: want true or false, got %q", v))
 			return
 		}
 	}
 	if !j.finished() && !partial {
-		proxy.WriteError(ctx, fasthttp.StatusConflict, codeRunning,
+		writeError(ctx, fasthttp.StatusConflict, codeRunning,
 			"the batch is still running: poll "+PathBatches+"/"+j.exec.id+", or add ?partial=true for the items finished so far")
 		return
 	}
@@ -284,7 +285,7 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	if j.finished() {
 		s.jobs.remove(j.exec.id)
-		proxy.WriteJSON(ctx, fasthttp.StatusOK, j.status(s.cfg.Now(), s.cfg.TTL))
+		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(s.cfg.Now(), s.cfg.TTL))
 		return
 	}
 	j.mu.Lock()
@@ -293,7 +294,7 @@ func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	j.cancel(errCancelled)
 	// Items in the queue leave it at once; those in flight are cut.
 	// Answer without waiting for them.
-	proxy.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(s.cfg.Now(), s.cfg.TTL))
+	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(s.cfg.Now(), s.cfg.TTL))
 }
 
 // Codes of the batch API's own errors.
@@ -309,7 +310,7 @@ const (
 func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 	format, err := inputFormat(ctx.Request.Header.ContentType())
 	if err != nil {
-		proxy.WriteError(ctx, fasthttp.StatusUnsupportedMediaType, codeMediaType, err.Error())
+		writeError(ctx, fasthttp.StatusUnsupportedMediaType, codeMediaType, err.Error())
 		return nil, false
 	}
 	var b *Batch
@@ -326,7 +327,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 	}
 	if err != nil {
 		s.m.rejected.Inc()
-		proxy.WriteError(ctx, fasthttp.StatusBadRequest, codeBadBatch, err.Error())
+		writeError(ctx, fasthttp.StatusBadRequest, codeBadBatch, err.Error())
 		return nil, false
 	}
 	return b, true
@@ -416,7 +417,7 @@ func (s *Server) finished(e *execution, mode string) {
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
-	proxy.WriteError(ctx, fasthttp.StatusMethodNotAllowed, proxy.CodeMethodNotAllowed, "use "+allow)
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, proxy.CodeMethodNotAllowed, "use "+allow)
 }
 
 // newID returns a fresh batch id.
@@ -424,4 +425,10 @@ func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "batch_" + hex.EncodeToString(b[:])
+}
+
+// writeError answers ctx with Governor's error in OpenAI's shape, which
+// the batch API speaks whatever the route of its items.
+func writeError(ctx *fasthttp.RequestCtx, status int, code, message string) {
+	reply.WriteError(ctx, false, reply.Error{Status: status, Code: code, Message: message})
 }

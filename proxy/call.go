@@ -188,14 +188,6 @@ func ClientLeft(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), errClientLeft)
 }
 
-// WriteError answers ctx with Governor's error shape (OpenAI's).
-func WriteError(ctx *fasthttp.RequestCtx, status int, code, message string) {
-	writeError(ctx, false, apiError{Status: status, Code: code, Message: message})
-}
-
-// WriteJSON answers ctx with v as JSON.
-func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) { writeJSON(ctx, status, v) }
-
 // requestID returns the provider's id of an answer.
 func requestID(h *fasthttp.ResponseHeader) string {
 	if v := h.Peek("X-Request-Id"); len(v) > 0 {

@@ -68,7 +68,7 @@ func TestLanesAreBoundedAgainstNewCredentials(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 503, resp.StatusCode)
 	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
-	var e openAIErrorBody
+	var e struct{ Error struct{ Code string } }
 	require.NoError(t, json.Unmarshal(body, &e), "%s", body)
 	assert.Equal(t, CodeTooManyLanes, e.Error.Code)
 	assert.Equal(t, sent, len(rec.seen()), "a refused call reaches no provider")

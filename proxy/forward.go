@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/internal/reply"
 	"github.com/llmgovernor/governor/queue"
 )
 
@@ -57,7 +58,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	up, path := p.router.resolve(ctx.Path())
 	anthropic = up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
 	refuse := func(e apiError) (bool, bool) {
-		writeError(ctx, anthropic, e)
+		reply.WriteError(ctx, anthropic, e)
 		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
 		p.finish(up, ctx, StatusFailed)
 		return anthropic, false
@@ -96,7 +97,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		// An earlier answer on this keep-alive connection may have left
 		// its write deadline.
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
-		writeError(ctx, anthropic, *res.err)
+		reply.WriteError(ctx, anthropic, *res.err)
 		setDetailHeaders(&ctx.Response.Header, &res.details)
 		p.finish(up, ctx, res.details.Status)
 		return

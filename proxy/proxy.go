@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/internal/reply"
 	"github.com/llmgovernor/governor/lane"
 )
 
@@ -237,13 +237,13 @@ func (p *Proxy) stop() {
 // serveLanes answers GET /governor/lanes.
 func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() {
-		writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
+		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
 		return
 	}
 	out := struct {
 		Lanes []lane.Info `json:"lanes"`
 	}{Lanes: p.lanes.Info(p.cfg.Now())}
-	writeJSON(ctx, fasthttp.StatusOK, out)
+	reply.WriteJSON(ctx, fasthttp.StatusOK, out)
 }
 
 // Handler serves one request on the main listener.
@@ -274,7 +274,7 @@ const HeaderToken = "X-Governor-Token"
 func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 	if p.cfg.APIToken != "" &&
 		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(HeaderToken), []byte(p.cfg.APIToken)) != 1 {
-		writeError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
+		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
 			Message: "Governor's API requires the " + HeaderToken + " header"})
 		return
 	}
@@ -288,7 +288,7 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 			return
 		}
 	}
-	writeError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
+	reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
 		Message: fmt.Sprintf("no Governor endpoint %s", path)})
 }
 
@@ -303,17 +303,17 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		if c, ok := ctx.Conn().(*clientConn); ok {
 			c.lingerOnClose()
 		}
-		writeError(ctx, false, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
+		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
 		return
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		writeError(ctx, false, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest,
+		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest,
 			Message: "timed out reading the request"})
 		return
 	}
-	writeError(ctx, false, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
+	reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
 		Message: "malformed HTTP request"})
 }
 
@@ -323,16 +323,4 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
-}
-
-// writeJSON answers with v as JSON.
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, false, apiError{Status: fasthttp.StatusInternalServerError, Code: "internal", Message: err.Error()})
-		return
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, '\n'))
 }
