@@ -20,6 +20,8 @@ type Row struct {
 	Attempts         int
 	Errors           []string // one short string per failed attempt
 	Queue, Execution time.Duration
+	// Lane is the lane the item went through, empty when it got none.
+	Lane string
 
 	// The provider's last answer, when there is one.
 	StatusCode  int

@@ -31,6 +31,8 @@ type execution struct {
 	// onRow, if set, is called once per row as it is recorded, from the
 	// goroutine that recorded it, without locks held.
 	onRow func(i int, r *Row)
+	// onRecord, if set, is called like onRow: the access log's hook.
+	onRecord func(i int, r *Row)
 
 	mu       sync.Mutex
 	rows     []Row
@@ -55,6 +57,9 @@ func (e *execution) record(i int, r Row) {
 	e.mu.Unlock()
 	if e.onRow != nil {
 		e.onRow(i, &r)
+	}
+	if e.onRecord != nil {
+		e.onRecord(i, &r)
 	}
 }
 
@@ -92,6 +97,9 @@ func (e *execution) snapshot(now time.Time) ([]Row, Summary) {
 func (s *Server) execute(ctx context.Context, e *execution) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	if s.cfg.AccessLog != nil {
+		e.onRecord = func(i int, r *Row) { s.logItem(e, i, r) }
+	}
 	o := &e.batch.Options
 	n := len(e.batch.Items)
 	workers := min(n, s.cfg.Window)
@@ -173,12 +181,14 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		}
 		r.Status = proxy.StatusFailed
 		r.Err = res.Err
+		r.Lane = res.Lane
 		if d.Attempts == 0 {
 			// No attempt to blame: say why it failed all the same.
 			r.Errors = append(r.Errors, res.Err.Code+": "+res.Err.Message)
 		}
 		return r
 	}
+	r.Lane = res.Lane
 	r.StatusCode = res.StatusCode
 	r.ContentType = res.ContentType
 	r.RequestID = res.RequestID

@@ -44,6 +44,14 @@ type Config struct {
 	Metrics *metrics.Set
 	// Logger receives operational logs. Default: discard.
 	Logger *slog.Logger
+	// AccessLog, if set, receives one line per batch item, at Info level,
+	// once its row is recorded: message "batch item", with batch (the
+	// batch's id), item (its index), method, path (without the query),
+	// lane, code (the provider's status, or Governor's error's), status,
+	// attempts, queue_ms, upstream_ms, bytes_in, bytes_out (the answer's
+	// body) and request_id (the provider's, else the item's X-Request-Id).
+	// Nil: no access log.
+	AccessLog *slog.Logger
 }
 
 // Defaults of the Config fields.

@@ -44,7 +44,10 @@ type Result struct {
 	// RequestID is the provider's id for the answer (x-request-id, or
 	// Anthropic's request-id), empty when it sent none.
 	RequestID string
-	Body      []byte // the whole answer; a streamed answer is read to its end
+	// Lane is the id of the lane the call went through, as
+	// GET /governor/lanes shows it; empty when it got none.
+	Lane string
+	Body []byte // the whole answer; a streamed answer is read to its end
 	// Err is an error of Governor's own: no upstream answer to return.
 	Err     *Error
 	Details Details
@@ -138,13 +141,13 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	res := &g.res
 	if res.err != nil {
 		e := res.err
-		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details}
+		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details, Lane: l.ID()}
 	}
 	resp := res.resp
 	defer fasthttp.ReleaseResponse(resp)
 	defer res.release()
 	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()),
-		RequestID: requestID(&resp.Header), Details: res.details}
+		RequestID: requestID(&resp.Header), Lane: l.ID(), Details: res.details}
 	if resp.BodyStream() != nil {
 		// The provider may still be generating: ctx ending cuts the read
 		// as it would have cut the attempt.
@@ -164,7 +167,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 			}
 			out.Details.Status = StatusFailed
 			out.Details.Errors = append(out.Details.Errors, "body: "+why)
-			return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: out.Details}
+			return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: out.Details, Lane: l.ID()}
 		}
 	}
 	out.Body = append([]byte(nil), resp.Body()...)

@@ -110,6 +110,16 @@ type Config struct {
 	Metrics *metrics.Set
 	// Logger receives operational logs. Default: discard.
 	Logger *slog.Logger
+	// AccessLog, if set, receives one line per forwarded call, at Info
+	// level, once its answer is sent (a stream's, once it has ended):
+	// message "call", with method, path (without the query), lane, code
+	// (the HTTP status sent), status (Governor's), attempts, queue_ms,
+	// upstream_ms (dispatch to answer, over all attempts; to its headers
+	// for a stream), duration_ms (from the request's arrival), bytes_in,
+	// bytes_out (body bytes sent) and request_id (the provider's
+	// x-request-id or request-id, else the request's X-Request-Id). Nil:
+	// no access log.
+	AccessLog *slog.Logger
 }
 
 // Defaults of the Config fields.

@@ -60,7 +60,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	refuse := func(e apiError) (bool, bool) {
 		reply.WriteError(ctx, anthropic, e)
 		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
-		p.finish(up, ctx, StatusFailed)
+		p.finish(up, ctx, "", &Details{Status: StatusFailed})
 		return anthropic, false
 	}
 	maxRetries, err := maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries)
@@ -99,17 +99,22 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
 		reply.WriteError(ctx, anthropic, *res.err)
 		setDetailHeaders(&ctx.Response.Header, &res.details)
-		p.finish(up, ctx, res.details.Status)
+		p.finish(up, ctx, c.l.ID(), &res.details)
 		return
 	}
-	p.respond(ctx, up, *res)
+	p.respond(ctx, up, c.l.ID(), *res)
 }
 
-// finish accounts for a call whose answer is complete (not streaming).
-func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx, status Status) {
+// finish accounts for a call whose answer is complete (not streaming):
+// its metrics, and its access log line. lane is empty for a call refused
+// before it had one.
+func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx, lane string, d *Details) {
 	up.metrics.countRequest(ctx.Response.StatusCode())
-	up.metrics.countCall(status)
+	up.metrics.countCall(d.Status)
 	p.metrics.inFlight.Add(-1)
+	if p.cfg.AccessLog != nil {
+		p.logAccess(newAccessRecord(ctx, lane, d), int64(len(ctx.Response.Body())))
+	}
 }
 
 // upstreamRequest is the request a call sends upstream, built from the
@@ -208,7 +213,7 @@ var pathChar = func() (t [256]bool) {
 // res.resp and res.slot: a buffered answer is copied and released here;
 // a streamed one is handed to fasthttp, which closes it after writing it,
 // and closing it releases the response and the lane's slot.
-func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) {
+func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, lane string, res callResult) {
 	resp := res.resp
 	stripResponseHopHeaders(&resp.Header)
 	resp.Header.CopyTo(&ctx.Response.Header)
@@ -220,7 +225,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
 		res.release()
-		p.finish(up, ctx, res.details.Status)
+		p.finish(up, ctx, lane, &res.details)
 		return
 	}
 
@@ -231,19 +236,26 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, res callResult) 
 	up.metrics.countRequest(resp.StatusCode())
 	up.metrics.countCall(res.details.Status)
 	slot := res.slot // the closure captures this, not res, which stays on the stack
+	var rec *accessRecord
+	if p.cfg.AccessLog != nil {
+		rec = newAccessRecord(ctx, lane, &res.details)
+	}
 	body := &streamBody{
-		resp:   resp,
-		stream: resp.BodyStream(),
-		conn:   connOf(resp),
-		idle:   p.cfg.StreamIdleTimeout,
-		done: func() {
-			if slot != nil {
-				slot.Release()
-			}
-			p.metrics.inFlight.Add(-1)
-		},
+		resp:       resp,
+		stream:     resp.BodyStream(),
+		conn:       connOf(resp),
+		idle:       p.cfg.StreamIdleTimeout,
 		client:     ctx.Conn(),
 		checkEvery: clientCheckInterval,
+	}
+	body.done = func() {
+		if slot != nil {
+			slot.Release()
+		}
+		p.metrics.inFlight.Add(-1)
+		if rec != nil {
+			p.logAccess(rec, body.written)
+		}
 	}
 	// The headers are written under these deadlines too; and the attempt's
 	// deadline on the upstream connection gives way to the stream's limit
