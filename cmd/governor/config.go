@@ -63,7 +63,8 @@ type config struct {
 	Instance                string        `env:"GOVERNOR_INSTANCE" help:"this Governor's name among the others in Redis; empty = hostname-pid-random"`
 	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
 	LogLevel                string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
-	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"json" help:"json or text (to stderr)"`
+	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"auto" help:"auto, json or text (to stderr); auto = text on a terminal, JSON otherwise"`
+	AccessLog               bool          `env:"GOVERNOR_ACCESS_LOG" envDefault:"false" help:"one line per call and per batch item (method, path, lane, code, status, attempts, queue_ms, upstream_ms, bytes_in, bytes_out, request_id), at info level whatever GOVERNOR_LOG_LEVEL"`
 }
 
 // parsed is config turned into the values the packages take.
@@ -72,7 +73,8 @@ type parsed struct {
 	upstream  proxy.Route // Name unused
 	routes    []proxy.Route
 	logLevel  slog.Level
-	logFormat string
+	logFormat string       // json or text once run has resolved auto
+	access    *slog.Logger // the access log; nil without GOVERNOR_ACCESS_LOG
 	aimd      aimd.Config
 	redis     *redis.Options // nil without GOVERNOR_REDIS_URL
 }
@@ -117,10 +119,10 @@ func loadConfig(environ []string) (*parsed, error) {
 		return nil, &configError{"GOVERNOR_LOG_LEVEL", fmt.Errorf("%q: want debug, info, warn or error", c.LogLevel)}
 	}
 	switch c.LogFormat {
-	case "json", "text":
+	case "auto", "json", "text":
 		p.logFormat = c.LogFormat
 	default:
-		return nil, &configError{"GOVERNOR_LOG_FORMAT", fmt.Errorf("%q: want json or text", c.LogFormat)}
+		return nil, &configError{"GOVERNOR_LOG_FORMAT", fmt.Errorf("%q: want auto, json or text", c.LogFormat)}
 	}
 	positive := []struct {
 		name string
@@ -268,10 +270,39 @@ Configuration (environment variables, with defaults):
 	tw.Flush()
 }
 
+// batchWindow is GOVERNOR_BATCH_WINDOW, its 0 resolved.
+func (p *parsed) batchWindow() int {
+	if p.BatchWindow == 0 {
+		return 2 * p.MaxConcurrency
+	}
+	return p.BatchWindow
+}
+
+// effective returns the configuration in effect, as the start-up line shows
+// it: every "0 = default" resolved, the log format chosen, the upstream and
+// routes as -demo sets them, URLs without their passwords.
+func (p *parsed) effective() config {
+	c := p.config
+	c.Upstream = p.upstream.URL.Redacted()
+	routes := make([]string, 0, len(p.routes))
+	for _, r := range p.routes {
+		routes = append(routes, r.Name+"="+r.URL.Redacted())
+	}
+	c.Routes = strings.Join(routes, ",")
+	c.BatchWindow = p.batchWindow()
+	c.LogFormat = p.logFormat
+	a := aimd.New(p.aimd, time.Now()).Config()
+	c.AIMDInitial, c.AIMDWindow = a.Initial, a.Window
+	c.AIMDIncreaseStep, c.AIMDDecreaseRatio, c.AIMDRepeatDecreaseRatio = a.IncreaseStep, a.DecreaseRatio, a.RepeatDecreaseRatio
+	c.AIMDProbeHold, c.AIMDCollapseWindow, c.AIMDCollapseThreshold = a.ProbeHold, a.CollapseWindow, a.CollapseThreshold
+	c.AIMDLatencyAlpha = a.LatencyAlpha
+	return c
+}
+
 // logAttrs renders the configuration for the start-up log, one attribute
 // per variable, with secrets redacted.
-func (c *config) logAttrs() []any {
-	v := reflect.ValueOf(*c)
+func (c config) logAttrs() []any {
+	v := reflect.ValueOf(c)
 	t := v.Type()
 	attrs := make([]any, 0, t.NumField())
 	for i := range t.NumField() {

@@ -70,7 +70,17 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "governor: invalid configuration: %v\n", err)
 		return exitUsage
 	}
-	log := newLogger(stderr, cfg)
+	if cfg.logFormat == "auto" {
+		cfg.logFormat = "json"
+		if isTerminal(stderr) {
+			cfg.logFormat = "text"
+		}
+	}
+	log := newLogger(stderr, cfg.logFormat, cfg.logLevel)
+	if cfg.AccessLog {
+		// Its lines are written whatever GOVERNOR_LOG_LEVEL says.
+		cfg.access = newLogger(stderr, cfg.logFormat, slog.LevelInfo)
+	}
 	if err := serve(cfg, *demo, stdout, log); err != nil {
 		log.Error("governor stopped", "err", err)
 		return exitFailed
@@ -78,9 +88,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func newLogger(w io.Writer, cfg *parsed) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.logLevel}
-	if cfg.logFormat == "text" {
+func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
@@ -159,6 +169,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		SyncInterval:      cfg.RedisSyncInterval,
 		Metrics:           set,
 		Logger:            log,
+		AccessLog:         cfg.access,
 
 		// Bounds every upstream's calls in flight (see warnConnBound).
 		MaxConnsPerUpstream: cfg.MaxConnsPerUp,
@@ -179,18 +190,15 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		}
 		_ = p.Shutdown(context.Background())
 	}()
-	window := cfg.BatchWindow
-	if window == 0 {
-		window = 2 * cfg.MaxConcurrency
-	}
 	batches, err = batch.New(p, batch.Config{
 		MaxItems:  cfg.BatchMaxItems,
-		Window:    window,
+		Window:    cfg.batchWindow(),
 		MaxJobs:   cfg.BatchMaxJobs,
 		TTL:       cfg.BatchTTL,
 		WriteIdle: cfg.StreamIdleTimeout,
 		Metrics:   set,
 		Logger:    log,
+		AccessLog: cfg.access,
 	})
 	if err != nil {
 		return err
@@ -226,7 +234,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "open_files", openFiles, "max_connections", maxConns,
 		"admin_max_connections", adminConnections(maxConns), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
-		slog.Group("config", cfg.config.logAttrs()...))
+		slog.Group("config", cfg.effective().logAttrs()...))
 	if cfg.APIToken == "" && !isLoopback(mainLn.Addr()) {
 		log.Warn("the main listener is not on loopback and GOVERNOR_API_TOKEN is not set: anyone who reaches it can use /governor/*",
 			"listen", mainLn.Addr().String())
