@@ -164,11 +164,19 @@ func TestRequestFramingAbuse(t *testing.T) {
 		{"2000 headers", "GET /v1/x HTTP/1.1\r\nHost: x\r\n" + many.String() + "Connection: close\r\n\r\n", "400", nil},
 		{"NUL in the method", "G\x00T /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "400", nil},
 		// Transfer-Encoding wins over Content-Length (RFC 9112 §6.3): the
-		// chunked body is empty, and what follows it is the client's next
-		// request, answered and forwarded as a call of its own.
+		// chunked body is empty and the call is served, but the connection
+		// closes after its answer, so what follows is never read as a
+		// request (a party on the way may have framed it the other way).
 		{"Content-Length and chunked",
 			"POST /v1/first HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /v1/second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-			"200", []string{"POST /v1/first 0", "GET /v1/second 0"}},
+			"200", []string{"POST /v1/first 0"}},
+		{"CONNECT", "CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n", "405", nil},
+		{"CONNECT to a path", "CONNECT /v1/x HTTP/1.1\r\nHost: x\r\n\r\n", "405", nil},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "405", nil},
+		{"PRI to a path", "PRI /v1/x HTTP/1.1\r\nHost: x\r\n\r\n", "405", nil},
+		{"HTTP/2.0", "GET /v1/x HTTP/2.0\r\nHost: x\r\n\r\n", "400", nil},
+		{"HTTP/1.2", "POST /v1/x HTTP/1.2\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "400", nil},
+		{"HTTP/0.9", "GET /v1/x HTTP/0.9\r\nHost: x\r\n\r\n", "400", nil},
 	} {
 		out := rawExchange(t, addr, tc.raw)
 		assert.True(t, strings.HasPrefix(out, "HTTP/1.1 "+tc.status+" "), "%s: %.200q", tc.name, out)

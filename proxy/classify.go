@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -34,6 +37,34 @@ func classifyStatus(status int, body []byte) lane.Outcome {
 		return lane.ServerError
 	}
 	return lane.Answered
+}
+
+// errUnreadableHead replaces fasthttp's error for an upstream head it could
+// not parse or that did not fit its buffer: that error quotes the head's
+// bytes, which must not reach a client's error body or the details.
+var (
+	errUnreadableHead = errors.New("malformed response head")
+	errOversizedHead  = fmt.Errorf("response head larger than %d bytes", responseHeaderBufferSize)
+)
+
+// scrubHeadError returns err, or, when err is fasthttp's complaint about
+// the bytes of an upstream head (rather than a connection's failure), an
+// error that says what was wrong without quoting them.
+func scrubHeadError(err error) error {
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		return errOversizedHead
+	}
+	var netErr net.Error
+	var errno syscall.Errno
+	if errors.As(err, &netErr) || errors.As(err, &errno) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, fasthttp.ErrTimeout) {
+		return err
+	}
+	if strings.Contains(err.Error(), "error when reading response headers") {
+		return errUnreadableHead
+	}
+	return err
 }
 
 // classifyErr classifies an attempt that got no answer.

@@ -129,3 +129,27 @@ func TestEventStreamIsStillStreamed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "\ndata: two\n\n", string(rest))
 }
+
+// A provider's head too large (or malformed) to read is a 502 that does
+// not quote the provider's header bytes: they may carry anything.
+func TestUnreadableUpstreamHeadIsNotQuoted(t *testing.T) {
+	checkLeaks(t)
+	const canary = "provider-header-canary"
+	for name, head := range map[string]string{
+		"oversized": "HTTP/1.1 200 OK\r\nX-Big: " + canary + strings.Repeat("a", 2*responseHeaderBufferSize) + "\r\n",
+		"malformed": "HTTP/1.1 200 OK\r\n" + canary + "\x00: x\r\n",
+	} {
+		up := cuttingUpstream(t, func(c *net.TCPConn, _ int) {
+			io.WriteString(c, head+"Content-Length: 2\r\n\r\n{}")
+		})
+		_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxRetries: 1}))
+		resp, body := chat(t, client(t), base, nil)
+		assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s: %s", name, body)
+		assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"), name)
+		assert.NotContains(t, body, canary, name)
+		assert.NotContains(t, body, "aaaa", name)
+		for k, v := range resp.Header {
+			assert.NotContains(t, k+strings.Join(v, ","), canary, name)
+		}
+	}
+}

@@ -255,6 +255,16 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	// drain, see connTracker) set is cleared when a client watch starts
 	// peeking at the socket (see clientWatch).
 	p.conns.busy(ctx.Conn())
+	if !p.acceptable(ctx) {
+		return
+	}
+	if framedTwice(ctx.Request.Header.RawHeaders()) {
+		// Framed by both Content-Length and Transfer-Encoding: chunked
+		// won, but a party on the way may have framed it the other way,
+		// so what follows on this connection is not read as a request
+		// (RFC 9112 §6.3). Set once the answer's headers are in place.
+		defer ctx.SetConnectionClose()
+	}
 	path := ctx.Path()
 	if bytes.HasPrefix(path, []byte(APIPrefix)) || bytes.Equal(path, []byte("/governor")) {
 		// Governor's API writes under no deadline of a previous answer,
@@ -266,6 +276,46 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.forward(ctx)
+}
+
+// acceptable answers, and reports false for, a request that is not an
+// HTTP/1.x call Governor may forward: a CONNECT or PRI (HTTP/2's preface)
+// gets 405, another HTTP version 400, and the connection is closed.
+func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	refuse := func(status int, code, msg string) bool {
+		ctx.SetConnectionClose()
+		reply.WriteError(ctx, false, apiError{Status: status, Code: code, Final: true, Message: msg})
+		return false
+	}
+	if m := h.Method(); string(m) == fasthttp.MethodConnect || string(m) == "PRI" {
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		return refuse(fasthttp.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("Governor does not serve %s requests", m))
+	}
+	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
+		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
+	}
+	return true
+}
+
+// framedTwice reports whether a request's raw headers name both
+// Content-Length and Transfer-Encoding. (fasthttp drops Transfer-Encoding
+// and sets the length once it has read a chunked body, so only the raw
+// block tells.)
+func framedTwice(raw []byte) bool {
+	var length, te bool
+	for len(raw) > 0 && !(length && te) {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
+		name, _, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		name = bytes.TrimSpace(name)
+		length = length || bytes.EqualFold(name, []byte(fasthttp.HeaderContentLength))
+		te = te || bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding))
+	}
+	return length && te
 }
 
 // HeaderToken carries GOVERNOR_API_TOKEN on calls to Governor's own API.

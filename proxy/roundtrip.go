@@ -267,6 +267,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	err := c.req.up.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
 	oc := lane.Answered
 	if err != nil {
+		err = scrubHeadError(err)
 		oc = classifyErr(err)
 	} else if needsBuffering(resp) {
 		// Read the body inside the attempt: a body cut short is a

@@ -78,6 +78,10 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 		MaxIdemponentCallAttempts: 1,
 		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		ReadBufferSize:            responseHeaderBufferSize,
+		// fasthttp's errors would otherwise quote the bytes of a head it
+		// could not read (too large, malformed): the provider's headers,
+		// which may carry anything, would reach the client's error body.
+		SecureErrorLogMessage: true,
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
 			if timeout <= 0 || timeout > cfg.ConnectTimeout {
 				timeout = cfg.ConnectTimeout
