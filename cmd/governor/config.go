@@ -249,11 +249,17 @@ func writeUsage(w io.Writer) {
 
 Usage:
   governor [-demo] [-version]
+  governor batch [-url URL] [-o FILE] [-job ID] [flags] input.jsonl
 
 Flags:
   -demo      run in front of a built-in simulated provider (offline)
   -version   print the version and exit
   -h         print this help
+
+governor batch submits an OpenAI Batch JSONL file to a running Governor as
+an async job, shows its progress on stderr and writes the results in input
+order (exit 0: all completed, 1: some failed or did not run, 2: usage);
+governor batch -h for its flags.
 
 Configuration (environment variables, with defaults):
 `)

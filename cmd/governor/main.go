@@ -29,6 +29,9 @@ import (
 var version = ""
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "batch" {
+		os.Exit(runBatchCommand(os.Args[2:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
+	}
 	// The metrics package's switch for # TYPE lines on the Go runtime's
 	// and the process's metrics (writeMetrics writes Governor's own).
 	metrics.ExposeMetadata(true)
@@ -58,7 +61,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "governor: unexpected argument %q (configuration is read from GOVERNOR_* variables; see governor -h)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "governor: unexpected argument %q (configuration is read from GOVERNOR_* variables; the only subcommand is batch; see governor -h)\n", fs.Arg(0))
 		return exitUsage
 	}
 	if *showVersion {
