@@ -1,0 +1,230 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Kinds of journal records.
+const (
+	kindResult byte = 'R' // u32 index | u32 meta length | meta | body
+	kindCancel byte = 'C' // nothing
+	kindFinish byte = 'F' // the caller's payload
+)
+
+// resultHead is the part of a result record before its meta: the frame
+// header, the kind, the index and the meta length.
+const resultHead = frameHeader + 1 + 4 + 4
+
+// maxItems bounds a job's items.
+const maxItems = 1 << 24
+
+// ErrFinished reports a write to a job that has finished.
+var ErrFinished = errors.New("job finished")
+
+// Job is one job's files. Its methods are safe for concurrent use.
+type Job struct {
+	id    string
+	path  string
+	total int
+
+	mu       sync.Mutex
+	f        *os.File // the journal, open for appending; nil once closed
+	size     int64    // bytes of whole records in the journal
+	offsets  []int64  // of item i's result record, -1 if none
+	finished bool
+	broken   error // a write that could not be undone: nothing more is written
+
+	syncMu sync.Mutex // one fsync at a time
+	synced int64      // journal bytes known to be on disk
+}
+
+func openJob(id, path string, total int, size int64) (*Job, error) {
+	f, err := os.OpenFile(filepath.Join(path, journalFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil, err
+	}
+	j := &Job{id: id, path: path, total: total, f: f, size: size, synced: size, offsets: make([]int64, total)}
+	for i := range j.offsets {
+		j.offsets[i] = -1
+	}
+	return j, nil
+}
+
+// ID is the job's id.
+func (j *Job) ID() string { return j.id }
+
+// Total is the job's number of items.
+func (j *Job) Total() int { return j.total }
+
+// Input returns the input given to Create.
+func (j *Job) Input() ([]byte, error) {
+	b, err := readFileFrame(filepath.Join(j.path, inputFile))
+	if err != nil {
+		return nil, fmt.Errorf("job %s: input: %w", j.id, err)
+	}
+	return b, nil
+}
+
+// Put records the result of item i: meta (small, read back without the
+// body) and body. It returns once the record is on disk. A result recorded
+// twice reads back as the later one.
+func (j *Job) Put(i int, meta, body []byte) error {
+	if i < 0 || i >= j.total {
+		return fmt.Errorf("job %s: item %d out of range", j.id, i)
+	}
+	head := make([]byte, 9)
+	head[0] = kindResult
+	binary.LittleEndian.PutUint32(head[1:], uint32(i))
+	binary.LittleEndian.PutUint32(head[5:], uint32(len(meta)))
+	return j.append(func(off int64) { j.offsets[i] = off }, head, meta, body)
+}
+
+// Cancel records that the job was cancelled: a job loaded with its
+// cancellation recorded is not to be resumed.
+func (j *Job) Cancel() error {
+	return j.append(nil, []byte{kindCancel})
+}
+
+// Finish records that the job has finished, with the caller's payload, and
+// removes its secret. Nothing more can be recorded.
+func (j *Job) Finish(payload []byte) error {
+	if err := j.append(nil, []byte{kindFinish}, payload); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	j.finished = true
+	j.mu.Unlock()
+	if err := os.Remove(filepath.Join(j.path, secretFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("job %s: remove secret: %w", j.id, err)
+	}
+	return nil
+}
+
+// append writes one record whose payload is parts, then calls at (if set)
+// with its offset, and returns once it is on disk.
+func (j *Job) append(at func(off int64), parts ...[]byte) error {
+	j.mu.Lock()
+	if err := j.writableLocked(); err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	off := j.size
+	n, err := j.writeLocked(parts)
+	if err != nil {
+		j.mu.Unlock()
+		return fmt.Errorf("job %s: journal: %w", j.id, err)
+	}
+	j.size += n
+	if at != nil {
+		at(off)
+	}
+	end := j.size
+	j.mu.Unlock()
+	return j.sync(end)
+}
+
+// writableLocked requires j.mu to be held.
+func (j *Job) writableLocked() error {
+	switch {
+	case j.broken != nil:
+		return j.broken
+	case j.f == nil:
+		return fmt.Errorf("job %s: closed", j.id)
+	case j.finished:
+		return fmt.Errorf("job %s: %w", j.id, ErrFinished)
+	}
+	return nil
+}
+
+// writeLocked appends a frame of parts. A failed write is cut off again,
+// so that the journal stays a sequence of whole records; if even that
+// fails, the job is broken. It requires j.mu to be held.
+func (j *Job) writeLocked(parts [][]byte) (int64, error) {
+	var n int64
+	for _, p := range parts {
+		n += int64(len(p))
+	}
+	if n > maxPayload {
+		return 0, fmt.Errorf("record of %d bytes: more than %d", n, maxPayload)
+	}
+	bufs := append([][]byte{frameHead(parts...)}, parts...)
+	for _, b := range bufs {
+		if _, err := j.f.Write(b); err != nil {
+			if terr := j.f.Truncate(j.size); terr != nil {
+				j.broken = fmt.Errorf("job %s: journal: a write failed (%v) and could not be undone: %w", j.id, err, terr)
+			}
+			return 0, err
+		}
+	}
+	return frameHeader + n, nil
+}
+
+// sync makes the journal durable up to end. Callers that find their bytes
+// synced by another's fsync return at once (group commit).
+func (j *Job) sync(end int64) error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	if j.synced >= end {
+		return nil
+	}
+	j.mu.Lock()
+	f, size := j.f, j.size
+	j.mu.Unlock()
+	if f == nil {
+		return fmt.Errorf("job %s: closed", j.id)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("job %s: journal sync: %w", j.id, err)
+	}
+	j.synced = size
+	return nil
+}
+
+// Recorded reports whether item i has a result recorded.
+func (j *Job) Recorded(i int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return i >= 0 && i < j.total && j.offsets[i] >= 0
+}
+
+// close closes the journal; later writes fail.
+func (j *Job) close() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f != nil {
+		_ = j.f.Close()
+		j.f = nil
+	}
+}
+
+// offset returns where item i's result record starts, or -1.
+func (j *Job) offset(i int) int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if i < 0 || i >= j.total {
+		return -1
+	}
+	return j.offsets[i]
+}
+
+func encodeHeader(total int, header []byte) []byte {
+	b := make([]byte, 4, 4+len(header))
+	binary.LittleEndian.PutUint32(b, uint32(total))
+	return append(b, header...)
+}
+
+func decodeHeader(b []byte) (total int, header []byte, err error) {
+	if len(b) < 4 {
+		return 0, nil, fmt.Errorf("%w: header of %d bytes", errDamaged, len(b))
+	}
+	total = int(binary.LittleEndian.Uint32(b))
+	if total > maxItems {
+		return 0, nil, fmt.Errorf("%w: %d items", errDamaged, total)
+	}
+	return total, b[4:], nil
+}
