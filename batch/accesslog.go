@@ -8,7 +8,7 @@ import (
 
 // logItem writes the access log line of item i once its row is recorded.
 func (s *Server) logItem(e *execution, i int, r *Row) {
-	it := &e.batch.Items[i]
+	it := &e.items[i]
 	id := r.RequestID
 	if id == "" {
 		for k, v := range it.Header {

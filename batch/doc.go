@@ -21,7 +21,13 @@
 //     routed like a proxied call's.
 //   - A sync batch whose client leaves is cancelled: its waiting items
 //     never run, its items in flight are cut. On Shutdown, sync batches
-//     drain with the proxy's calls; async jobs are cancelled.
+//     drain with the proxy's calls; async jobs are cancelled, unless
+//     they are kept in a batch directory (Config.Dir).
+//   - With a batch directory, a job's results are recorded on disk as
+//     items finish and read back from there; after a restart on the same
+//     directory, unfinished jobs resume by themselves, and an item whose
+//     result was recorded is never sent again (one in flight at the stop
+//     is).
 //
 // The wire formats (JSON, OpenAI Batch JSONL, NDJSON progress, async jobs)
 // are described in API.md beside this file.

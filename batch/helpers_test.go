@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,12 +31,18 @@ type env struct {
 	c       *http.Client
 	batches *batch.Server
 	set     *metrics.Set
+	// stop shuts Governor down (the provider stays); the test's end does
+	// it otherwise.
+	stop func()
 }
 
 type envOptions struct {
-	mock  mockllm.Config
-	proxy func(*proxy.Config)
-	batch func(*batch.Config)
+	mock mockllm.Config
+	// upstream, if set, is a running provider to use instead of a new one.
+	upstream *mockllm.Server
+	mockURL  string
+	proxy    func(*proxy.Config)
+	batch    func(*batch.Config)
 }
 
 // newEnv starts a simulated provider, a Proxy and a batch Server on
@@ -43,9 +50,14 @@ type envOptions struct {
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	checkLeaks(t)
-	mock, mockURL, stopMock, err := mockllm.Start(o.mock)
-	require.NoError(t, err)
-	t.Cleanup(stopMock)
+	mock, mockURL := o.upstream, o.mockURL
+	if mock == nil {
+		var stopMock func()
+		var err error
+		mock, mockURL, stopMock, err = mockllm.Start(o.mock)
+		require.NoError(t, err)
+		t.Cleanup(stopMock)
+	}
 	u, err := url.Parse(mockURL)
 	require.NoError(t, err)
 
@@ -80,7 +92,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ln) }()
 	tr := &http.Transport{DisableCompression: true}
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		tr.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -88,7 +100,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 		assert.NoError(t, p.Shutdown(ctx))
 		assert.NoError(t, <-done)
 	})
-	return &env{mock: mock, base: "http://" + ln.Addr().String(), c: &http.Client{Transport: tr}, batches: bs, set: set}
+	t.Cleanup(stop)
+	return &env{mock: mock, base: "http://" + ln.Addr().String(), c: &http.Client{Transport: tr}, batches: bs, set: set, stop: stop}
 }
 
 // post sends body to path with the given headers and returns the answer,

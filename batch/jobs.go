@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/llmgovernor/governor/batch/journal"
 )
 
 // Job states, as GET /governor/batches/{id} shows them.
@@ -25,6 +27,8 @@ type job struct {
 	created time.Time
 	cancel  context.CancelCauseFunc
 	done    chan struct{} // closed when every row is recorded
+	// journal keeps the job on disk; nil without a batch directory.
+	journal *journal.Job
 
 	mu        sync.Mutex
 	cancelled bool
@@ -56,8 +60,8 @@ func (j *job) finished() bool {
 }
 
 func (j *job) status(now time.Time, ttl time.Duration) JobStatus {
-	_, sum := j.exec.snapshot(now)
 	e := j.exec
+	sum := e.snapshotSummary(now)
 	e.mu.Lock()
 	started, finished := e.started, e.finished
 	e.mu.Unlock()
@@ -95,10 +99,12 @@ func (j *job) status(now time.Time, ttl time.Duration) JobStatus {
 
 // jobStore holds the async jobs, bounded in number; finished jobs expire
 // ttl after they finish. Expiry is lazy: every access first drops what has
-// expired, so no timer goroutine is needed.
+// expired, so no timer goroutine is needed. forget, if set, is called for
+// each job dropped, without the lock held.
 type jobStore struct {
-	max int
-	ttl time.Duration
+	max    int
+	ttl    time.Duration
+	forget func(*job)
 
 	mu   sync.Mutex
 	byID map[string]*job
@@ -108,8 +114,10 @@ func newJobStore(max int, ttl time.Duration) *jobStore {
 	return &jobStore{max: max, ttl: ttl, byID: map[string]*job{}}
 }
 
-// expireLocked requires js.mu to be held.
-func (js *jobStore) expireLocked(now time.Time) {
+// expireLocked drops the jobs that have expired and returns them. It
+// requires js.mu to be held.
+func (js *jobStore) expireLocked(now time.Time) []*job {
+	var gone []*job
 	for id, j := range js.byID {
 		if !j.finished() {
 			continue
@@ -119,44 +127,73 @@ func (js *jobStore) expireLocked(now time.Time) {
 		j.exec.mu.Unlock()
 		if !now.Before(fin.Add(js.ttl)) {
 			delete(js.byID, id)
+			gone = append(gone, j)
 		}
+	}
+	return gone
+}
+
+func (js *jobStore) forgetAll(gone []*job) {
+	if js.forget == nil {
+		return
+	}
+	for _, j := range gone {
+		js.forget(j)
 	}
 }
 
 // add stores j, unless max jobs are held already.
 func (js *jobStore) add(j *job, now time.Time) error {
 	js.mu.Lock()
-	defer js.mu.Unlock()
-	js.expireLocked(now)
-	if len(js.byID) >= js.max {
+	gone := js.expireLocked(now)
+	full := len(js.byID) >= js.max
+	if !full {
+		js.byID[j.exec.id] = j
+	}
+	js.mu.Unlock()
+	js.forgetAll(gone)
+	if full {
 		return errTooManyJobs
 	}
-	js.byID[j.exec.id] = j
 	return nil
+}
+
+// restore stores j, a job found on disk, whatever the bound.
+func (js *jobStore) restore(j *job) {
+	js.mu.Lock()
+	js.byID[j.exec.id] = j
+	js.mu.Unlock()
 }
 
 func (js *jobStore) get(id string, now time.Time) *job {
 	js.mu.Lock()
-	defer js.mu.Unlock()
-	js.expireLocked(now)
-	return js.byID[id]
+	gone := js.expireLocked(now)
+	j := js.byID[id]
+	js.mu.Unlock()
+	js.forgetAll(gone)
+	return j
 }
 
 func (js *jobStore) remove(id string) {
 	js.mu.Lock()
+	j := js.byID[id]
 	delete(js.byID, id)
 	js.mu.Unlock()
+	if j != nil {
+		js.forgetAll([]*job{j})
+	}
 }
 
 // list returns the jobs, oldest first.
 func (js *jobStore) list(now time.Time) []*job {
 	js.mu.Lock()
-	js.expireLocked(now)
+	gone := js.expireLocked(now)
 	out := make([]*job, 0, len(js.byID))
 	for _, j := range js.byID {
 		out = append(out, j)
 	}
 	js.mu.Unlock()
+	js.forgetAll(gone)
 	sort.Slice(out, func(a, b int) bool {
 		if !out[a].created.Equal(out[b].created) {
 			return out[a].created.Before(out[b].created)

@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,17 +26,28 @@ var credentialHeaders = []string{"Authorization", "X-Api-Key", "Anthropic-Versio
 
 // execution is one run of a batch: its rows fill in as items finish.
 type execution struct {
-	id    string
-	batch *Batch
-	creds map[string]string // inherited credential headers
+	id      string
+	format  Format
+	options Options
+	total   int
+	// items are the requests, until the batch has finished.
+	items     []Item
+	customIDs []string          // of each item; nil when none has one
+	creds     map[string]string // inherited credential headers
+	rows      rowStore
+	// resumable reports rows kept on disk: a run stopped by Governor's
+	// shutdown is resumed after a restart rather than finished.
+	resumable bool
 	// onRow, if set, is called once per row as it is recorded, from the
 	// goroutine that recorded it, without locks held.
 	onRow func(i int, r *Row)
 	// onRecord, if set, is called like onRow: the access log's hook.
 	onRecord func(i int, r *Row)
+	// onStoreError, if set, is called when a row could not be stored
+	// (it is then kept in memory).
+	onStoreError func(err error)
 
 	mu       sync.Mutex
-	rows     []Row
 	done     []bool
 	summary  Summary
 	started  time.Time
@@ -43,15 +55,40 @@ type execution struct {
 }
 
 func newExecution(id string, b *Batch, creds map[string]string) *execution {
-	return &execution{id: id, batch: b, creds: creds,
-		rows: make([]Row, len(b.Items)), done: make([]bool, len(b.Items)),
-		summary: Summary{Total: len(b.Items)}}
+	e := &execution{id: id, format: b.Format, options: b.Options, total: len(b.Items),
+		items: b.Items, customIDs: customIDs(b.Items), creds: creds,
+		done: make([]bool, len(b.Items)), summary: Summary{Total: len(b.Items)}}
+	e.rows = newMemRows(e.total)
+	return e
+}
+
+// customIDs returns the items' custom ids, nil if none has one.
+func customIDs(items []Item) []string {
+	var ids []string
+	for i := range items {
+		if items[i].CustomID != "" && ids == nil {
+			ids = make([]string, len(items))
+		}
+		if ids != nil {
+			ids[i] = items[i].CustomID
+		}
+	}
+	return ids
+}
+
+func (e *execution) customID(i int) string {
+	if e.customIDs == nil {
+		return ""
+	}
+	return e.customIDs[i]
 }
 
 // record stores row i.
 func (e *execution) record(i int, r Row) {
+	if err := e.rows.put(i, &r); err != nil && e.onStoreError != nil {
+		e.onStoreError(err)
+	}
 	e.mu.Lock()
-	e.rows[i] = r
 	e.done[i] = true
 	e.summary.add(r.Status)
 	e.mu.Unlock()
@@ -63,18 +100,21 @@ func (e *execution) record(i int, r Row) {
 	}
 }
 
-// snapshot returns the rows (unfinished ones PENDING) and the summary.
-func (e *execution) snapshot(now time.Time) ([]Row, Summary) {
+func (e *execution) isDone(i int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	rows := make([]Row, len(e.rows))
-	for i := range e.rows {
-		if e.done[i] {
-			rows[i] = e.rows[i]
-		} else {
-			rows[i] = Row{Status: StatusPending}
-		}
-	}
+	return e.done[i]
+}
+
+// progress returns which rows are recorded and the summary, as of now.
+func (e *execution) progress(now time.Time) ([]bool, Summary) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.done), e.summaryLocked(now)
+}
+
+// summaryLocked requires e.mu to be held.
+func (e *execution) summaryLocked(now time.Time) Summary {
 	s := e.summary
 	end := e.finished
 	if end.IsZero() {
@@ -83,31 +123,41 @@ func (e *execution) snapshot(now time.Time) ([]Row, Summary) {
 	if !e.started.IsZero() {
 		s.WallSeconds = round3(end.Sub(e.started).Seconds())
 	}
-	return rows, s
+	return s
+}
+
+func (e *execution) snapshotSummary(now time.Time) Summary {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.summaryLocked(now)
 }
 
 // execute runs every item of e through the proxy's governed round trip, at
 // most workers at a time, and records a row for each, DID_NOT_RUN for
-// those that never started. It returns when every row is recorded.
+// those that never started. It returns when every row is recorded, or,
+// for a resumable execution stopped by Governor's shutdown, when the items
+// in flight have ended: it then reports false, the run unfinished.
 //
 // Items are claimed in input order by a fixed set of workers, so a batch
 // holds at most workers items waiting or in flight: memory grows with
 // results, not with waiting work, and the lane's queue orders the batch's
 // items among everyone else's calls.
-func (s *Server) execute(ctx context.Context, e *execution) {
+func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if s.cfg.AccessLog != nil {
 		e.onRecord = func(i int, r *Row) { s.logItem(e, i, r) }
 	}
-	o := &e.batch.Options
-	n := len(e.batch.Items)
+	o := &e.options
+	n := e.total
 	workers := min(n, s.cfg.Window)
 	if o.Concurrency > 0 {
 		workers = min(workers, o.Concurrency)
 	}
 	e.mu.Lock()
-	e.started = s.cfg.Now()
+	if e.started.IsZero() {
+		e.started = s.cfg.Now()
+	}
 	e.mu.Unlock()
 
 	var next atomic.Int64
@@ -119,7 +169,13 @@ func (s *Server) execute(ctx context.Context, e *execution) {
 				if i >= n {
 					return
 				}
+				if e.isDone(i) { // recorded before a restart
+					continue
+				}
 				r := s.runItem(ctx, e, i)
+				if e.resumable && pausing(ctx) && !r.completed() {
+					continue // not recorded: it runs again after a restart
+				}
 				e.record(i, r)
 				if o.ExitOnError && r.Status == proxy.StatusFailed {
 					stop(errExitOnError)
@@ -128,17 +184,27 @@ func (s *Server) execute(ctx context.Context, e *execution) {
 		})
 	}
 	wg.Wait()
+	if e.resumable && pausing(ctx) {
+		return false
+	}
+	e.finish(ctx, s.cfg.Now())
+	return true
+}
 
-	for i := range n {
-		e.mu.Lock()
-		done := e.done[i]
-		e.mu.Unlock()
-		if !done {
+// pausing reports whether ctx ended because Governor is shutting down.
+func pausing(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errShutdown)
+}
+
+// finish records DID_NOT_RUN for the items that never ran, and the end.
+func (e *execution) finish(ctx context.Context, now time.Time) {
+	for i := range e.total {
+		if !e.isDone(i) {
 			e.record(i, Row{Status: proxy.StatusDidNotRun})
 		}
 	}
 	e.mu.Lock()
-	e.finished = s.cfg.Now()
+	e.finished = now
 	if ctx.Err() != nil {
 		e.summary.Stopped = stopReason(ctx)
 	}
@@ -148,7 +214,7 @@ func (s *Server) execute(ctx context.Context, e *execution) {
 // stopReason names why ctx ended.
 func stopReason(ctx context.Context) string {
 	cause := context.Cause(ctx)
-	for _, known := range []error{errExitOnError, errCancelled, errShutdown, errClientGone} {
+	for _, known := range []error{errExitOnError, errCancelled, errShutdown, errClientGone, errStoreFailed} {
 		if errors.Is(cause, known) {
 			return known.Error()
 		}
@@ -161,8 +227,8 @@ func stopReason(ctx context.Context) string {
 
 // runItem sends item i and turns its answer into a row.
 func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
-	it := &e.batch.Items[i]
-	o := &e.batch.Options
+	it := &e.items[i]
+	o := &e.options
 	res := s.p.Do(ctx, &proxy.Call{
 		Method:         it.Method,
 		Path:           it.URL,

@@ -19,6 +19,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/batch/journal"
 	"github.com/llmgovernor/governor/internal/reply"
 	"github.com/llmgovernor/governor/proxy"
 )
@@ -35,6 +36,10 @@ type Config struct {
 	MaxJobs int
 	// TTL is how long a finished async job's results are kept. Default 1h.
 	TTL time.Duration
+	// Dir, if set, is the batch directory: async jobs are kept there (see
+	// package journal), resume after a restart, and their results are
+	// read back from disk rather than held in memory. Empty: memory only.
+	Dir string
 	// WriteIdle bounds how long a client may leave a progress line or an
 	// answer unread before it is given up. Default 5m.
 	WriteIdle time.Duration
@@ -70,6 +75,7 @@ type Server struct {
 	parser parser
 	jobs   *jobStore
 	m      *serverMetrics
+	dir    *journal.Dir // nil without Config.Dir
 
 	// ctx ends at Shutdown: async jobs see it.
 	ctx    context.Context
@@ -84,7 +90,9 @@ const (
 )
 
 // New returns a Server that runs batches through p, and registers its
-// endpoints on p.
+// endpoints on p. With Config.Dir, it locks the directory (failing if
+// another process holds it), lists its finished jobs again and resumes
+// the unfinished ones; damage it finds there is logged, not fatal.
 func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	if cfg.Metrics == nil {
 		return nil, errors.New("batch: no metrics set")
@@ -107,11 +115,32 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 		jobs:   newJobStore(cfg.MaxJobs, cfg.TTL),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	if cfg.Dir != "" {
+		dir, err := journal.Open(cfg.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("batch: %w", err)
+		}
+		s.dir = dir
+		s.jobs.forget = s.forget
+	}
 	s.m = newServerMetrics(cfg.Metrics, s.jobs)
 	p.HandleAPI(PathBatch, s.serveBatch)
 	p.HandleAPI(PathBatches, s.serveBatches)
 	p.HandleAPI(PathBatches+"/", s.serveJob)
+	if s.dir != nil {
+		s.restore()
+	}
 	return s, nil
+}
+
+// forget removes a job dropped from the store from the batch directory.
+func (s *Server) forget(j *job) {
+	if j.journal == nil {
+		return
+	}
+	if err := s.dir.Remove(j.journal); err != nil {
+		s.cfg.Logger.Error("batch directory: job not removed", "batch", j.exec.id, "err", err)
+	}
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {
@@ -120,11 +149,13 @@ func setDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
-// Shutdown cancels the async jobs (nobody could fetch their results once
-// Governor is gone: what has not started becomes DID_NOT_RUN) and waits for
-// every background run, progress streams included, to end or ctx to be
-// done. Sync batches are calls of the proxy's clients: the proxy's own
-// Shutdown waits for them.
+// Shutdown stops the async jobs and waits for every background run,
+// progress streams included, to end or ctx to be done. Without a batch
+// directory, jobs are cancelled (nobody could fetch their results once
+// Governor is gone: what has not started becomes DID_NOT_RUN); with one,
+// they stop where they are, their items in flight cut and not recorded,
+// and resume when a Governor opens the directory again. Sync batches are
+// calls of the proxy's clients: the proxy's own Shutdown waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel(errShutdown)
 	s.jobs.cancelAll(errShutdown)
@@ -132,6 +163,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		if s.dir != nil {
+			return s.dir.Close()
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -170,9 +204,9 @@ func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 	cctx, stopWatch := s.p.ClientContext(ctx)
 	runCtx, cancel := context.WithCancelCause(cctx)
 	ls := newLineStream(ctx.Conn(), s.cfg.WriteIdle, func() { cancel(errClientGone) })
-	fallback := e.batch.Options.Fallback
+	fallback := e.options.Fallback
 	e.onRow = func(i int, r *Row) {
-		line, _ := json.Marshal(progressLine{Index: i, CustomID: e.batch.Items[i].CustomID,
+		line, _ := json.Marshal(progressLine{Index: i, CustomID: e.customID(i),
 			Output: r.output(fallback), Detail: r.detail()})
 		ls.push(line)
 	}
@@ -183,8 +217,7 @@ func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 		// Before the stream ends: fasthttp may then read the client's
 		// next request, which a peek at the client would wait behind.
 		stopWatch()
-		_, sum := e.snapshot(s.cfg.Now())
-		line, _ := json.Marshal(summaryLine{Summary: sum})
+		line, _ := json.Marshal(summaryLine{Summary: e.snapshotSummary(s.cfg.Now())})
 		ls.push(line)
 		ls.end()
 		s.finished(e, "progress")
@@ -231,19 +264,38 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 			fmt.Sprintf("%d batch jobs are held already; fetch and DELETE finished ones, or wait for them to expire", s.cfg.MaxJobs))
 		return
 	}
+	if s.dir != nil {
+		if err := s.persist(j, b); err != nil {
+			cancel(nil)
+			s.jobs.remove(j.exec.id)
+			s.cfg.Logger.Error("batch job not stored", "err", err)
+			writeError(ctx, fasthttp.StatusInternalServerError, codeStoreError, "the job could not be stored in the batch directory: "+err.Error())
+			return
+		}
+	}
 	s.m.batches["async"].Inc()
 	s.cfg.Logger.Info("batch job created", "batch", j.exec.id, "items", len(b.Items))
-	s.wg.Go(func() {
-		defer close(j.done)
-		defer cancel(nil)
-		s.execute(jctx, j.exec)
-		// The items (and the credentials they inherited) are no longer
-		// needed; the rows stay until the job expires.
-		j.exec.creds = nil
-		s.finished(j.exec, "async")
-	})
+	s.run(jctx, j)
 	ctx.Response.Header.Set(fasthttp.HeaderLocation, PathBatches+"/"+j.exec.id)
 	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
+}
+
+// run runs job j in the background.
+func (s *Server) run(ctx context.Context, j *job) {
+	s.wg.Go(func() {
+		defer j.cancel(nil)
+		if !s.execute(ctx, j.exec) {
+			return // stopped by shutdown: it resumes after a restart
+		}
+		if j.journal != nil {
+			s.finishJournal(j)
+		}
+		// The items (and the credentials they inherited) are no longer
+		// needed; the rows stay until the job expires.
+		j.exec.items, j.exec.creds = nil, nil
+		close(j.done)
+		s.finished(j.exec, "async")
+	})
 }
 
 // serveJob answers /governor/batches/{id} and /governor/batches/{id}/results.
@@ -299,6 +351,11 @@ func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	j.mu.Lock()
 	j.cancelled = true
 	j.mu.Unlock()
+	if j.journal != nil {
+		if err := j.journal.Cancel(); err != nil {
+			s.cfg.Logger.Error("batch job: cancellation not stored on disk", "batch", j.exec.id, "err", err)
+		}
+	}
 	j.cancel(errCancelled)
 	// Items in the queue leave it at once; those in flight are cut.
 	// Answer without waiting for them.
@@ -311,6 +368,7 @@ const (
 	codeRunning     = "batch_running"
 	codeBadBatch    = "invalid_batch"
 	codeMediaType   = "unsupported_media_type"
+	codeStoreError  = "batch_store_error"
 )
 
 // parse reads and validates the batch of a request. On failure it has
@@ -385,35 +443,29 @@ func credentials(h *fasthttp.RequestHeader) map[string]string {
 }
 
 // writeResults answers with a batch's results in its format: the JSON
-// document, or OpenAI Batch output lines.
+// document, or OpenAI Batch output lines, streamed a row at a time.
 func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int) {
-	rows, sum := e.snapshot(s.cfg.Now())
-	var buf bytes.Buffer
-	if e.batch.Format == FormatJSONL {
-		enc := json.NewEncoder(&buf)
-		for i := range rows {
-			_ = enc.Encode(rows[i].openAILine(fmt.Sprintf("batch_req_%s_%d", strings.TrimPrefix(e.id, "batch_"), i), e.batch.Items[i].CustomID))
-		}
+	rs, err := newResultsStream(e, s.cfg.Now(), ctx.Conn(), s.cfg.WriteIdle)
+	if err != nil {
+		s.cfg.Logger.Error("batch results unreadable", "batch", e.id, "err", err)
+		writeError(ctx, fasthttp.StatusInternalServerError, codeStoreError, err.Error())
+		return
+	}
+	if e.format == FormatJSONL {
 		ctx.SetContentType("application/jsonl")
 	} else {
-		doc := Document{Outputs: make([]json.RawMessage, len(rows)), Details: make([]Detail, len(rows)), Summary: sum}
-		for i := range rows {
-			doc.Outputs[i] = rows[i].output(e.batch.Options.Fallback)
-			doc.Details[i] = rows[i].detail()
-		}
-		_ = json.NewEncoder(&buf).Encode(doc)
 		ctx.SetContentType("application/json")
 	}
 	ctx.Response.Header.Set("X-Governor-Batch-Id", e.id)
 	// A large answer is written after the handler returns: bound that write.
 	_ = ctx.Conn().SetWriteDeadline(time.Now().Add(s.cfg.WriteIdle))
 	ctx.SetStatusCode(status)
-	ctx.SetBody(buf.Bytes())
+	ctx.SetBodyStream(rs, -1)
 }
 
 // finished accounts for a batch that has run.
 func (s *Server) finished(e *execution, mode string) {
-	_, sum := e.snapshot(s.cfg.Now())
+	sum := e.snapshotSummary(s.cfg.Now())
 	s.m.items[proxy.StatusCompleted].Add(sum.Completed)
 	s.m.items[proxy.StatusCompletedWithRetries].Add(sum.CompletedWithRetries)
 	s.m.items[proxy.StatusFailed].Add(sum.Failed)

@@ -44,7 +44,8 @@ type config struct {
 	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`
 	BatchWindow       int           `env:"GOVERNOR_BATCH_WINDOW" envDefault:"0" help:"items of one batch waiting or in flight at once; 0 = twice GOVERNOR_MAX_CONCURRENCY"`
 	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; more gets 503"`
-	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept"`
+	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept (in memory, or on disk with GOVERNOR_BATCH_DIR)"`
+	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; empty = memory only"`
 
 	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
 	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target; 0 = preset default (phoenix: max, default: min(max, 8)); default preset: also the share above which a lane gives slots back, so replicas sharing an account without Redis settle near it (set about the account's concurrency / replicas)"`

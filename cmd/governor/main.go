@@ -198,6 +198,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		Window:    cfg.batchWindow(),
 		MaxJobs:   cfg.BatchMaxJobs,
 		TTL:       cfg.BatchTTL,
+		Dir:       cfg.BatchDir,
 		WriteIdle: cfg.StreamIdleTimeout,
 		Metrics:   set,
 		Logger:    log,

@@ -1,0 +1,190 @@
+package batch_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// jsonlJob is n chat completions in the OpenAI Batch format, item i with
+// custom_id and X-Request-Id "r<i>", each answered after latency.
+func jsonlJob(n int, latency string) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","headers":{"X-Request-Id":"r%d","X-Mock-Latency":%q},"body":{"model":"m","messages":[{"role":"user","content":"q%d"}]}}`+"\n", i, i, latency, i)
+	}
+	return b.String()
+}
+
+func (e *env) createJSONLJob(t *testing.T, body string) batch.JobStatus {
+	t.Helper()
+	resp, out := e.post(t, batch.PathBatches+"?concurrency=2&max_retries=0", "application/jsonl", body)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+	var st batch.JobStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	return st
+}
+
+// jsonlResults returns a JSONL job's result lines, decoded.
+func (e *env) jsonlResults(t *testing.T, id string, partial bool) (string, []map[string]any) {
+	t.Helper()
+	path := batch.PathBatches + "/" + id + "/results"
+	if partial {
+		path += "?partial=true"
+	}
+	resp, out := e.do(t, http.MethodGet, path, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	var lines []map[string]any
+	for l := range strings.SplitSeq(strings.TrimSuffix(out, "\n"), "\n") {
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &v), l)
+		lines = append(lines, v)
+	}
+	return out, lines
+}
+
+// A job stopped by Governor's shutdown resumes when a Governor opens the
+// same batch directory: every item ends up answered, in input order, and
+// no item whose result was recorded is sent again.
+func TestDurableJobResumesAfterRestart(t *testing.T) {
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopMock)
+	dir := t.TempDir()
+	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	const n = 20
+
+	e1 := newEnv(t, opts)
+	st := e1.createJSONLJob(t, jsonlJob(n, "20ms"))
+	require.Eventually(t, func() bool { return mock.Stats().Received >= 6 }, 10*time.Second, time.Millisecond)
+	_, partial := e1.jsonlResults(t, st.ID, true)
+	sent := mock.Stats().ByRequestID
+	e1.stop()
+	recorded := map[string]int64{}
+	for _, l := range partial {
+		if l["response"] != nil {
+			recorded[l["custom_id"].(string)] = sent[l["custom_id"].(string)]
+		}
+	}
+	require.NotEmpty(t, recorded)
+
+	e2 := newEnv(t, opts)
+	st = e2.waitJob(t, st.ID)
+	assert.Equal(t, batch.JobCompleted, st.Status)
+	assert.Equal(t, n, st.Counts["COMPLETED"], "%v", st.Counts)
+	_, lines := e2.jsonlResults(t, st.ID, false)
+	require.Len(t, lines, n)
+	counts := mock.Stats().ByRequestID
+	var again int64
+	for i, l := range lines {
+		id := fmt.Sprintf("r%d", i)
+		require.Equal(t, id, l["custom_id"], "input order")
+		resp, _ := l["response"].(map[string]any)
+		require.NotNil(t, resp, id)
+		assert.EqualValues(t, 200, resp["status_code"], id)
+		if before, ok := recorded[id]; ok {
+			assert.Equal(t, before, counts[id], "%s was recorded: not sent again", id)
+		}
+		again += counts[id] - 1
+	}
+	assert.LessOrEqual(t, again, int64(2), "only the 2 items in flight at the stop are sent again")
+}
+
+// A finished job is listed again after a restart, with the same results,
+// and expires from the directory after the TTL.
+func TestDurableFinishedJobAfterRestartAndExpiry(t *testing.T) {
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopMock)
+	dir := t.TempDir()
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) {
+		c.Dir = dir
+		c.TTL = time.Hour
+		c.Now = clock
+	}}
+
+	e1 := newEnv(t, opts)
+	items := []any{chatItem("a", "one", nil), chatItem("b", "two", map[string]string{"X-Mock-Fault": "400"})}
+	st := e1.createJob(t, mustJSON(t, map[string]any{"requests": items, "fallback": "none"}))
+	st = e1.waitJob(t, st.ID)
+	_, before := e1.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+	e1.stop()
+
+	e2 := newEnv(t, opts)
+	again := e2.jobStatus(t, st.ID)
+	assert.Equal(t, st, again, "the same status after a restart")
+	resp, after := e2.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.JSONEq(t, before, after, "the same results after a restart")
+	var doc batch.Document
+	require.NoError(t, json.Unmarshal([]byte(after), &doc))
+	assert.Equal(t, "Simulated answer to: one", answerText(t, doc.Outputs[0]))
+	assert.JSONEq(t, `"none"`, string(doc.Outputs[1]))
+	assert.Equal(t, int64(2), mock.Stats().Received, "nothing sent again")
+	assert.NoFileExists(t, filepath.Join(dir, "jobs", st.ID, "secret"), "a finished job keeps no credentials")
+
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	resp, _ = e2.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.NoDirExists(t, filepath.Join(dir, "jobs", st.ID), "expired on disk too")
+}
+
+func TestDurableDeleteRemovesTheJob(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.Dir = dir }})
+	st := e.createJob(t, mustJSON(t, map[string]any{"requests": []any{chatItem("a", "one", nil)}}))
+	e.waitJob(t, st.ID)
+	require.DirExists(t, filepath.Join(dir, "jobs", st.ID))
+	resp, _ := e.do(t, http.MethodDelete, batch.PathBatches+"/"+st.ID, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.NoDirExists(t, filepath.Join(dir, "jobs", st.ID))
+}
+
+// A cancelled job stays cancelled after a restart: nothing more is sent.
+func TestDurableCancelledJobStaysCancelled(t *testing.T) {
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopMock)
+	dir := t.TempDir()
+	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	e1 := newEnv(t, opts)
+	st := e1.createJSONLJob(t, jsonlJob(10, "1h"))
+	require.Eventually(t, func() bool { return mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
+	resp, out := e1.do(t, http.MethodDelete, batch.PathBatches+"/"+st.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+	st = e1.waitJob(t, st.ID)
+	e1.stop()
+
+	e2 := newEnv(t, opts)
+	again := e2.jobStatus(t, st.ID)
+	assert.Equal(t, batch.JobCancelled, again.Status)
+	assert.Equal(t, st.Counts, again.Counts)
+	assert.Equal(t, int64(2), mock.Stats().Received)
+}
+
+func TestBatchDirectoryIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	newEnv(t, envOptions{batch: func(c *batch.Config) { c.Dir = dir }})
+	_, err := batch.New(nil, batch.Config{Dir: dir, Metrics: metrics.NewSet()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "in use by another process")
+	assert.Contains(t, err.Error(), fmt.Sprintf("pid %d", os.Getpid()))
+}
