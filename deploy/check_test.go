@@ -267,12 +267,38 @@ func (m *manifests) checkDeployment(p *problemList, d *appsv1.Deployment) {
 		}
 	}
 
+	if dir, ok := env["GOVERNOR_BATCH_DIR"]; ok && dir.value != "" {
+		checkBatchDir(p, d, gov, dir.value)
+	}
+
 	switch md {
 	case sidecar:
 		m.checkSidecar(p, d, gov, env, listen, listenLoopback)
 	case shared:
 		m.checkShared(p, d, gov, listen, listenPort, listenLoopback)
 	}
+}
+
+// checkBatchDir checks that Governor's batch directory is on a writable
+// volume of the pod: the root filesystem is read-only, and a directory in
+// the container's own layer would not outlive a container restart anyway.
+func checkBatchDir(p *problemList, d *appsv1.Deployment, gov *corev1.Container, dir string) {
+	for _, vm := range gov.VolumeMounts {
+		if dir != vm.MountPath && !strings.HasPrefix(dir, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			continue
+		}
+		if vm.ReadOnly {
+			p.add("Deployment %s: GOVERNOR_BATCH_DIR %s is on a read-only mount", d.Name, dir)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name {
+				return
+			}
+		}
+		p.add("Deployment %s: GOVERNOR_BATCH_DIR %s is on volume %q, which the pod does not define", d.Name, dir, vm.Name)
+		return
+	}
+	p.add("Deployment %s: GOVERNOR_BATCH_DIR %s is not on a volume mounted in Governor's container", d.Name, dir)
 }
 
 func (m *manifests) checkSidecar(p *problemList, d *appsv1.Deployment, gov *corev1.Container, env map[string]envValue, listen string, loopback bool) {

@@ -69,6 +69,26 @@ func TestRedisOverlay(t *testing.T) {
 	assert.Contains(t, m.env(&problemList{}, d.Name, *gov), "GOMEMLIMIT", "the patch adds to the base's env, not replaces it")
 }
 
+// Both examples keep async batch jobs on an emptyDir, which outlives a
+// restart of Governor's container.
+func TestBatchDirectoryOnEmptyDir(t *testing.T) {
+	for _, dir := range []string{"base", "shared"} {
+		m := load(t, dir)
+		require.Len(t, m.deployments, 1)
+		d := m.deployments[0]
+		spec := d.Spec.Template.Spec
+		gov, _ := governor(&spec)
+		require.NotNil(t, gov)
+		path := m.env(&problemList{}, d.Name, *gov)["GOVERNOR_BATCH_DIR"].value
+		require.NotEmpty(t, path, "%s sets GOVERNOR_BATCH_DIR", dir)
+		require.Len(t, gov.VolumeMounts, 1, dir)
+		assert.Equal(t, path, gov.VolumeMounts[0].MountPath, dir)
+		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == gov.VolumeMounts[0].Name })
+		require.GreaterOrEqual(t, i, 0, dir)
+		assert.NotNil(t, spec.Volumes[i].EmptyDir, "%s: an emptyDir", dir)
+	}
+}
+
 // Each mistake, made in a correct rendering, is reported: the checks that
 // TestManifests relies on can fail.
 func TestChecksCatchMistakes(t *testing.T) {
@@ -127,6 +147,10 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}, "runAsUser"},
 		"root allowed":         {"base", func(m *manifests) { app(m).SecurityContext.RunAsNonRoot = ptr.To(false) }, "runAsNonRoot"},
 		"writable root":        {"base", func(m *manifests) { gov(m).SecurityContext.ReadOnlyRootFilesystem = nil }, "readOnlyRootFilesystem"},
+		"batch dir unmounted":  {"base", func(m *manifests) { gov(m).VolumeMounts = nil }, "GOVERNOR_BATCH_DIR"},
+		"batch dir read-only":  {"shared", func(m *manifests) { gov(m).VolumeMounts[0].ReadOnly = true }, "read-only mount"},
+		"batch dir elsewhere":  {"base", func(m *manifests) { config(m)["GOVERNOR_BATCH_DIR"] = "/var/lib/governor" }, "GOVERNOR_BATCH_DIR"},
+		"batch volume missing": {"base", func(m *manifests) { sidecarPod(m).Volumes = nil }, "does not define"},
 		"privilege escalation": {"base", func(m *manifests) { app(m).SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "allowPrivilegeEscalation"},
 		"capability kept":      {"base", func(m *manifests) { gov(m).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_RAW"} }, "capabilities"},
 		"capability added": {"base", func(m *manifests) {
