@@ -79,6 +79,19 @@ type Registry struct {
 // New returns a Registry for cfg. It registers its metrics on cfg.Metrics
 // and, with a Coordinator, starts the sync loop that Close stops.
 func New(cfg Config) (*Registry, error) {
+	r, err := newRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.Coordinator != nil {
+		r.syncDone = make(chan struct{})
+		go r.syncLoop()
+	}
+	return r, nil
+}
+
+// newRegistry returns a Registry for cfg with no sync loop (New starts it).
+func newRegistry(cfg Config) (*Registry, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -91,8 +104,6 @@ func New(cfg Config) (*Registry, error) {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if c.Coordinator != nil {
 		r.kick = make(chan struct{}, 1)
-		r.syncDone = make(chan struct{})
-		go r.syncLoop()
 	}
 	return r, nil
 }
