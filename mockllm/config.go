@@ -159,11 +159,11 @@ func (c Config) Validate() error {
 func validateLimits(maxConcurrency int, rate float64, burst int) error {
 	switch {
 	case maxConcurrency < 0:
-		return errors.New("MaxConcurrency is negative")
+		return errors.New("max concurrency is negative")
 	case !(rate >= 0) || rate > 1e9:
-		return fmt.Errorf("Rate %v is out of range", rate)
+		return fmt.Errorf("rate %v is out of range", rate)
 	case burst < 0:
-		return errors.New("Burst is negative")
+		return errors.New("burst is negative")
 	}
 	return nil
 }

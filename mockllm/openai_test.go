@@ -200,6 +200,7 @@ func TestEmbeddings(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code, "%s: %v", body, m)
 	}
 	code, m = embed(`{"input":[[1,2],[3]]}`)
+	require.Equal(t, http.StatusOK, code, "%v", m)
 	assert.Len(t, m["data"], 2)
 	assert.Equal(t, float64(3), m["usage"].(map[string]any)["prompt_tokens"])
 
