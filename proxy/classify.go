@@ -203,11 +203,3 @@ func parseRetryAfter(v []byte, now time.Time) (time.Duration, bool) {
 	}
 	return min(d, maxHint), true
 }
-
-// describe renders an outcome for logs.
-func describe(o lane.Outcome, status int) string {
-	if o == lane.Timeout || o == lane.ConnError {
-		return o.String()
-	}
-	return fmt.Sprintf("%s (%d)", o, status)
-}

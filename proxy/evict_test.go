@@ -40,9 +40,9 @@ func promText(set *metrics.Set) string {
 }
 
 // Made-up credentials cannot grow the lanes without bound: past MaxLanes a
-// new credential evicts a lane idle for laneIdleEvict, with its metric
-// series, or is refused with 503 and never reaches the provider; known
-// credentials keep their lanes, and a busy lane is never evicted.
+// new credential evicts a lane idle for EvictAfter, with its metric series,
+// or is refused with 503 and never reaches the provider; known credentials
+// keep their lanes, and a busy lane is never evicted.
 func TestLanesAreBoundedAgainstNewCredentials(t *testing.T) {
 	checkLeaks(t)
 	rec, up := newRecorder(t)
