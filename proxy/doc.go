@@ -65,7 +65,8 @@
 // # Governor's own API
 //
 // Paths under /governor/ are Governor's, not forwarded: GET /governor/lanes
-// here, the batch API through HandleAPI and Do. GOVERNOR_API_TOKEN guards
-// them with a header of their own, X-Governor-Token, so that provider
+// here, the batch API through HandleAPI and Do, the live page's static files
+// through HandlePublic. GOVERNOR_API_TOKEN guards all but those public files
+// with a header of their own, X-Governor-Token, so that provider
 // credentials in Authorization pass through untouched.
 package proxy

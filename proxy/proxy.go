@@ -42,6 +42,8 @@ type Proxy struct {
 
 	apiExact  map[string]fasthttp.RequestHandler
 	apiPrefix []apiRoutePrefix
+	// public are the API paths served without the API token.
+	public map[string]fasthttp.RequestHandler
 }
 
 type apiRoutePrefix struct {
@@ -61,6 +63,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg:      c,
 		apiExact: map[string]fasthttp.RequestHandler{},
+		public:   map[string]fasthttp.RequestHandler{},
 		conns:    newConnTracker(),
 		clients:  newClientWatch(clientCheckInterval),
 		router: router{
@@ -126,6 +129,19 @@ func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
 		return
 	}
 	p.apiExact[path] = h
+}
+
+// HandlePublic registers h for exactly path, under APIPrefix, like
+// HandleAPI but served without the X-Governor-Token header that
+// Config.APIToken requires elsewhere: a browser cannot send a header when
+// it opens a page. h must serve only what needs no guarding, such as a
+// page's static files whose scripts call the API with the token.
+// HandlePublic must be called before Serve.
+func (p *Proxy) HandlePublic(path string, h fasthttp.RequestHandler) {
+	if !strings.HasPrefix(path, APIPrefix) || strings.HasSuffix(path, "/") {
+		panic(fmt.Sprintf("proxy: public path %q is not an exact path under %s", path, APIPrefix))
+	}
+	p.public[path] = h
 }
 
 // Serve accepts connections on ln until Shutdown, then returns nil. Called
@@ -322,6 +338,10 @@ func framedTwice(raw []byte) bool {
 const HeaderToken = "X-Governor-Token"
 
 func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
+	if h, ok := p.public[string(path)]; ok {
+		h(ctx)
+		return
+	}
 	if p.cfg.APIToken != "" &&
 		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(HeaderToken), []byte(p.cfg.APIToken)) != 1 {
 		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
