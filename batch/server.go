@@ -74,6 +74,7 @@ type Server struct {
 	cfg    Config
 	parser parser
 	jobs   *jobStore
+	live   *liveBatches // sync batches under way
 	m      *serverMetrics
 	dir    *journal.Dir // nil without Config.Dir
 
@@ -113,6 +114,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 		cfg:    cfg,
 		parser: parser{maxItems: cfg.MaxItems, checkPath: p.ValidatePath},
 		jobs:   newJobStore(cfg.MaxJobs, cfg.TTL),
+		live:   newLiveBatches(),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	if cfg.Dir != "" {
@@ -190,7 +192,9 @@ func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
 	}
 	s.m.batches["sync"].Inc()
 	cctx, stop := s.p.ClientContext(ctx)
+	unlist := s.live.add(e, s.cfg.Now())
 	s.execute(cctx, e)
+	unlist()
 	stop()
 	s.finished(e, "sync")
 	s.writeResults(ctx, e, fasthttp.StatusOK)
@@ -210,10 +214,12 @@ func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 			Output: r.output(fallback), Detail: r.detail()})
 		ls.push(line)
 	}
+	unlist := s.live.add(e, s.cfg.Now())
 	s.wg.Go(func() {
 		defer stopWatch()
 		defer cancel(nil)
 		s.execute(runCtx, e)
+		unlist()
 		// Before the stream ends: fasthttp may then read the client's
 		// next request, which a peek at the client would wait behind.
 		stopWatch()
@@ -229,16 +235,27 @@ func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 }
 
 // serveBatches answers POST /governor/batches (start an async job) and GET
-// /governor/batches (list the jobs held).
+// /governor/batches (list the jobs held; with ?sync=true, also the sync
+// batches under way).
 func (s *Server) serveBatches(ctx *fasthttp.RequestCtx) {
 	switch {
 	case ctx.IsPost():
 		s.createJob(ctx)
 	case ctx.IsGet():
+		withSync, err := boolQuery(ctx, "sync")
+		if err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, err.Error())
+			return
+		}
 		now := s.cfg.Now()
 		out := struct {
-			Batches []JobStatus `json:"batches"`
+			Batches []JobStatus  `json:"batches"`
+			Sync    *[]JobStatus `json:"sync,omitempty"`
 		}{Batches: []JobStatus{}}
+		if withSync {
+			live := s.live.statuses(now)
+			out.Sync = &live
+		}
 		for _, j := range s.jobs.list(now) {
 			out.Batches = append(out.Batches, j.status(now, s.cfg.TTL))
 		}
@@ -324,13 +341,10 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
-	partial := false
-	if v := ctx.QueryArgs().Peek("partial"); v != nil {
-		var err error
-		if partial, err = strconv.ParseBool(string(v)); err != nil {
-			writeError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, fmt.Sprintf("partial: want true or false, got %q", v))
-			return
-		}
+	partial, err := boolQuery(ctx, "partial")
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, err.Error())
+		return
 	}
 	if !j.finished() && !partial {
 		writeError(ctx, fasthttp.StatusConflict, codeRunning,
@@ -360,6 +374,19 @@ func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	// Items in the queue leave it at once; those in flight are cut.
 	// Answer without waiting for them.
 	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(s.cfg.Now(), s.cfg.TTL))
+}
+
+// boolQuery reads the query parameter name as a boolean, false when absent.
+func boolQuery(ctx *fasthttp.RequestCtx, name string) (bool, error) {
+	v := ctx.QueryArgs().Peek(name)
+	if v == nil {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(string(v))
+	if err != nil {
+		return false, fmt.Errorf("%s: want true or false, got %q", name, v)
+	}
+	return b, nil
 }
 
 // Codes of the batch API's own errors.
