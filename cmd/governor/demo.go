@@ -52,5 +52,7 @@ func printDemo(w io.Writer, listen string) {
   curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}'
 
-`, demoProvider.Rate, demoProvider.Burst, base, base, base, base)
+  Watch it: %s/governor/ui
+
+`, demoProvider.Rate, demoProvider.Burst, base, base, base, base, base)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/llmgovernor/governor/batch"
 	"github.com/llmgovernor/governor/internal/fdlimit"
 	"github.com/llmgovernor/governor/proxy"
+	"github.com/llmgovernor/governor/ui"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -207,6 +208,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	ui.Register(p)
 
 	mainLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

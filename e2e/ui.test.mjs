@@ -1,0 +1,189 @@
+// The live page, GET /governor/ui, in a real headless Chromium (Debian's
+// chromium package, driven by playwright-core): behind an API token, after
+// traffic through a real Governor, it shows the lanes, an async job's
+// progress moves, and its Cancel button cancels the job. The screenshot it
+// takes is README's (set GOVERNOR_UI_SCREENSHOT=docs/ui.png to refresh it).
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+import { REPO_ROOT, startGovernor, startMock } from './harness.mjs';
+
+const TOKEN = 'ui-e2e-token';
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const MODEL = 'gpt-4o-mini';
+const CLAUDE = 'claude-sonnet-4';
+
+// findChromium returns the browser to drive: CHROMIUM_BIN, or Debian's.
+function findChromium() {
+  const candidates = [process.env.CHROMIUM_BIN, '/usr/bin/chromium', '/usr/bin/chromium-browser'];
+  return candidates.find((p) => p && fs.existsSync(p));
+}
+
+const browserPath = findChromium();
+// In CI a missing browser is a failure, not a skip.
+const skip = !browserPath && !process.env.GOVERNOR_CI && 'no chromium (apt-get install chromium, or set CHROMIUM_BIN)';
+
+let mock;
+let anthropicMock;
+let gov;
+let browser;
+
+before(async () => {
+  if (skip) return;
+  // Providers that serve 6 calls at once and answer 429 beyond: a lane's
+  // limit settles around 6 and a batch of thousands runs for a while.
+  [mock, anthropicMock] = await Promise.all([0, 1].map(() => startMock(['-max-concurrency', '6', '-latency', '40ms'])));
+  gov = await startGovernor(mock.url, { GOVERNOR_API_TOKEN: TOKEN, GOVERNOR_ROUTES: `anthropic=${anthropicMock.url}` });
+  assert.ok(browserPath, 'chromium not found: apt-get install chromium, or set CHROMIUM_BIN');
+  browser = await chromium.launch({ executablePath: browserPath, args: ['--no-sandbox'] });
+}, { timeout: 60_000 });
+
+after(async () => {
+  await browser?.close();
+  await Promise.allSettled([gov?.stop(), mock?.stop(), anthropicMock?.stop()]);
+});
+
+// api calls Governor's own API with the token.
+async function api(p, init = {}) {
+  const r = await fetch(`${gov.url}/governor/${p}`, {
+    ...init,
+    headers: { 'X-Governor-Token': TOKEN, 'Content-Type': 'application/json', ...init.headers },
+  });
+  const body = await r.json();
+  assert.ok(r.ok, `${init.method || 'GET'} /governor/${p}: ${r.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+function startJob(items, model) {
+  const requests = Array.from({ length: items }, (_, i) => ({
+    custom_id: `r${i}`,
+    url: '/v1/chat/completions',
+    body: { model, messages: [{ role: 'user', content: `item ${i}` }] },
+  }));
+  return api('batches', { method: 'POST', body: JSON.stringify({ requests }), headers: { Authorization: 'Bearer sk-ui' } });
+}
+
+test('the live page shows lanes and jobs, and cancels a job', { skip, timeout: 60_000 }, async (t) => {
+  // The page's files need no token and hold nothing; its data does.
+  const shell = await fetch(`${gov.url}/governor/ui`);
+  assert.equal(shell.status, 200);
+  assert.ok(!(await shell.text()).includes(TOKEN));
+  assert.equal((await fetch(`${gov.url}/governor/lanes`)).status, 401);
+
+  const page = await browser.newPage({ viewport: { width: 1360, height: 820 } });
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
+  page.on('dialog', (d) => d.accept());
+
+  // The page asks for the token, says so when it is refused, and once it
+  // is accepted keeps it in the tab and polls with it.
+  await page.goto(`${gov.url}/governor/ui`);
+  await page.locator('#token-form').waitFor({ state: 'visible' });
+  assert.equal(await page.locator('#token-error').isVisible(), false);
+  await page.fill('#token', 'not-the-token');
+  await page.click('#token-form button[type=submit]');
+  await page.locator('#token-error').waitFor({ state: 'visible', timeout: 10_000 });
+  await page.fill('#token', TOKEN);
+  await page.click('#token-form button[type=submit]');
+  await page.locator('#status[data-state="live"]').waitFor({ timeout: 10_000 });
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('governor.token')), TOKEN);
+  // The browser logs the 401s that made the page ask; nothing else may fail.
+  assert.ok(problems.every((p) => /status of 401/.test(p)), problems.join('\n'));
+  problems.length = 0;
+  assert.equal(await page.locator('#lanes-empty').isVisible(), true, 'no lane before the first call');
+
+  // Traffic: interactive calls on an Anthropic lane, a small job that
+  // finishes, and a large one that runs until it is cancelled.
+  await Promise.all(
+    Array.from({ length: 12 }, (_, i) =>
+      fetch(`${gov.anthropicBaseURL}/v1/messages`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'x-api-key': 'sk-ant-ui', 'anthropic-version': '2023-06-01' },
+        body: JSON.stringify({ model: CLAUDE, max_tokens: 16, messages: [{ role: 'user', content: `hi ${i}` }] }),
+      }).then((r) => r.arrayBuffer()),
+    ),
+  );
+  // A small job that has finished before the others start.
+  const small = await startJob(60, MODEL);
+  let st = small;
+  while (st.status === 'running') {
+    await sleep(100);
+    st = await api(`batches/${small.id}`);
+  }
+  const big = await startJob(5000, MODEL);
+  // A sync batch on the Anthropic lane: its client waits for the answer,
+  // the page shows its progress meanwhile.
+  const syncClient = new AbortController();
+  const syncBatch = fetch(`${gov.url}/governor/batch`, {
+    method: 'POST',
+    signal: syncClient.signal,
+    headers: { 'X-Governor-Token': TOKEN, 'Content-Type': 'application/json', 'x-api-key': 'sk-ant-ui', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({
+      requests: Array.from({ length: 3000 }, (_, i) => ({
+        url: '/anthropic/v1/messages',
+        body: { model: CLAUDE, max_tokens: 16, messages: [{ role: 'user', content: `sync ${i}` }] },
+      })),
+    }),
+  }).catch((e) => e);
+
+  const lane = page.locator('tr[data-lane]', { hasText: MODEL });
+  await lane.waitFor({ timeout: 10_000 });
+  assert.match(await lane.locator('.lane-meta').textContent(), /^default · key /);
+  await page.locator('tr[data-lane]', { hasText: CLAUDE }).waitFor({ timeout: 10_000 });
+  const limit = Number(await lane.locator('td').nth(1).textContent());
+  assert.ok(limit >= 1, `limit ${limit}`);
+
+  const syncRow = page.locator('tr[data-batch]', { hasText: 'sync batch' });
+  await syncRow.locator('.badge', { hasText: 'running' }).waitFor({ timeout: 10_000 });
+  assert.equal(await syncRow.locator('button').isVisible(), false, 'only its client can cancel a sync batch');
+
+  const smallRow = page.locator(`tr[data-batch="${small.id}"]`);
+  await smallRow.locator('.badge', { hasText: 'completed' }).waitFor({ timeout: 10_000 });
+  assert.match(await smallRow.locator('.progress-text').textContent(), /^60 \/ 60/);
+
+  // The big job's progress moves on the page.
+  const bigRow = page.locator(`tr[data-batch="${big.id}"]`);
+  const done = async () => Number((await bigRow.locator('.progress-text b').textContent()).split(' / ')[0].replace(/,/g, ''));
+  await bigRow.waitFor();
+  const first = await done();
+  await page.waitForFunction(
+    ([id, n]) => {
+      const b = document.querySelector(`tr[data-batch="${id}"] .progress-text b`);
+      return b && Number(b.textContent.split(' / ')[0].replace(/,/g, '')) > n;
+    },
+    [big.id, first],
+    { timeout: 20_000 },
+  );
+  const second = await done();
+  assert.ok(second > first, `progress ${first} → ${second}`);
+  await page.waitForFunction((id) => /\/s$/.test(document.querySelector(`tr[data-batch="${id}"] td:nth-child(6)`).textContent), big.id);
+  assert.match(await bigRow.locator('td').nth(6).textContent(), /\d+ (s|m)/, 'an ETA');
+
+  // Let the charts gather a few seconds, then take README's screenshot.
+  await page.waitForTimeout(10_000);
+  const shot = process.env.GOVERNOR_UI_SCREENSHOT
+    ? path.resolve(REPO_ROOT, process.env.GOVERNOR_UI_SCREENSHOT)
+    : path.join(os.tmpdir(), 'governor-ui.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  t.diagnostic(`screenshot: ${shot}`);
+
+  // Cancel: the button asks, DELETEs, and the job ends cancelled.
+  await bigRow.locator('button', { hasText: 'Cancel' }).click();
+  await bigRow.locator('.badge', { hasText: 'cancelled' }).waitFor({ timeout: 10_000 });
+  const status = await api(`batches/${big.id}`);
+  assert.equal(status.status, 'cancelled');
+  assert.ok(status.counts.DID_NOT_RUN > 0, `counts ${JSON.stringify(status.counts)}`);
+  assert.match(await bigRow.locator('button').textContent(), /Remove/);
+
+  // The sync batch's client leaves: the batch is cancelled and leaves the page.
+  syncClient.abort();
+  assert.equal((await syncBatch).name, 'AbortError');
+  await syncRow.waitFor({ state: 'detached', timeout: 10_000 });
+
+  assert.deepEqual(problems, []);
+  await page.close();
+});
