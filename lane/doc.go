@@ -15,8 +15,11 @@
 // it says, holding the slot: the provider's request budget, learned from
 // ObserveBudget), makes the attempt, then reports it with Observe, which
 // feeds the controller and sets the queue's limit from it, and releases
-// the slot. Pause holds the lane's dispatches for a provider's Retry-After
-// until a call succeeds (Answered) or the time comes, whichever is first.
+// the slot. A lane that knows one of its provider's token budgets
+// (ObserveTokens, HasTokenBudget) also books each call's estimated cost
+// with ReserveTokens before it is sent (see tokens.go). Pause holds the
+// lane's dispatches for a provider's Retry-After until a call succeeds
+// (Answered) or the time comes, whichever is first.
 // Every method of Lane and Registry is safe for concurrent use and takes
 // the time it acts at, so tests drive it with explicit instants.
 //

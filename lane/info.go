@@ -39,6 +39,10 @@ type Info struct {
 	ConnLimited      bool `json:"conn_limited"`
 	UpstreamInFlight int  `json:"upstream_in_flight"`
 	UpstreamMaxConns int  `json:"upstream_max_conns"`
+	// TokenBudgets are the provider's token budgets the lane has learned
+	// (from its headers or its 429s), each per minute with the estimate
+	// of what is left now; empty until one is reported.
+	TokenBudgets []TokenBudgetInfo `json:"token_budgets"`
 }
 
 // info describes l at now; upstreamInFlight counts the calls in flight to
@@ -64,6 +68,10 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		Collapsed:        st.Collapsed,
 		Decreases:        st.Decreases,
 		Collapses:        st.Collapses,
+	}
+	li.TokenBudgets = l.tokens.info(now)
+	if li.TokenBudgets == nil {
+		li.TokenBudgets = []TokenBudgetInfo{}
 	}
 	if l.co != nil {
 		l.mu.Lock()

@@ -32,6 +32,7 @@ type Lane struct {
 	pausedUntil time.Time  // guarded by mu; also kept by q
 	co          *laneCoord // guarded by mu; nil without a Coordinator
 	pace        pacer
+	tokens      tokenPacer
 	m           *laneMetrics
 	load        *connLoad // of the lane's upstream
 

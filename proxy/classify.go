@@ -23,11 +23,12 @@ import (
 const statusOverloaded = 529
 
 // classifyStatus classifies an answer by its status code and, for a 429,
-// its error body.
+// its error body: exhausted quota, and a call larger than the whole token
+// budget, are final.
 func classifyStatus(status int, body []byte) lane.Outcome {
 	switch status {
 	case http.StatusTooManyRequests:
-		if isQuotaError(body) {
+		if isQuotaError(body) || isTooLarge(body) {
 			return lane.Quota
 		}
 		return lane.RateLimited

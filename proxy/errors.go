@@ -16,6 +16,9 @@ const (
 	CodeQueueTimeout        = "queue_timeout"
 	CodeDraining            = "draining"
 	CodeUnauthorized        = "unauthorized"
+	// CodeExceedsTokenBudget refuses a call that costs more tokens than
+	// a whole token budget its provider reported: it could never run.
+	CodeExceedsTokenBudget = "exceeds_token_budget"
 )
 
 // apiError is an error of Governor's own, as opposed to an upstream answer

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/queue"
+	"github.com/llmgovernor/governor/usage"
 )
 
 // callOptions are how one call is governed.
@@ -70,7 +71,12 @@ type governedCall struct {
 
 	last *fasthttp.Response // the previous failed answer, returned if we give up
 	seq  uint64             // the pacer's sequence number of the attempt
-	hint time.Duration      // the provider's wait before the next attempt, 0 for none
+	// cost is the call's estimated token cost (set once the lane knows a
+	// token budget; costed then), and mark its booking's.
+	cost   lane.Cost
+	costed bool
+	mark   lane.TokenMark
+	hint   time.Duration // the provider's wait before the next attempt, 0 for none
 	// granted is when the attempt's slot was granted: the limit it was
 	// let out under is the one the controller had then (see
 	// aimd.Sample.Dispatched).
@@ -240,6 +246,20 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	}
 	seq, delay := l.Reserve(ctx, now)
 	c.seq = seq
+	c.mark = lane.TokenMark{}
+	if l.HasTokenBudget() {
+		body := c.req.in.Body()
+		if !c.costed {
+			c.cost, c.costed = l.EstimateCost(len(body), maxTokensOf(body)), true
+		}
+		w, mark, err := l.ReserveTokens(c.cost, now)
+		if err != nil {
+			l.Queue().Release()
+			return ctx, &apiError{Status: fasthttp.StatusBadRequest, Code: CodeExceedsTokenBudget,
+				Message: "Governor: this call can never run within the provider's token budget (" + err.Error() + "); shorten the prompt or lower max_tokens"}
+		}
+		c.mark, delay = mark, max(delay, w)
+	}
 	if delay > 0 {
 		ctx = c.own(ctx)
 		if err := sleepCtx(ctx, delay); err != nil {
@@ -300,9 +320,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		return true
 	}
 	if err == nil {
-		if b, ok := rateLimitHeaders(&resp.Header, now); ok {
-			l.ObserveBudget(b, c.seq, start, now)
-		}
+		c.observeBudgets(resp, oc, start, now)
 	}
 	d.Attempts++
 	d.Execution += latency
@@ -476,4 +494,30 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 		return 0, fmt.Errorf("%s: want a whole number of retries from 0 to %d, got %q", HeaderMaxRetries, MaxRetriesCeiling, v)
 	}
 	return n, nil
+}
+
+// observeBudgets gives the lane what an answer says of the provider's
+// budgets: its request and token budget headers, the numbers of a 429 for
+// a token budget, and the usage of a buffered answer, which corrects the
+// call's estimated cost.
+func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) {
+	l := c.l
+	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
+		l.ObserveBudget(b, c.seq, start, now)
+	}
+	reports, n := tokenBudgets(&resp.Header)
+	for _, r := range reports[:n] {
+		l.ObserveTokens(r, c.mark, start)
+	}
+	body := bufferedBody(resp)
+	if oc == lane.RateLimited && n == 0 {
+		if r, ok := tokensFrom429(body); ok {
+			l.ObserveTokens(r, lane.TokenMark{}, now)
+		}
+	}
+	if c.costed && oc == lane.Answered && len(body) > 0 {
+		if t, ok := usage.Parse(body); ok {
+			l.ObserveUsage(c.cost, len(c.req.in.Body()), t.Prompt, t.Completion, now)
+		}
+	}
 }

@@ -1,0 +1,303 @@
+package lane
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Token budgets. Providers limit the tokens an account may use per minute
+// as well as its requests: OpenAI's TPM (prompt plus max_tokens, counted
+// when a call arrives), Anthropic's input and output tokens per minute. A
+// lane learns each budget from what the provider reports (TokenReport,
+// from its headers or from the numbers of a 429) and spends it by each
+// call's estimated cost (Cost), so that the budget is met by waiting in
+// Governor rather than by collecting 429s.
+
+// TokenKind names one of a provider's token budgets.
+type TokenKind uint8
+
+const (
+	// Tokens is a budget of prompt and output tokens together: OpenAI's
+	// x-ratelimit-*-tokens, Anthropic's anthropic-ratelimit-tokens-*.
+	Tokens TokenKind = iota
+	// InputTokens is Anthropic's anthropic-ratelimit-input-tokens-*.
+	InputTokens
+	// OutputTokens is Anthropic's anthropic-ratelimit-output-tokens-*.
+	OutputTokens
+	numTokenKinds
+)
+
+var tokenKindNames = [...]string{"tokens", "input_tokens", "output_tokens"}
+
+func (k TokenKind) String() string { return tokenKindNames[k] }
+
+// Cost is what a call is expected to cost the token budgets.
+type Cost struct {
+	Prompt int // estimated prompt tokens
+	Output int // the most output tokens it may use (its max_tokens), or an estimate
+}
+
+func (c Cost) of(k TokenKind) float64 {
+	switch k {
+	case InputTokens:
+		return float64(c.Prompt)
+	case OutputTokens:
+		return float64(c.Output)
+	}
+	return float64(c.Prompt + c.Output)
+}
+
+// TokenReport is what an answer says of one token budget: Limit tokens per
+// minute, Remaining of them left after the call that got it.
+type TokenReport struct {
+	Kind      TokenKind
+	Limit     float64
+	Remaining float64
+}
+
+// Valid reports whether r holds numbers a budget can have.
+func (r TokenReport) Valid() bool {
+	return r.Kind < numTokenKinds && r.Limit > 0 && !math.IsInf(r.Limit, 0) && r.Remaining >= 0
+}
+
+// ErrCostExceedsBudget is the error of a call that costs more tokens than
+// a whole budget of its lane: no wait can make it fit.
+var ErrCostExceedsBudget = errors.New("lane: call costs more tokens than the whole budget")
+
+// TokenBudgetInfo is one token budget as GET /governor/lanes shows it: the
+// budget per minute, and the estimate of what is left now.
+type TokenBudgetInfo struct {
+	Kind      string  `json:"kind"`
+	PerMinute float64 `json:"per_minute"`
+	Remaining float64 `json:"remaining"`
+}
+
+// tokenBucket is one token budget: PerMinute tokens, refilled continuously
+// (per-minute limits are buckets that refill at limit/60 a second).
+type tokenBucket struct {
+	limit  float64 // tokens per minute; 0 = unknown
+	tokens float64 // estimate at at
+	at     time.Time
+	spent  float64 // every cost booked so far, for TokenMark
+}
+
+// TokenMark is where a call's booking stands among the lane's bookings:
+// a budget its answer reports has been charged for it and for the calls
+// booked before it, not for those booked after. The zero TokenMark is
+// that of a call booked nowhere (no budget was known when it went): its
+// report is taken as is.
+type TokenMark [numTokenKinds]float64
+
+func (b *tokenBucket) known() bool { return b.limit > 0 }
+
+// level is the estimate of the tokens left at now (negative when calls
+// have been booked ahead of the refill).
+func (b *tokenBucket) level(now time.Time) float64 {
+	if d := now.Sub(b.at); d > 0 {
+		return math.Min(b.limit, b.tokens+b.limit/60*d.Seconds())
+	}
+	return b.tokens
+}
+
+// tokenPacer spends a lane's token budgets.
+type tokenPacer struct {
+	mu      sync.Mutex
+	buckets [numTokenKinds]tokenBucket
+	// bytesPerToken is learned from the answers' usage: the prompt
+	// tokens a request body of n bytes holds are about n/bytesPerToken.
+	bytesPerToken float64
+	// output is the mean output tokens of the lane's answers, the
+	// estimate for a call that sets no max_tokens (0 until one answers).
+	output float64
+}
+
+// defaultBytesPerToken is the usual rule of thumb: about four bytes a
+// token of English text (a body's JSON around the prompt adds some).
+const defaultBytesPerToken = 4
+
+// usageWeight is the weight of one answer's usage in the lane's
+// estimates.
+const usageWeight = 0.1
+
+// estimate returns the cost of a call whose body has bodyBytes bytes and
+// that may use at most maxTokens output tokens (0: not set).
+func (p *tokenPacer) estimate(bodyBytes, maxTokens int) Cost {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bpt := p.bytesPerToken
+	if bpt == 0 {
+		bpt = defaultBytesPerToken
+	}
+	c := Cost{Prompt: int(math.Ceil(float64(bodyBytes) / bpt)), Output: maxTokens}
+	if maxTokens <= 0 {
+		c.Output = int(math.Ceil(p.output))
+	}
+	return c
+}
+
+// reserve books cost on every known budget at now and returns how long the
+// call must wait before it is sent and its mark, or ErrCostExceedsBudget.
+func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (time.Duration, TokenMark, error) {
+	var mark TokenMark
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if maxWait <= 0 {
+		maxWait = maxDelay
+	}
+	var wait time.Duration
+	for k := range p.buckets {
+		b := &p.buckets[k]
+		if !b.known() {
+			continue
+		}
+		c := cost.of(TokenKind(k))
+		if c > b.limit {
+			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
+		}
+		// Spend at paceMargin of the refill rate, as the request pacer
+		// does, for the jitter between dispatch and arrival.
+		lvl := b.level(now)
+		if lvl < c {
+			w := time.Duration((c - lvl) / (b.limit / 60 * paceMargin) * float64(time.Second))
+			wait = max(wait, min(w, maxWait))
+		}
+	}
+	// Book the call once the longest wait is over: later calls queue
+	// behind it.
+	for k := range p.buckets {
+		b := &p.buckets[k]
+		b.spent += cost.of(TokenKind(k))
+		mark[k] = b.spent
+		if b.known() {
+			b.tokens = b.level(now) - cost.of(TokenKind(k))
+			b.at = now
+		}
+	}
+	return wait, mark, nil
+}
+
+// observe takes a budget reported by the answer to the call booked at
+// mark and dispatched at dispatched: what remained then, less what the
+// calls booked since are to cost.
+func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched time.Time) {
+	if !r.Valid() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := &p.buckets[r.Kind]
+	b.limit = r.Limit
+	since := 0.0
+	if mark != (TokenMark{}) {
+		since = math.Max(0, b.spent-mark[r.Kind])
+	}
+	b.tokens = math.Min(r.Remaining, r.Limit) - since
+	b.at = dispatched
+}
+
+// observeUsage corrects the estimates with the usage an answer reported:
+// the call was estimated at est (for a body of bodyBytes) and used prompt
+// and completion tokens.
+func (p *tokenPacer) observeUsage(est Cost, bodyBytes int, prompt, completion int64, now time.Time) {
+	if prompt <= 0 && completion <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if prompt > 0 && bodyBytes > 0 {
+		bpt := float64(bodyBytes) / float64(prompt)
+		if p.bytesPerToken == 0 {
+			p.bytesPerToken = bpt
+		} else {
+			p.bytesPerToken += usageWeight * (bpt - p.bytesPerToken)
+		}
+	}
+	if p.output == 0 {
+		p.output = float64(completion)
+	} else {
+		p.output += usageWeight * (float64(completion) - p.output)
+	}
+	// The budgets were booked with the estimate: give back or take what
+	// the prompt really was. Output was booked at max_tokens, which is
+	// what OpenAI counts; Anthropic gives unused output tokens back.
+	dPrompt := float64(prompt) - float64(est.Prompt)
+	dOutput := float64(completion) - float64(est.Output)
+	for k := range p.buckets {
+		b := &p.buckets[k]
+		if !b.known() {
+			continue
+		}
+		lvl := b.level(now)
+		switch TokenKind(k) {
+		case Tokens, InputTokens:
+			lvl -= dPrompt
+		case OutputTokens:
+			lvl -= dOutput
+		}
+		b.tokens, b.at = math.Min(lvl, b.limit), now
+	}
+}
+
+// known reports whether any token budget is known.
+func (p *tokenPacer) known() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.buckets {
+		if p.buckets[k].known() {
+			return true
+		}
+	}
+	return false
+}
+
+// info returns the known budgets at now.
+func (p *tokenPacer) info(now time.Time) []TokenBudgetInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []TokenBudgetInfo
+	for k := range p.buckets {
+		if b := &p.buckets[k]; b.known() {
+			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.limit, Remaining: math.Floor(b.level(now))})
+		}
+	}
+	return out
+}
+
+// EstimateCost returns what a call whose request body has bodyBytes bytes
+// and whose max_tokens (or max_completion_tokens) is maxTokens (0: not
+// set) is expected to cost: its prompt at the bytes per token the lane's
+// answers have shown (4 until one reports usage), and its max_tokens, else
+// the lane's mean output.
+func (l *Lane) EstimateCost(bodyBytes, maxTokens int) Cost {
+	return l.tokens.estimate(bodyBytes, maxTokens)
+}
+
+// ReserveTokens books cost on the lane's token budgets at now, holding the
+// call's slot, and returns how long the call must wait before it is sent
+// (at most MaxPause) and its mark for ObserveTokens; with no budget known
+// the wait is 0. A call that costs more than a whole budget gets
+// ErrCostExceedsBudget and must not be sent: no wait makes it fit.
+func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark, error) {
+	return l.tokens.reserve(cost, now, l.pace.maxGap)
+}
+
+// ObserveTokens takes a token budget that the answer to the call booked at
+// mark, dispatched at dispatched, reported: from its headers, or from the
+// numbers of a 429.
+func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched time.Time) {
+	l.tokens.observe(r, mark, dispatched)
+}
+
+// ObserveUsage corrects the lane's estimates with the usage an answer
+// reported at now: the call was estimated at est for a body of bodyBytes,
+// and used prompt and completion tokens.
+func (l *Lane) ObserveUsage(est Cost, bodyBytes int, prompt, completion int64, now time.Time) {
+	l.tokens.observeUsage(est, bodyBytes, prompt, completion, now)
+}
+
+// HasTokenBudget reports whether the lane knows one of its provider's
+// token budgets: until it does, calls need no cost estimate.
+func (l *Lane) HasTokenBudget() bool { return l.tokens.known() }

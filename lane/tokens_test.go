@@ -1,0 +1,80 @@
+package lane
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTokenPacerSpendsReportedBudget(t *testing.T) {
+	var p tokenPacer
+	cost := Cost{Prompt: 100, Output: 200} // 300 tokens
+	w, mark, err := p.reserve(cost, t0, time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, w, "no budget known: no wait")
+
+	// The answer reports 6000 a minute (100 a second), 300 left after it.
+	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300}, mark, t0)
+	w, _, err = p.reserve(cost, t0, time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, w, "300 left: the call fits")
+	w, _, err = p.reserve(cost, t0, time.Minute)
+	require.NoError(t, err)
+	assert.InDelta(t, (300 / (100 * paceMargin)), w.Seconds(), 0.001, "none left: wait for 300 tokens")
+	w, _, _ = p.reserve(cost, t0, time.Minute)
+	assert.InDelta(t, (600 / (100 * paceMargin)), w.Seconds(), 0.001, "the next one queues behind it")
+
+	// Refill: 10 s later, 1000 tokens have come back.
+	info := p.info(t0.Add(10 * time.Second))
+	require.Len(t, info, 1)
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Remaining: 400}, info[0])
+}
+
+func TestTokenReportCountsCallsBookedSince(t *testing.T) {
+	var p tokenPacer
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 60000}, TokenMark{}, t0)
+	cost := Cost{Prompt: 1000}
+	_, first, _ := p.reserve(cost, t0, 0)
+	for range 4 {
+		p.reserve(cost, t0, 0)
+	}
+	// The first call's answer says 59000 are left: the four booked after
+	// it are still to be charged.
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 59000}, first, t0)
+	assert.Equal(t, 55000.0, p.info(t0)[0].Remaining)
+}
+
+func TestCallLargerThanBudgetFailsAtOnce(t *testing.T) {
+	var p tokenPacer
+	p.observe(TokenReport{Kind: OutputTokens, Limit: 8000, Remaining: 8000}, TokenMark{}, t0)
+	_, _, err := p.reserve(Cost{Prompt: 100, Output: 10000}, t0, time.Minute)
+	require.ErrorIs(t, err, ErrCostExceedsBudget)
+	assert.Contains(t, err.Error(), "10000 output_tokens, the budget is 8000 a minute")
+	_, _, err = p.reserve(Cost{Prompt: 100000, Output: 100}, t0, time.Minute)
+	assert.NoError(t, err, "input tokens have no known budget")
+}
+
+func TestUsageCorrectsEstimates(t *testing.T) {
+	var p tokenPacer
+	assert.Equal(t, Cost{Prompt: 100, Output: 0}, p.estimate(400, 0), "4 bytes a token, no output known")
+	p.observe(TokenReport{Kind: InputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0)
+	p.observe(TokenReport{Kind: OutputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0)
+	est := p.estimate(400, 500)
+	_, _, err := p.reserve(est, t0, 0)
+	require.NoError(t, err)
+	// The prompt was 200 tokens (2 bytes a token), the answer 50 of 500.
+	p.observeUsage(est, 400, 200, 50, t0)
+	info := p.info(t0)
+	assert.Equal(t, []TokenBudgetInfo{{"input_tokens", 6000, 5800}, {"output_tokens", 6000, 5950}}, info)
+	assert.Equal(t, Cost{Prompt: 200, Output: 50}, p.estimate(400, 0), "learned: 2 bytes a token, 50 output tokens")
+	assert.Equal(t, Cost{Prompt: 200, Output: 64}, p.estimate(400, 64))
+}
+
+func TestTokenReportValidity(t *testing.T) {
+	for _, r := range []TokenReport{{Limit: 0}, {Limit: -1}, {Limit: 10, Remaining: -1}, {Kind: numTokenKinds, Limit: 10}} {
+		assert.False(t, r.Valid(), "%+v", r)
+	}
+	assert.True(t, TokenReport{Kind: OutputTokens, Limit: 10}.Valid())
+}

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
+)
+
+// tokenHeaders are the token-budget headers tokenBudgets reads, limit then
+// remaining of each: OpenAI's, then Anthropic's input, output and total.
+// (Every token budget providers report is per minute: the lane refills it
+// at limit/60 a second, so the reset headers are not needed.)
+var tokenHeaders = [...]struct {
+	kind             lane.TokenKind
+	limit, remaining string
+}{
+	{lane.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens"},
+	{lane.InputTokens, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining"},
+	{lane.OutputTokens, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining"},
+	{lane.Tokens, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining"},
+}
+
+// tokenBudgets reads the token budgets an answer reports, for the lane's
+// token pacer. Anthropic's anthropic-ratelimit-tokens-* is the tightest of
+// its input and output budgets, so it counts only when neither of those
+// is reported. Malformed values are skipped.
+func tokenBudgets(h *fasthttp.ResponseHeader) (out [len(tokenHeaders)]lane.TokenReport, n int) {
+	split := false // Anthropic's input or output budget was reported
+	for i, th := range tokenHeaders {
+		if th.kind == lane.Tokens && i > 0 && split {
+			continue
+		}
+		l, r := h.Peek(th.limit), h.Peek(th.remaining)
+		if len(l) == 0 || len(r) == 0 {
+			continue
+		}
+		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
+		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
+		rep := lane.TokenReport{Kind: th.kind, Limit: limit, Remaining: min(remaining, limit)}
+		if err1 != nil || err2 != nil || !rep.Valid() {
+			continue
+		}
+		out[n] = rep
+		n++
+		split = split || th.kind != lane.Tokens
+	}
+	return out, n
+}
+
+// OpenAI's 429 for a token budget states its numbers in the message:
+// "Rate limit reached for gpt-4o in organization org-… on tokens per min
+// (TPM): Limit 30000, Used 29800, Requested 750. Please try again in
+// 1.1s." A call that can never fit gets "Request too large for gpt-4o … on
+// tokens per min (TPM): Limit 30000, Requested 40000."
+var (
+	tpmMarker      = []byte("on tokens per min (TPM): ")
+	tooLargeMarker = []byte("Request too large for ")
+)
+
+// tokensFrom429 reads the token budget a 429's message states: limit, and
+// what remained (limit - used). ok is false when the message states none.
+func tokensFrom429(body []byte) (r lane.TokenReport, ok bool) {
+	i := bytes.Index(body, tpmMarker)
+	if i < 0 {
+		return r, false
+	}
+	rest := body[i+len(tpmMarker):]
+	limit, ok1 := numberAfter(rest, "Limit ")
+	used, ok2 := numberAfter(rest, "Used ")
+	if !ok1 || !ok2 {
+		return r, false
+	}
+	r = lane.TokenReport{Kind: lane.Tokens, Limit: limit, Remaining: max(0, limit-used)}
+	return r, r.Valid()
+}
+
+// isTooLarge reports whether a 429 says the call can never fit the budget
+// (OpenAI's "Request too large"): retrying cannot fix it.
+func isTooLarge(body []byte) bool { return bytes.Contains(body, tooLargeMarker) }
+
+// numberAfter reads the whole number that follows label in b (within the
+// next 200 bytes).
+func numberAfter(b []byte, label string) (float64, bool) {
+	b = b[:min(len(b), 200)]
+	i := bytes.Index(b, []byte(label))
+	if i < 0 {
+		return 0, false
+	}
+	b = b[i+len(label):]
+	j := 0
+	for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == ',') {
+		j++
+	}
+	digits := bytes.ReplaceAll(b[:j], []byte(","), nil)
+	if len(digits) == 0 || len(digits) > 15 {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(string(digits), 64)
+	return n, err == nil
+}
+
+// maxTokensOf reads the most output tokens a request body asks for:
+// max_completion_tokens, else max_tokens (OpenAI and Anthropic); 0 when
+// it sets neither or is not JSON. Only calls of lanes with a known token
+// budget pay for it.
+func maxTokensOf(body []byte) int {
+	var v struct {
+		MaxTokens           *int64 `json:"max_tokens"`
+		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return 0
+	}
+	n := v.MaxTokens
+	if v.MaxCompletionTokens != nil {
+		n = v.MaxCompletionTokens
+	}
+	if n == nil || *n <= 0 {
+		return 0
+	}
+	return int(min(*n, 1<<30))
+}

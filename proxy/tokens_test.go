@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/lane"
+	"github.com/llmgovernor/governor/mockllm"
+)
+
+// chatMax posts a chat completion asking for at most maxTokens and returns
+// the status and body.
+func chatMax(t *testing.T, c *http.Client, base string, maxTokens int) (int, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"gpt-test","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, maxTokens)
+	resp, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
+}
+
+// The lane learns the token budget from x-ratelimit-*-tokens and spends
+// it: calls beyond it wait in Governor instead of collecting 429s; a call
+// that costs more than the whole budget fails at once, unsent.
+func TestTokenBudgetFromHeadersIsSpent(t *testing.T) {
+	checkLeaks(t)
+	mock, up := startMock(t, mockllm.Config{TokensPerMinute: 60000}) // 1000 a second
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	c := client(t)
+
+	// Each call costs the provider 1 prompt token + 100: 600 fit in the
+	// budget, the rest must wait for its refill.
+	for i := range 620 {
+		status, body := chatMax(t, c, base, 100)
+		require.Equal(t, http.StatusOK, status, "call %d: %s", i, body)
+	}
+	assert.Zero(t, mock.Stats().RateLimited, "the budget was met by waiting, not by 429s")
+
+	lanes := lanesOf(t, c, base)
+	require.Len(t, lanes, 1)
+	require.Len(t, lanes[0].TokenBudgets, 1)
+	b := lanes[0].TokenBudgets[0]
+	assert.Equal(t, "tokens", b.Kind)
+	assert.Equal(t, 60000.0, b.PerMinute)
+	assert.Less(t, b.Remaining, 2000.0, "the budget is spent")
+
+	received := mock.Stats().Received
+	status, body := chatMax(t, c, base, 70000)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, CodeExceedsTokenBudget)
+	assert.Contains(t, body, "the budget is 60000 a minute")
+	assert.Equal(t, received, mock.Stats().Received, "nothing sent")
+}
+
+// Without headers the lane learns the budget from OpenAI's 429 message
+// (Limit, Used, Requested), and the provider's own "Request too large" is
+// final.
+func TestTokenBudgetLearnedFrom429(t *testing.T) {
+	checkLeaks(t)
+	mock, up := startMock(t, mockllm.Config{TokensPerMinute: 60000, NoRateLimitHeaders: true})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	c := client(t)
+
+	status, body := chatMax(t, c, base, 70000)
+	assert.Equal(t, http.StatusTooManyRequests, status, "the provider's answer passes back")
+	assert.Contains(t, body, "Request too large")
+	assert.Equal(t, int64(1), mock.Stats().Received, "final: not retried")
+	assert.Empty(t, lanesOf(t, c, base)[0].TokenBudgets, "no budget stated yet")
+
+	// Spend the budget: the 429 that follows states it.
+	status, _ = chatMax(t, c, base, 59990)
+	require.Equal(t, http.StatusOK, status)
+	status, _ = chatMax(t, c, base, 1000) // 429 (Limit 60000, Used …), then paced
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, int64(2), mock.Stats().RateLimited, "the request too large, and one for the spent budget")
+	budgets := lanesOf(t, c, base)[0].TokenBudgets
+	require.Len(t, budgets, 1)
+	assert.Equal(t, lane.TokenBudgetInfo{Kind: "tokens", PerMinute: 60000, Remaining: budgets[0].Remaining}, budgets[0])
+
+	received := mock.Stats().Received
+	status, body = chatMax(t, c, base, 70000)
+	assert.Equal(t, http.StatusBadRequest, status, "known now: refused before sending")
+	assert.Contains(t, body, CodeExceedsTokenBudget)
+	assert.Equal(t, received, mock.Stats().Received)
+}
+
+func TestTokenHeadersAndMessagesParse(t *testing.T) {
+	r, ok := tokensFrom429([]byte(`{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30,000, Used 29800, Requested 750. Please try again in 1.1s.","type":"tokens"}}`))
+	require.True(t, ok)
+	assert.Equal(t, lane.TokenReport{Kind: lane.Tokens, Limit: 30000, Remaining: 200}, r)
+	for _, body := range []string{
+		`{"error":{"message":"Rate limit reached for requests"}}`,
+		`on tokens per min (TPM): Limit x, Used 3`,
+		`on tokens per min (TPM): Limit 99999999999999999999, Used 3`,
+		``,
+	} {
+		_, ok := tokensFrom429([]byte(body))
+		assert.False(t, ok, body)
+	}
+	assert.Equal(t, 64, maxTokensOf([]byte(`{"max_tokens":64}`)))
+	assert.Equal(t, 32, maxTokensOf([]byte(`{"max_tokens":64,"max_completion_tokens":32}`)))
+	assert.Zero(t, maxTokensOf([]byte(`{"max_tokens":-1}`)))
+	assert.Zero(t, maxTokensOf([]byte(`not json`)))
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(`{}`), &v))
+}
+
+// Anthropic's input and output token budgets are learned apart.
+func TestAnthropicTokenBudgetsLearned(t *testing.T) {
+	checkLeaks(t)
+	_, up := startMock(t, mockllm.Config{InputTokensPerMinute: 40000, OutputTokensPerMinute: 8000})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	c := client(t)
+	body := `{"model":"claude-test","max_tokens":9000,"messages":[{"role":"user","content":"hi"}]}`
+	post := func() (int, string) {
+		resp, err := c.Post(base+"/v1/messages", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	status, _ := post()
+	assert.Equal(t, http.StatusTooManyRequests, status, "9000 output tokens never fit 8000: the provider's answer")
+	budgets := lanesOf(t, c, base)[0].TokenBudgets
+	require.Len(t, budgets, 2, "%+v", budgets)
+	assert.Equal(t, "input_tokens", budgets[0].Kind)
+	assert.Equal(t, 40000.0, budgets[0].PerMinute)
+	assert.Equal(t, "output_tokens", budgets[1].Kind)
+	assert.Equal(t, 8000.0, budgets[1].PerMinute)
+	status, resp := post()
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, resp, "9000 output_tokens, the budget is 8000 a minute")
+}
