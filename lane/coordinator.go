@@ -331,7 +331,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	if !pauseTo.IsZero() {
 		l.q.PauseUntil(pauseTo)
 		l.m.pauses.Inc()
-		l.log.Info("lane paused by another governor", "lane", l.id, "until", pauseTo.Format(time.RFC3339Nano))
+		l.events.event(evPausedRemote, now, "until", pauseTo.Format(time.RFC3339Nano))
 	}
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", co.share, "members", s.Members)

@@ -30,4 +30,7 @@
 // Governor's share of it. A failed sync governs the lane alone again from
 // its share; coordination never blocks a call. Close stops the loop, gives
 // the lanes' shares back and closes the queues.
+//
+// A lane logs its pauses, decreases and collapses in summary (see
+// SummaryInterval): a storm of 429s costs a few lines, not one per call.
 package lane

@@ -23,6 +23,7 @@ type Lane struct {
 	key      Key
 	credHash string // short hash of the credential, never the credential
 	log      *slog.Logger
+	events   eventLog // the events that repeat, logged in summary
 
 	q *queue.Queue
 
@@ -121,14 +122,16 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 	switch ev {
 	case aimd.Decreased:
 		l.m.decreases.Inc()
-		l.log.Info("lane limit decreased", "lane", l.id, "from", before, "to", limit, "cause", l.decreaseCause())
+		l.events.event(evDecreased, now, "from", before, "to", limit, "cause", l.decreaseCause())
 	case aimd.Collapsed:
 		l.m.collapses.Inc()
-		l.log.Info("lane collapsed", "lane", l.id, "from", before, "to", limit, "cause", l.ctrl.State().DecreaseCause.String())
+		l.events.event(evCollapsed, now, "from", before, "to", limit, "cause", l.ctrl.State().DecreaseCause.String())
 	case aimd.Recovered:
 		l.log.Info("lane recovered", "lane", l.id, "limit", limit)
 	case aimd.Yielded:
 		l.log.Debug("lane yielded", "lane", l.id, "from", before, "to", limit)
+	default:
+		l.events.flush(now)
 	}
 }
 
@@ -169,7 +172,7 @@ func (l *Lane) Pause(t, now time.Time) {
 	if extended {
 		l.q.PauseUntil(t)
 		l.m.pauses.Inc()
-		l.log.Info("lane paused", "lane", l.id, "until", t.Format(time.RFC3339Nano))
+		l.events.event(evPaused, now, "until", t.Format(time.RFC3339Nano))
 	}
 }
 

@@ -1,0 +1,98 @@
+package lane
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// SummaryInterval is how often a lane logs an event that repeats: the
+// first "lane paused" (or "lane limit decreased", "lane collapsed", "lane
+// paused by another governor") is logged at once; the ones that follow
+// within the interval are counted, and the next line of the kind, written
+// once the interval has passed (at the next such event, or the next
+// attempt of the lane), shows the latest of them with more=N, the others
+// since the previous line, and in, the time since it. Exact counts are in
+// the lane's metrics.
+const SummaryInterval = 10 * time.Second
+
+// The events a lane logs in summary.
+type eventKind int
+
+const (
+	evPaused eventKind = iota
+	evPausedRemote
+	evDecreased
+	evCollapsed
+	nEventKinds
+)
+
+var eventMessages = [nEventKinds]string{
+	evPaused:       "lane paused",
+	evPausedRemote: "lane paused by another governor",
+	evDecreased:    "lane limit decreased",
+	evCollapsed:    "lane collapsed",
+}
+
+// eventLog writes one lane's repeated events in summary. It starts no
+// goroutine: a count is written by the next event or flush after its
+// interval, with the time passed in.
+type eventLog struct {
+	log  *slog.Logger
+	lane string
+
+	mu    sync.Mutex
+	kinds [nEventKinds]eventState
+}
+
+type eventState struct {
+	lineAt time.Time // when the last line of this kind was written
+	more   int       // events since then, not written
+	last   []any     // the attributes of the last of them
+}
+
+// event logs an event of kind k at now with attrs, or counts it when a
+// line of its kind was written less than SummaryInterval ago.
+func (e *eventLog) event(k eventKind, now time.Time, attrs ...any) {
+	e.mu.Lock()
+	s := &e.kinds[k]
+	if !s.lineAt.IsZero() && now.Sub(s.lineAt) < SummaryInterval {
+		s.more++
+		s.last = attrs
+		e.mu.Unlock()
+		return
+	}
+	more, since := s.more, s.lineAt
+	s.lineAt, s.more, s.last = now, 0, nil
+	e.mu.Unlock()
+	e.write(k, attrs, more, since, now)
+}
+
+// flush writes the counts whose interval has passed at now.
+func (e *eventLog) flush(now time.Time) {
+	for k := range nEventKinds {
+		e.mu.Lock()
+		s := &e.kinds[k]
+		if s.more == 0 || now.Sub(s.lineAt) < SummaryInterval {
+			e.mu.Unlock()
+			continue
+		}
+		// The line shows the last of them; more counts the others.
+		more, since, attrs := s.more-1, s.lineAt, s.last
+		s.lineAt, s.more, s.last = now, 0, nil
+		e.mu.Unlock()
+		e.write(k, attrs, more, since, now)
+	}
+}
+
+// write logs one line of kind k: attrs, and when more events came since
+// the last line than it said, how many and over how long.
+func (e *eventLog) write(k eventKind, attrs []any, more int, since, now time.Time) {
+	args := make([]any, 0, len(attrs)+6)
+	args = append(args, "lane", e.lane)
+	args = append(args, attrs...)
+	if more > 0 {
+		args = append(args, "more", more, "in", now.Sub(since).Round(time.Millisecond).String())
+	}
+	e.log.Info(eventMessages[k], args...)
+}

@@ -1,0 +1,90 @@
+package lane_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/lane"
+)
+
+func logLines(t *testing.T, buf *bytes.Buffer, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A storm of 429s, each pausing the lane, is logged as its first pause
+// and then one line per SummaryInterval saying how many more came; the
+// pause counter still counts every one.
+func TestRepeatedPausesAreSummarised(t *testing.T) {
+	var buf bytes.Buffer
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	set := metrics.NewSet()
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 8}, Metrics: set, Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+
+	// 300 pauses, 100 ms apart, each one later than the last: 30 s.
+	for i := range 300 {
+		now = start.Add(time.Duration(i) * 100 * time.Millisecond)
+		l.Pause(now.Add(time.Second), now)
+		l.Observe(lane.RateLimited, 50*time.Millisecond, now, now)
+	}
+	lines := logLines(t, &buf, "lane paused")
+	// The first at once, then one each time 10 s have passed: at 0, 10,
+	// 20 s. The line at 10 s says 99 more came since the first.
+	require.Len(t, lines, 3, buf.String())
+	assert.NotContains(t, lines[0], "more")
+	assert.EqualValues(t, 99, lines[1]["more"])
+	assert.Equal(t, "10s", lines[1]["in"])
+	assert.EqualValues(t, 99, lines[2]["more"])
+
+	// What the last 10 s held is written once the interval has passed and
+	// the lane is used again.
+	now = now.Add(lane.SummaryInterval)
+	l.Observe(lane.Answered, 50*time.Millisecond, now, now)
+	lines = logLines(t, &buf, "lane paused")
+	require.Len(t, lines, 4)
+	assert.EqualValues(t, 98, lines[3]["more"], "the line shows the last of the 99")
+	assert.Contains(t, lines[3], "until", "the last pause's attributes")
+
+	var total float64
+	for _, l := range lines {
+		total++
+		if m, ok := l["more"].(float64); ok {
+			total += m
+		}
+	}
+	assert.EqualValues(t, 300, total, "the lines account for every pause")
+	assert.Contains(t, promText(set), `governor_lane_pauses_total{lane="default/m/000000000000"} 300`)
+
+	decreases := logLines(t, &buf, "lane limit decreased")
+	collapses := logLines(t, &buf, "lane collapsed")
+	assert.LessOrEqual(t, len(decreases)+len(collapses), 8, "a decrease or collapse per 10 s at most, of each kind")
+}
+
+func promText(set *metrics.Set) string {
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	return b.String()
+}
