@@ -33,4 +33,5 @@
 //
 // A lane logs its pauses, decreases and collapses in summary (see
 // SummaryInterval): a storm of 429s costs a few lines, not one per call.
+// CountTokens adds an answer's usage to the lane's token counters.
 package lane

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgovernor/governor/aimd"
 	"github.com/llmgovernor/governor/queue"
+	"github.com/llmgovernor/governor/usage"
 )
 
 // A Lane is the unit Governor governs: one upstream, one credential, one
@@ -63,6 +64,13 @@ func (l *Lane) close(set *metrics.Set) {
 // ObserveWait accounts for a wait of d in the lane's queue (0 for a slot
 // granted at once).
 func (l *Lane) ObserveWait(d time.Duration) { l.m.queueWait.Update(d.Seconds()) }
+
+// CountTokens adds the tokens an answer of the lane used, as its usage
+// reports them (see package usage), to the lane's token counters.
+func (l *Lane) CountTokens(t usage.Tokens) {
+	l.m.promptTokens.Add(int(t.Prompt))
+	l.m.completionTokens.Add(int(t.Completion))
+}
 
 // CountRetry counts a retry after an attempt that came to o.
 func (l *Lane) CountRetry(o Outcome) {

@@ -20,7 +20,10 @@ type laneMetrics struct {
 	pauses    *metrics.Counter
 	queueWait *metrics.PrometheusHistogram
 	upstream  *metrics.PrometheusHistogram
-	names     []string // every series of the lane, to unregister it
+	// promptTokens and completionTokens count the tokens of the lane's
+	// answers, as their usage reports them.
+	promptTokens, completionTokens *metrics.Counter
+	names                          []string // every series of the lane, to unregister it
 }
 
 func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
@@ -37,6 +40,8 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 	m.pauses = set.NewCounter(name("governor_lane_pauses_total{%s}", lbl))
 	m.queueWait = set.NewPrometheusHistogramExt(name("governor_queue_wait_seconds{%s}", lbl), LatencyBuckets)
 	m.upstream = set.NewPrometheusHistogramExt(name("governor_lane_upstream_latency_seconds{%s}", lbl), LatencyBuckets)
+	m.promptTokens = set.NewCounter(name(`governor_lane_tokens_total{%s,kind="prompt"}`, lbl))
+	m.completionTokens = set.NewCounter(name(`governor_lane_tokens_total{%s,kind="completion"}`, lbl))
 	for i, o := range outcomeNames {
 		m.attempts[i] = set.NewCounter(name("governor_attempts_total{%s,outcome=%q}", lbl, o))
 		if Outcome(i).Retryable() {
@@ -49,6 +54,14 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.q.Stats().Limit) })
 	set.NewGauge(name("governor_lane_in_flight{%s}", lbl), func() float64 { return float64(l.q.Stats().InFlight) })
 	set.NewGauge(name("governor_lane_queued{%s}", lbl), func() float64 { return float64(l.q.Len()) })
+	// 1 while the lane's dispatches are paused (a provider's Retry-After,
+	// here or, on a coordinated lane, at another Governor).
+	set.NewGauge(name("governor_lane_paused{%s}", lbl), func() float64 {
+		if l.q.Stats().PausedUntil.After(r.cfg.Now()) {
+			return 1
+		}
+		return 0
+	})
 	// 1 while the calls in flight to the lane's upstream fill its
 	// connections and the lane has calls among them.
 	set.NewGauge(name("governor_lane_conn_limited{%s}", lbl), func() float64 {

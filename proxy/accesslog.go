@@ -23,7 +23,7 @@ type accessRecord struct {
 // newAccessRecord copies what the access log needs from ctx, once its
 // answer's status and headers are set. The path is logged without its query,
 // which may carry a credential (?key=…).
-func newAccessRecord(ctx *fasthttp.RequestCtx, lane string, d *Details) *accessRecord {
+func newAccessRecord(ctx *fasthttp.RequestCtx, laneID string, d *Details) *accessRecord {
 	id := requestID(&ctx.Response.Header)
 	if id == "" {
 		id = string(ctx.Request.Header.Peek("X-Request-Id"))
@@ -31,7 +31,7 @@ func newAccessRecord(ctx *fasthttp.RequestCtx, lane string, d *Details) *accessR
 	return &accessRecord{
 		method:    string(ctx.Method()),
 		path:      string(ctx.Path()),
-		lane:      lane,
+		lane:      laneID,
 		code:      ctx.Response.StatusCode(),
 		details:   *d,
 		bytesIn:   len(ctx.Request.Body()),

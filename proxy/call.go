@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgovernor/governor/lane"
+	"github.com/llmgovernor/governor/usage"
 )
 
 // Call is a governed call made by Governor itself rather than forwarded
@@ -157,6 +158,11 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 				_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
 			}
 			err = bufferBody(resp, int64(p.cfg.MaxResponseBytes))
+		}
+		if err == nil && streamCountsTokens(resp) {
+			if t, ok := usage.Parse(resp.Body()); ok {
+				l.CountTokens(t)
+			}
 		}
 		cut := wc.land()
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgovernor/governor/internal/reply"
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/queue"
 )
 
@@ -102,18 +103,18 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		p.finish(up, ctx, c.l.ID(), &res.details)
 		return
 	}
-	p.respond(ctx, up, c.l.ID(), *res)
+	p.respond(ctx, up, c.l, *res)
 }
 
 // finish accounts for a call whose answer is complete (not streaming):
-// its metrics, and its access log line. lane is empty for a call refused
-// before it had one.
-func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx, lane string, d *Details) {
+// its metrics, and its access log line. laneID is empty for a call refused
+// before it had a lane.
+func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx, laneID string, d *Details) {
 	up.metrics.countRequest(ctx.Response.StatusCode())
 	up.metrics.countCall(d.Status)
 	p.metrics.inFlight.Add(-1)
 	if p.cfg.AccessLog != nil {
-		p.logAccess(newAccessRecord(ctx, lane, d), int64(len(ctx.Response.Body())))
+		p.logAccess(newAccessRecord(ctx, laneID, d), int64(len(ctx.Response.Body())))
 	}
 }
 
@@ -213,7 +214,7 @@ var pathChar = func() (t [256]bool) {
 // res.resp and res.slot: a buffered answer is copied and released here;
 // a streamed one is handed to fasthttp, which closes it after writing it,
 // and closing it releases the response and the lane's slot.
-func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, lane string, res callResult) {
+func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, res callResult) {
 	resp := res.resp
 	stripResponseHopHeaders(&resp.Header)
 	resp.Header.CopyTo(&ctx.Response.Header)
@@ -225,7 +226,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, lane string, res
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
 		res.release()
-		p.finish(up, ctx, lane, &res.details)
+		p.finish(up, ctx, l.ID(), &res.details)
 		return
 	}
 
@@ -238,19 +239,23 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, lane string, res
 	slot := res.slot // the closure captures this, not res, which stays on the stack
 	var rec *accessRecord
 	if p.cfg.AccessLog != nil {
-		rec = newAccessRecord(ctx, lane, &res.details)
+		rec = newAccessRecord(ctx, l.ID(), &res.details)
 	}
 	body := &streamBody{
-		resp:       resp,
-		stream:     resp.BodyStream(),
-		conn:       connOf(resp),
-		idle:       p.cfg.StreamIdleTimeout,
-		client:     ctx.Conn(),
-		checkEvery: clientCheckInterval,
+		resp:        resp,
+		stream:      resp.BodyStream(),
+		conn:        connOf(resp),
+		idle:        p.cfg.StreamIdleTimeout,
+		client:      ctx.Conn(),
+		checkEvery:  clientCheckInterval,
+		countTokens: streamCountsTokens(resp),
 	}
 	body.done = func() {
 		if slot != nil {
 			slot.Release()
+		}
+		if t, ok := body.tokens.Tokens(); ok {
+			l.CountTokens(t)
 		}
 		p.metrics.inFlight.Add(-1)
 		if rec != nil {

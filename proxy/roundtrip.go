@@ -330,6 +330,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if err == nil && oc == lane.Answered || oc == lane.Quota {
 		if resp.StatusCode() < 400 {
 			l.Answered(now)
+			countTokens(l, resp, p.cfg.MaxResponseBytes)
 		}
 		if c.last != nil {
 			fasthttp.ReleaseResponse(c.last)

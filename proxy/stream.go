@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/usage"
 )
 
 // errClientGone ends a stream whose client has disconnected.
@@ -59,6 +61,10 @@ type streamBody struct {
 	moved   bool  // beforeUpstreamRead wrote the pending bytes out during a read
 	written int64 // bytes written to w
 	werr    error // the first error writing to w
+
+	// tokens reads the usage of the body as it passes, when countTokens.
+	tokens      usage.Stream
+	countTokens bool
 
 	mu     sync.Mutex // guards closed and timer against the watch
 	closed bool
@@ -128,6 +134,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		b.watchClient()
 	}
 	n, err := b.stream.Read(p)
+	if b.countTokens {
+		_, _ = b.tokens.Write(p[:n])
+	}
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
 	}

@@ -104,12 +104,22 @@ func TestMetricsAreDescribed(t *testing.T) {
 		sampleValue(out, `governor_calls_total{route="default",status="COMPLETED_WITH_RETRIES"}`))
 	assert.Equal(t, 0.0, sampleValue(out, `governor_calls_total{route="default",status="FAILED"}`))
 	assert.Equal(t, 0.0, sampleValue(out, "governor_draining"))
+	assert.True(t, seen["governor_lane_tokens_total"] && seen["governor_lane_paused"])
+	assert.Positive(t, sampleValue(out, `governor_lane_tokens_total{lane="default/m/`+laneHash(t, out)+`",kind="completion"}`),
+		"tokens of the calls, the stream and the batch")
 
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	for _, f := range metricFamilies {
 		assert.Contains(t, string(readme), "| `"+f.name, "README's metrics table lists %s", f.name)
 	}
+}
+
+// laneHash returns the credential hash of the lane of model m.
+func laneHash(t *testing.T, exposition string) string {
+	m := regexp.MustCompile(`lane="default/m/([0-9a-f]+)"`).FindStringSubmatch(exposition)
+	require.NotNil(t, m, "no lane of model m")
+	return m[1]
 }
 
 func ptrs(fs []metricFamily) map[string]*metricFamily {
