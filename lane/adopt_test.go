@@ -2,7 +2,11 @@ package lane
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -111,4 +115,29 @@ func TestAdoptTakesAnotherGovernorsDecreaseNow(t *testing.T) {
 	c.clock.Set(ms(150))
 	c.sync(Shared{Target: 10, Members: 2, Share: 5, Fair: 5, OthersSynced: ms(150), LastDecrease: ms(80), DecreaseLevel: 12})
 	assert.Equal(t, ms(100), c.l.ctrl.State().LastDecrease, "a decrease already adopted is not adopted again")
+}
+
+// adopt logs the share it applied from what it read under the lane's lock:
+// decreases, which cut the share, run concurrently on the calls'
+// goroutines (a data race here fails the test under -race).
+func TestAdoptLogsTheShareItRead(t *testing.T) {
+	debug := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := newCoordLane(t, withLogger(debug))
+	s := Shared{Target: 64, Members: 2, Share: 32, Fair: 32, OthersSynced: ms(0)}
+	c.sync(s)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 200 {
+			c.l.adopt(syncSnap{}, s, ms(i), testGrace)
+		}
+	})
+	wg.Go(func() {
+		for i := range 200 {
+			// Each 429 is of a call dispatched after the last decrease:
+			// each decreases the limit, and so the share.
+			c.l.Observe(RateLimited, time.Millisecond, ms(2*i), ms(2*i+1))
+		}
+	})
+	wg.Wait()
+	assert.Positive(t, c.l.ctrl.State().Decreases+c.l.ctrl.State().Collapses)
 }

@@ -317,6 +317,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	// lost) does not hold the lane.
 	hold, unhold := co.share == 0, co.held && co.share > 0 && !l.pausedUntil.After(now)
 	co.held = hold
+	applied := co.share
 	l.mu.Unlock()
 	if hold {
 		l.q.PauseUntil(now.Add(grace))
@@ -334,7 +335,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 		l.events.event(evPausedRemote, now, "until", pauseTo.Format(time.RFC3339Nano))
 	}
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", co.share, "members", s.Members)
+		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", applied, "members", s.Members)
 	}
 	if !joined {
 		l.log.Info("lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)

@@ -2,6 +2,7 @@ package lane
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -68,11 +69,18 @@ type coordLane struct {
 	l     *Lane
 }
 
-func newCoordLane(t *testing.T) *coordLane {
+// withLogger sets a coordLane's logger.
+func withLogger(log *slog.Logger) func(*Config) { return func(c *Config) { c.Logger = log } }
+
+func newCoordLane(t *testing.T, opts ...func(*Config)) *coordLane {
 	t.Helper()
 	clock := &fakeClock{now: t0}
-	r, err := newRegistry(Config{AIMD: aimd.Config{Max: 64}, Coordinator: &fakeCoordinator{}, SyncInterval: testInterval,
-		Now: clock.Now, Metrics: metrics.NewSet()})
+	cfg := Config{AIMD: aimd.Config{Max: 64}, Coordinator: &fakeCoordinator{}, SyncInterval: testInterval,
+		Now: clock.Now, Metrics: metrics.NewSet()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := newRegistry(cfg)
 	require.NoError(t, err)
 	t.Cleanup(r.Close)
 	l, err := r.Get(Key{Upstream: "default", Model: "m"})
