@@ -74,7 +74,7 @@ type laneCoord struct {
 	coord Coordinator
 
 	joined       bool      // the last sync succeeded: the queue's limit is the share
-	starting     bool      // not yet synced: the queue is held (see newLane)
+	starting     bool      // not yet synced: the queue is held (see Registry.newLaneLocked)
 	held         bool      // the queue is held: no share
 	share        int       // this Governor's part of the shared limit
 	members      int       // live Governors at the last sync
