@@ -57,6 +57,9 @@ type Registry struct {
 	cfg        Config
 	evicted    *metrics.Counter
 	evictAfter time.Duration // unused this long, an idle lane may be evicted
+	// afterRead, if set (by tests), runs in Get once the read lock is
+	// released.
+	afterRead func()
 
 	// kick asks the sync loop for a sync now; nil without a Coordinator.
 	kick chan struct{}
@@ -121,9 +124,16 @@ func (r *Registry) Get(key Key) (*Lane, error) {
 	now := r.cfg.Now()
 	r.mu.RLock()
 	l := r.byKey[key]
-	r.mu.RUnlock()
 	if l != nil {
+		// Under the lock, which eviction takes for writing: a lane is
+		// in use from the instant it is handed out.
 		l.lastUsed.Store(now.UnixNano())
+	}
+	r.mu.RUnlock()
+	if r.afterRead != nil {
+		r.afterRead()
+	}
+	if l != nil {
 		return l, nil
 	}
 	r.mu.Lock()
