@@ -3,6 +3,8 @@ package lane
 import (
 	"fmt"
 	"time"
+
+	"github.com/llmgovernor/governor/aimd"
 )
 
 // Info is one lane as GET /governor/lanes shows it.
@@ -22,6 +24,14 @@ type Info struct {
 	Decreases       uint64         `json:"decreases"`
 	Collapses       uint64         `json:"collapses"`
 	PausedUntil     *time.Time     `json:"paused_until"`
+	// LastDecreaseReason is the congestion signal behind this Governor's
+	// last decrease or collapse: "rate_limited" (429 or 529) or "timeout";
+	// empty if there was none.
+	LastDecreaseReason string `json:"last_decrease_reason"`
+	// RateLimited counts the lane's 429 and 529 answers, and Pauses the
+	// times a provider's Retry-After paused it, since the lane was made.
+	RateLimited uint64 `json:"rate_limited"`
+	Pauses      uint64 `json:"pauses"`
 	// Coordinated reports whether the lane is governed together with the
 	// other Governors that use it (GOVERNOR_REDIS_URL, and Redis reachable).
 	// Then Target is the lane's shared target, SharedLimit the calls every
@@ -68,6 +78,8 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		Collapsed:        st.Collapsed,
 		Decreases:        st.Decreases,
 		Collapses:        st.Collapses,
+		RateLimited:      l.m.attempts[RateLimited].Get(),
+		Pauses:           l.m.pauses.Get(),
 	}
 	li.TokenBudgets = l.tokens.info(now)
 	if li.TokenBudgets == nil {
@@ -93,6 +105,9 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	if !st.LastDecrease.IsZero() {
 		t := st.LastDecrease
 		li.LastDecrease = &t
+		if c := st.DecreaseCause; c == aimd.RateLimited || c == aimd.Timeout {
+			li.LastDecreaseReason = c.String()
+		}
 	}
 	if qs.PausedUntil.After(now) {
 		t := qs.PausedUntil

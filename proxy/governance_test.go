@@ -200,6 +200,10 @@ func TestRetryAfterPausesTheLane(t *testing.T) {
 	require.Len(t, lanes, 1)
 	assert.Nil(t, lanes[0].PausedUntil, "the pause is over")
 	assert.Equal(t, uint64(1), lanes[0].Decreases+lanes[0].Collapses, "the 429 fed the controller")
+	assert.Equal(t, uint64(1), lanes[0].RateLimited, "the 429 is counted")
+	assert.Equal(t, uint64(1), lanes[0].Pauses, "its Retry-After paused the lane once")
+	assert.NotNil(t, lanes[0].LastDecrease)
+	assert.Equal(t, "rate_limited", lanes[0].LastDecreaseReason)
 }
 
 func TestFinalAnswersAreNeverRetried(t *testing.T) {
