@@ -136,6 +136,8 @@ test('the live page shows lanes and jobs, and cancels a job', { skip, timeout: 6
   await page.locator('tr[data-lane]', { hasText: CLAUDE }).waitFor({ timeout: 10_000 });
   const limit = Number(await lane.locator('td').nth(1).textContent());
   assert.ok(limit >= 1, `limit ${limit}`);
+  // 429s and pauses are counted (a number, not '–').
+  for (const col of [6, 7]) assert.match(await lane.locator('td').nth(col).textContent(), /^[\d,]+$/, `column ${col}`);
 
   const syncRow = page.locator('tr[data-batch]', { hasText: 'sync batch' });
   await syncRow.locator('.badge', { hasText: 'running' }).waitFor({ timeout: 10_000 });

@@ -158,6 +158,10 @@
     }
     if (l.collapsed) badges.push(badge('collapsed', 'bad', 'Too many errors at once: the limit fell to 1'));
     if (l.coordinated) badges.push(badge(`shared × ${l.members}`, 'info', 'Governed with the other Governors on Redis'));
+    if (l.conn_limited) {
+      const title = `The upstream's ${l.upstream_max_conns} connections are all in use (${l.upstream_in_flight} calls in flight)`;
+      badges.push(badge('connections full', 'warn', title));
+    }
     c.badges.replaceChildren(...badges);
 
     c.limit.textContent = count(l.limit);
@@ -170,7 +174,7 @@
     if (urg.length) c.waiting.append(el('span', 'sub', urg.map(([u, n]) => `${u}: ${n}`).join('  ')));
 
     c.latency.textContent = latency(l.latency_ewma_ms);
-    setNum(c.r429, rateLimited(l), true);
+    setNum(c.r429, rateLimited(l));
     setNum(c.pauses, l.pauses);
     setNum(c.collapses, l.collapses, true);
 
@@ -194,25 +198,18 @@
   }
 
   function reasonText(r) {
-    const words = { rate_limited: '429 / 529', timeout: 'timeout', collapse: 'collapse', yield: 'yield to other Governors' };
+    const words = { rate_limited: 'after a 429 / 529', timeout: 'after a timeout' };
     return words[r] || String(r).replaceAll('_', ' ');
   }
 
-  // renderTenants shows a lane's tenants, when the API reports them: an
-  // array of {tenant|name, queued|waiting, in_flight} or an object keyed by
-  // tenant.
+  // renderTenants shows a lane's tenants, {tenant, queued, in_flight}
+  // each, when more than one shares the lane or one has a name.
   function renderTenants(box, tenants) {
     box.replaceChildren();
-    if (!tenants) return;
-    const list = Array.isArray(tenants)
-      ? tenants
-      : Object.entries(tenants).map(([name, v]) => ({ name, ...v }));
-    if (!list.length) return;
-    for (const t of list) {
-      const name = t.tenant ?? t.name ?? t.id ?? '?';
-      const waiting = t.queued ?? t.waiting ?? 0;
+    if (!Array.isArray(tenants) || !tenants.length || (tenants.length === 1 && !tenants[0].tenant)) return;
+    for (const t of tenants) {
       const s = el('span');
-      s.append(el('b', '', name), ` ${count(t.in_flight ?? 0)} in flight · ${count(waiting)} waiting`);
+      s.append(el('b', '', t.tenant || '(none)'), ` ${count(t.in_flight ?? 0)} in flight · ${count(t.queued ?? 0)} waiting`);
       box.append(s);
     }
   }
@@ -252,7 +249,7 @@
 
   // ---- charts ----
 
-  const W = 156;
+  const W = 140;
   const H = 48;
   const TOP = 13; // room for the scale label
 
@@ -323,7 +320,8 @@
     }
     const max = Math.max(...buckets);
     const reported = h.some((p) => p.rl !== undefined);
-    const y = frame(svg, Math.max(1, max), reported ? `max ${max} per ${bucketMs / 1000} s` : 'not reported');
+    const peak = reported ? `peak ${nf1.format((max * 1000) / bucketMs)}/s` : 'not reported';
+    const y = frame(svg, Math.max(1, max), peak);
     const bw = W / n;
     buckets.forEach((v, k) => {
       if (v > 0) svg.append(svgEl('rect', { class: 'bar', x: (k * bw + 1).toFixed(1), y: y(v).toFixed(1), width: (bw - 2).toFixed(1), height: (H - 1 - y(v)).toFixed(1) }));
