@@ -120,7 +120,7 @@ func startFloorProxy(ctx context.Context, w *workspace, upstream string) (*floor
 	if err != nil {
 		return nil, fmt.Errorf("fasthttp proxy: %w", err)
 	}
-	addr, err := freePort()
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func startFloorProxy(ctx context.Context, w *workspace, upstream string) (*floor
 		return nil, err
 	}
 	f := &floorProxy{Process: p, url: "http://" + addr}
-	if err := waitHTTP(ctx, p, f.url+"/stats"); err != nil {
+	if err := p.WaitHTTP(ctx, f.url+"/stats"); err != nil {
 		_ = p.Stop(stopTimeout)
 		return nil, err
 	}

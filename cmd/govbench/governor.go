@@ -44,7 +44,7 @@ func startGovernor(ctx context.Context, w *workspace, name, upstream string, env
 		Listen      string `json:"listen"`
 		AdminListen string `json:"admin_listen"`
 	}
-	_, err = waitForLog(ctx, p, func(line string) (string, bool) {
+	_, err = p.WaitForLine(ctx, func(line string) (string, bool) {
 		if !strings.Contains(line, `"governor started"`) {
 			return "", false
 		}
@@ -55,7 +55,7 @@ func startGovernor(ctx context.Context, w *workspace, name, upstream string, env
 		return nil, err
 	}
 	g := &governor{Process: p, url: "http://" + started.Listen, adminURL: "http://" + started.AdminListen}
-	if err := waitHTTP(ctx, p, g.adminURL+"/readyz"); err != nil {
+	if err := p.WaitHTTP(ctx, g.adminURL+"/readyz"); err != nil {
 		_ = p.Stop(stopTimeout)
 		return nil, err
 	}

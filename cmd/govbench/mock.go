@@ -60,7 +60,7 @@ func startMock(ctx context.Context, w *workspace, name string, cfg mockConfig) (
 		return nil, err
 	}
 	const banner = "mockllm listening on "
-	url, err := waitForLog(ctx, p, func(line string) (string, bool) {
+	url, err := p.WaitForLine(ctx, func(line string) (string, bool) {
 		return strings.CutPrefix(strings.TrimSpace(line), banner)
 	})
 	if err != nil {

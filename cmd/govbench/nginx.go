@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,7 +83,7 @@ type nginx struct {
 // such as http://127.0.0.1:PORT), starts nginx and waits until a request
 // through it reaches the provider's /stats.
 func startNginx(ctx context.Context, w *workspace, upstream string) (*nginx, error) {
-	port, err := freePort()
+	port, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -114,23 +113,11 @@ func startNginx(ctx context.Context, w *workspace, upstream string) (*nginx, err
 		return nil, err
 	}
 	n := &nginx{Process: p, url: "http://" + port}
-	if err := waitHTTP(ctx, p, n.url+"/stats"); err != nil {
+	if err := p.WaitHTTP(ctx, n.url+"/stats"); err != nil {
 		_ = p.Stop(stopTimeout)
 		return nil, err
 	}
 	return n, nil
-}
-
-// freePort returns a loopback address whose port was free a moment ago, for
-// nginx, which cannot report a port it picked itself.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr, nil
 }
 
 // nginxVersion returns `nginx -v` without its prefix, or "".

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -12,28 +11,10 @@ import (
 // is killed.
 const stopTimeout = 10 * time.Second
 
-// startTimeout bounds the wait for a process to be ready.
-const startTimeout = 15 * time.Second
-
 // startProcess starts path with args and env, its stdout and stderr going
 // to logPath, in its own process group (childAttr).
 func startProcess(name, path string, args, env []string, logPath string) (*proc.Process, error) {
 	return proc.Start(proc.Spec{Name: name, Path: path, Args: args, Env: env, LogPath: logPath, SysProcAttr: childAttr()})
-}
-
-// waitForLog waits, up to startTimeout, for a line of p's log that match
-// accepts.
-func waitForLog(ctx context.Context, p *proc.Process, match func(line string) (string, bool)) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	return p.WaitForLine(ctx, match)
-}
-
-// waitHTTP waits, up to startTimeout, for url to answer 200.
-func waitHTTP(ctx context.Context, p *proc.Process, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	return p.WaitHTTP(ctx, url)
 }
 
 // group owns the processes of one scenario and stops them in reverse order

@@ -29,7 +29,7 @@ func (r *redisServer) url() string { return "redis://" + r.addr + "/0" }
 func startRedis(ctx context.Context, w *workspace, name, addr string) (*redisServer, error) {
 	if addr == "" {
 		var err error
-		if addr, err = freePort(); err != nil {
+		if addr, err = proc.FreeAddr(); err != nil {
 			return nil, err
 		}
 	}
@@ -47,7 +47,7 @@ func startRedis(ctx context.Context, w *workspace, name, addr string) (*redisSer
 		return nil, err
 	}
 	r := &redisServer{Process: p, addr: addr}
-	wctx, cancel := context.WithTimeout(ctx, startTimeout)
+	wctx, cancel := context.WithTimeout(ctx, proc.StartTimeout)
 	defer cancel()
 	for {
 		if err = redisPing(wctx, addr); err == nil {
@@ -59,7 +59,7 @@ func startRedis(ctx context.Context, w *workspace, name, addr string) (*redisSer
 		select {
 		case <-wctx.Done():
 			_ = p.Stop(stopTimeout)
-			return nil, fmt.Errorf("%s did not answer PING within %v: %w", name, startTimeout, err)
+			return nil, fmt.Errorf("%s did not answer PING within %v: %w", name, proc.StartTimeout, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

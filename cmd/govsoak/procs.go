@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,34 +35,6 @@ func buildBinaries(ctx context.Context, dir string) (governor, mockllm string, e
 	return governor, mockllm, nil
 }
 
-// freeAddr returns a loopback address with a port nobody listens on now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// startTimeout bounds the wait for a process to be ready.
-const startTimeout = 20 * time.Second
-
-// waitForLine waits, up to startTimeout, for a line of p's log that match
-// accepts.
-func waitForLine(ctx context.Context, p *proc.Process, match func(string) (string, bool)) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	return p.WaitForLine(ctx, match)
-}
-
-// waitReady waits, up to startTimeout, for url to answer 200.
-func waitReady(ctx context.Context, p *proc.Process, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	return p.WaitHTTP(ctx, url)
-}
-
 // system is the mockllm and governor processes of a run.
 type system struct {
 	mock, gov   *proc.Process
@@ -81,19 +52,19 @@ func startSystem(ctx context.Context, dir, governorBin, mockBin string, mockArgs
 	if err != nil {
 		return nil, err
 	}
-	s.mockURL, err = waitForLine(ctx, s.mock, func(line string) (string, bool) {
+	s.mockURL, err = s.mock.WaitForLine(ctx, func(line string) (string, bool) {
 		return strings.CutPrefix(line, "mockllm listening on ")
 	})
 	if err != nil {
 		s.stop()
 		return nil, err
 	}
-	mainAddr, err := freeAddr()
+	mainAddr, err := proc.FreeAddr()
 	if err != nil {
 		s.stop()
 		return nil, err
 	}
-	adminAddr, err := freeAddr()
+	adminAddr, err := proc.FreeAddr()
 	if err != nil {
 		s.stop()
 		return nil, err
@@ -106,7 +77,7 @@ func startSystem(ctx context.Context, dir, governorBin, mockBin string, mockArgs
 		return nil, err
 	}
 	s.base, s.admin = "http://"+mainAddr, "http://"+adminAddr
-	if err := waitReady(ctx, s.gov, s.admin+"/readyz"); err != nil {
+	if err := s.gov.WaitHTTP(ctx, s.admin+"/readyz"); err != nil {
 		s.stop()
 		return nil, err
 	}

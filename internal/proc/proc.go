@@ -12,6 +12,7 @@ package proc
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -154,10 +155,16 @@ func (p *Process) LogTail() string {
 	return fmt.Sprintf("\n--- %s (%s) ---\n%s", p.name, p.logPath, strings.TrimRight(string(b), "\n"))
 }
 
+// StartTimeout bounds how long WaitForLine and WaitHTTP wait for a process
+// to be ready.
+const StartTimeout = 20 * time.Second
+
 // WaitForLine polls the process's log until match accepts a line, and
-// returns what match returned for it. It fails if the process exits or ctx
-// ends first; the caller bounds the wait with ctx.
+// returns what match returned for it. It fails if the process exits, ctx
+// ends or StartTimeout passes first.
 func (p *Process) WaitForLine(ctx context.Context, match func(line string) (string, bool)) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -179,9 +186,11 @@ func (p *Process) WaitForLine(ctx context.Context, match func(line string) (stri
 	}
 }
 
-// WaitHTTP polls url until it answers 200. It fails if the process exits or
-// ctx ends first; the caller bounds the wait with ctx.
+// WaitHTTP polls url until it answers 200. It fails if the process exits,
+// ctx ends or StartTimeout passes first.
 func (p *Process) WaitHTTP(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -205,4 +214,15 @@ func (p *Process) WaitHTTP(ctx context.Context, url string) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// FreeAddr returns a loopback address whose port was free a moment ago, for
+// a child that cannot report a port it picked itself.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
