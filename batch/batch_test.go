@@ -306,3 +306,51 @@ func TestTimeoutBoundsEachAttempt(t *testing.T) {
 	assert.Less(t, d.ExecutionSeconds, 5.0, "no attempt ran to the provider's answer")
 	assert.JSONEq(t, `"timed out"`, string(doc.Outputs[0]))
 }
+
+// A FAILED item keeps the provider's error body in its detail, in the JSON
+// answer, the progress stream and an async job's results (kept in memory
+// or on disk), as the OpenAI Batch format keeps it in its response.
+func TestFailedItemKeepsTheProviderError(t *testing.T) {
+	t.Parallel()
+	for _, dir := range []string{"", t.TempDir()} {
+		e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.Dir = dir }})
+		body := mustJSON(t, map[string]any{"requests": []any{
+			chatItem("ok", "fine", nil),
+			chatItem("bad", "refused", map[string]string{"X-Mock-Fault": "400"}),
+		}, "fallback": "none"})
+		check := func(where string, d batch.Detail, out json.RawMessage) {
+			assert.Equal(t, proxy.StatusFailed, d.Status, where)
+			require.NotNil(t, d.Response, where)
+			assert.Equal(t, 400, d.Response.StatusCode, where)
+			assert.Contains(t, string(d.Response.Body), `"error"`, where)
+			assert.JSONEq(t, `"none"`, string(out), "%s: the output is the fallback", where)
+		}
+
+		doc := e.runBatch(t, body)
+		check("sync", doc.Details[1], doc.Outputs[1])
+		assert.Nil(t, doc.Details[0].Response, "a completed item's answer is its output")
+
+		_, out := e.post(t, batch.PathBatch, "application/json", body, "Accept", "application/x-ndjson")
+		seen := false
+		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+			var l struct {
+				Index  int
+				Output json.RawMessage
+				Detail batch.Detail
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &l), line)
+			if l.Index == 1 && l.Detail.Status != "" {
+				check("progress", l.Detail, l.Output)
+				seen = true
+			}
+		}
+		assert.True(t, seen, "a progress line for the failed item: %s", out)
+
+		st := e.createJob(t, body)
+		e.waitJob(t, st.ID)
+		_, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+		doc = batch.Document{}
+		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+		check("async, dir "+dir, doc.Details[1], doc.Outputs[1])
+	}
+}

@@ -111,12 +111,13 @@ func TestAsyncJobCancel(t *testing.T) {
 	assert.Equal(t, batch.JobCancelled, st.Status)
 	assert.Equal(t, "cancelled", st.Stopped)
 	assert.Positive(t, st.Counts["DID_NOT_RUN"])
-	// The item in flight when the job was cancelled, if one was, is cut.
-	assert.LessOrEqual(t, st.Counts["FAILED"], 1, "%v", st.Counts)
-	assert.Equal(t, n, st.Counts["COMPLETED"]+st.Counts["FAILED"]+st.Counts["DID_NOT_RUN"], "every item has a row: %v", st.Counts)
+	// The item in flight when the job was cancelled, if one was, is cut:
+	// it did not run to its end either.
+	assert.Zero(t, st.Counts["FAILED"], "%v", st.Counts)
+	assert.Equal(t, n, st.Counts["COMPLETED"]+st.Counts["DID_NOT_RUN"], "every item has a row: %v", st.Counts)
 
-	received := e.mock.Stats().Received
-	assert.Equal(t, int64(st.Counts["COMPLETED"]+st.Counts["FAILED"]), received, "what did not run was never sent")
+	received := e.mock.Stats().Received - int64(st.Counts["COMPLETED"])
+	assert.LessOrEqual(t, received, int64(1), "what did not run was never sent, but for the one cut in flight")
 	var doc batch.Document
 	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -160,8 +161,8 @@ func TestUnknownJobAndMethods(t *testing.T) {
 
 // Cancelling a job cuts its items in flight upstream: the provider sees the
 // connection close at once (not when its answer is ready or the attempt
-// times out), the item is FAILED after its one attempt, cut because the job
-// was cancelled, and the lane's slot comes back.
+// times out), the item is DID_NOT_RUN after its one attempt, cut because
+// the job was cancelled, and the lane's slot comes back.
 func TestAsyncJobCancelCutsItemsInFlight(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	items := []any{
@@ -179,7 +180,7 @@ func TestAsyncJobCancelCutsItemsInFlight(t *testing.T) {
 	st = e.waitJob(t, st.ID)
 	assert.Equal(t, batch.JobCancelled, st.Status)
 	assert.Equal(t, "cancelled", st.Stopped)
-	assert.Equal(t, map[string]int{"COMPLETED": 0, "COMPLETED_WITH_RETRIES": 0, "FAILED": 1, "DID_NOT_RUN": 1}, st.Counts)
+	assert.Equal(t, map[string]int{"COMPLETED": 0, "COMPLETED_WITH_RETRIES": 0, "FAILED": 0, "DID_NOT_RUN": 2}, st.Counts)
 	require.Eventually(t, func() bool {
 		ms := e.mock.Stats()
 		return ms.ClientGone == 1 && ms.InFlight == 0
@@ -191,7 +192,7 @@ func TestAsyncJobCancelCutsItemsInFlight(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
 	d := doc.Details[0]
-	assert.Equal(t, proxy.StatusFailed, d.Status)
+	assert.Equal(t, proxy.StatusDidNotRun, d.Status)
 	assert.Equal(t, 1, d.Attempts)
 	assert.Equal(t, []string{"cut: cancelled"}, d.Errors)
 	assert.Zero(t, d.StatusCode, "the provider never answered")
@@ -205,4 +206,56 @@ func TestAsyncJobCancelCutsItemsInFlight(t *testing.T) {
 	require.Len(t, lanes.Lanes, 1)
 	assert.Zero(t, lanes.Lanes[0].InFlight, "the lane's slot came back")
 	assert.Zero(t, lanes.Lanes[0].Decreases, "the cut is no congestion signal")
+}
+
+// An item waiting to retry a 429 when its job is cancelled did not run to
+// its end: it is DID_NOT_RUN, not a FAILED item that reads as the 429.
+func TestAsyncJobCancelDuringRetryIsDidNotRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{proxy: func(c *proxy.Config) { c.MaxPause = time.Hour }})
+	items := []any{chatItem("held", "x", map[string]string{
+		"X-Request-Id": "held", "X-Mock-Fault": "429,429", "X-Mock-Retry-After": "3600"})}
+	body := `{"custom_id":"held","url":"/v1/chat/completions","headers":{"X-Request-Id":"held","X-Mock-Fault":"429,429","X-Mock-Retry-After":"3600"},"body":{"model":"m","messages":[]}}`
+	for _, c := range []struct{ contentType, body, model string }{
+		{"application/json", mustJSON(t, map[string]any{"requests": items, "max_retries": 3}), "gpt-test"},
+		{"application/jsonl", body, "m"},
+	} {
+		resp, out := e.post(t, batch.PathBatches, c.contentType, c.body)
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+		var st batch.JobStatus
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		require.Eventually(t, func() bool { return e.lanePaused(t, c.model) }, 10*time.Second, time.Millisecond,
+			"the 429's Retry-After holds the retry")
+		resp, out = e.do(t, http.MethodDelete, batch.PathBatches+"/"+st.ID, "", "")
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+		st = e.waitJob(t, st.ID)
+		assert.Equal(t, 1, st.Counts["DID_NOT_RUN"], "%s: %v", c.contentType, st.Counts)
+		_, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+		if c.contentType == "application/jsonl" {
+			assert.Contains(t, out, `"response":null`)
+			assert.Contains(t, out, `"code":"did_not_run"`)
+			continue
+		}
+		var doc batch.Document
+		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+		d := doc.Details[0]
+		assert.Equal(t, proxy.StatusDidNotRun, d.Status)
+		assert.Equal(t, 1, d.Attempts, "the attempt it made is still shown")
+		assert.Equal(t, []string{"429 rate_limit_exceeded"}, d.Errors)
+		assert.Zero(t, d.StatusCode, "no answer is its outcome")
+	}
+}
+
+// lanePaused reports whether the lane of model waits out a provider's
+// Retry-After.
+func (e *env) lanePaused(t *testing.T, model string) bool {
+	_, out := e.do(t, http.MethodGet, "/governor/lanes", "", "")
+	var lanes struct{ Lanes []lane.Info }
+	require.NoError(t, json.Unmarshal([]byte(out), &lanes))
+	for _, l := range lanes.Lanes {
+		if l.Model == model && l.PausedUntil != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -57,6 +57,10 @@ type Detail struct {
 	// StatusCode is the provider's last status, 0 (omitted) when it
 	// never answered.
 	StatusCode int `json:"status_code,omitempty"`
+	// Response is the provider's last answer to a FAILED item (its error
+	// body), omitted otherwise: the output of a FAILED item is the
+	// fallback.
+	Response *Output `json:"response,omitempty"`
 }
 
 // Summary counts a batch's items per status.
@@ -115,7 +119,17 @@ func (r *Row) detail() Detail {
 		QueueSeconds:     round3(r.Queue.Seconds()),
 		ExecutionSeconds: round3(r.Execution.Seconds()),
 		StatusCode:       r.StatusCode,
+		Response:         r.failedAnswer(),
 	}
+}
+
+// failedAnswer is the provider's answer to a FAILED item, nil if it has
+// none.
+func (r *Row) failedAnswer() *Output {
+	if r.Status != proxy.StatusFailed || r.StatusCode == 0 {
+		return nil
+	}
+	return &Output{StatusCode: r.StatusCode, Body: bodyJSON(r.ContentType, r.Body)}
 }
 
 // bodyJSON returns an answer body as a JSON value: itself when it is JSON,

@@ -85,6 +85,9 @@ func (rs *resultsStream) next() error {
 			return nil
 		}
 		r, err := rs.row(rs.i, rs.step == 1)
+		if err == nil && r.Body == nil && r.failedAnswer() != nil {
+			r, err = rs.row(rs.i, true) // the detail shows the answer
+		}
 		if err != nil {
 			return err
 		}

@@ -240,11 +240,14 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 	})
 	d := res.Details
 	r := Row{Status: d.Status, Attempts: d.Attempts, Errors: d.Errors, Queue: d.Queue, Execution: d.Execution}
+	if ctx.Err() != nil && d.Status != proxy.StatusCompleted && d.Status != proxy.StatusCompletedWithRetries {
+		// The batch stopped before the item finished: in the queue,
+		// waiting for a retry, or cut in flight. An earlier attempt's
+		// answer (a 429 it was to retry) is not its outcome.
+		return Row{Status: proxy.StatusDidNotRun, Attempts: d.Attempts, Errors: d.Errors,
+			Queue: d.Queue, Execution: d.Execution, Lane: res.Lane}
+	}
 	if res.Err != nil {
-		if d.Attempts == 0 && ctx.Err() != nil {
-			// Stopped while it waited: it never ran.
-			return Row{Status: proxy.StatusDidNotRun, Queue: d.Queue}
-		}
 		r.Status = proxy.StatusFailed
 		r.Err = res.Err
 		r.Lane = res.Lane

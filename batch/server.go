@@ -411,6 +411,9 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 	switch {
 	case qerr != nil:
 		err = &InputError{Where: "query", Err: qerr}
+	case format == FormatJSON && looksLikeJSONL(ctx.PostBody()):
+		err = inputErr("", "the body looks like OpenAI Batch JSONL (one request per line, with custom_id and url) sent as %s: send it with the header \"Content-Type: application/jsonl\"",
+			orNone(ctx.Request.Header.ContentType()))
 	case format == FormatJSONL:
 		b, err = s.parser.parseJSONL(ctx.PostBody(), query)
 	case len(query) > 0:
@@ -424,6 +427,30 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 		return nil, false
 	}
 	return b, true
+}
+
+// looksLikeJSONL reports whether a body sent as JSON is a JSONL batch: its
+// first line is one request (custom_id, url or body at the top level, no
+// requests).
+func looksLikeJSONL(body []byte) bool {
+	first, _, _ := bytes.Cut(bytes.TrimSpace(body), []byte("\n"))
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(first, &fields) != nil {
+		return false
+	}
+	_, requests := fields["requests"]
+	_, id := fields["custom_id"]
+	_, u := fields["url"]
+	_, b := fields["body"]
+	return !requests && (id || u || b)
+}
+
+// orNone names a request's Content-Type for an error message.
+func orNone(contentType []byte) string {
+	if len(bytes.TrimSpace(contentType)) == 0 {
+		return "no Content-Type"
+	}
+	return fmt.Sprintf("Content-Type %q", contentType)
 }
 
 // inputFormat tells the batch format from a Content-Type.
