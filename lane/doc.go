@@ -7,8 +7,10 @@
 // computes the upstream's name, the credential's hash and the model; this
 // package sees no HTTP). MaxLanes bounds them, and their metric series:
 // past it a new model of a known credential shares that credential's
-// OtherModel lane, and a new credential takes the place of the least
-// recently used lane idle for EvictAfter, or gets ErrTooManyLanes.
+// OtherModel lane, and a new credential takes the place of a lane whose
+// credential the provider refused on every answer (ObserveCredential), or
+// else of the least recently used lane idle for EvictAfter, or gets
+// ErrTooManyLanes.
 //
 // Each Lane has a queue.Queue and an aimd.Controller. For each attempt the
 // caller takes a slot from the lane's Queue, calls Reserve (and waits what

@@ -39,9 +39,12 @@ type Lane struct {
 	load        *connLoad // of the lane's upstream
 
 	// lastUsed is when a call last took the lane or finished an attempt
-	// in it (Unix nanoseconds), for eviction (see
-	// Registry.evictIdleLocked).
+	// in it (Unix nanoseconds), and rejected and accepted whether the
+	// provider has refused the lane's credential (401, 403) and taken it
+	// (any other answer), for eviction (see Registry.evictLocked).
 	lastUsed atomic.Int64
+	rejected atomic.Bool
+	accepted atomic.Bool
 }
 
 // ID returns the lane's id, upstream/model/credential-hash: free of
@@ -71,6 +74,23 @@ func (l *Lane) CountTokens(t usage.Tokens) {
 	l.m.promptTokens.Add(int(t.Prompt))
 	l.m.completionTokens.Add(int(t.Completion))
 }
+
+// ObserveCredential takes what an answer of the provider says of the
+// lane's credential: refused (401 or 403) or not. A lane whose every
+// answer refused its credential is the first to make room for a new lane.
+func (l *Lane) ObserveCredential(refused bool) {
+	if refused {
+		if !l.rejected.Load() {
+			l.rejected.Store(true)
+		}
+	} else if !l.accepted.Load() {
+		l.accepted.Store(true)
+	}
+}
+
+// refused reports whether the provider has refused the lane's credential
+// on every answer so far, and answered at least once.
+func (l *Lane) refused() bool { return l.rejected.Load() && !l.accepted.Load() }
 
 // CountRetry counts a retry after an attempt that came to o.
 func (l *Lane) CountRetry(o Outcome) {

@@ -49,10 +49,11 @@ const minEvictAfter = 2 * time.Minute
 // MaxLanes exist, a new model of a known credential shares that
 // credential's "other" lane (isolation is per credential, so that costs
 // nothing but per-model accounting). A new credential, or a known one's
-// first "other" lane, evicts the least recently used idle lane (see
-// EvictAfter); with none idle long enough, a new credential is refused
-// (ErrTooManyLanes), which keeps every credential's calls apart from every
-// other's while bounding the lanes at 2×MaxLanes.
+// first "other" lane, evicts a lane whose credential the provider refused
+// on every answer, else the least recently used idle lane (see
+// EvictAfter); with none, a new credential is refused (ErrTooManyLanes),
+// which keeps every credential's calls apart from every other's while
+// bounding the lanes at 2×MaxLanes.
 type Registry struct {
 	cfg        Config
 	evicted    *metrics.Counter
@@ -143,7 +144,7 @@ func (r *Registry) Get(key Key) (*Lane, error) {
 		// create: new models share one lane per upstream and credential.
 		key.Model = OtherModel
 		l = r.byKey[key]
-		if l == nil && !r.evictIdleLocked(now) && r.creds[key.Credential] == 0 {
+		if l == nil && !r.evictLocked(now) && r.creds[key.Credential] == 0 {
 			return nil, ErrTooManyLanes
 		}
 	}
@@ -160,23 +161,29 @@ func (r *Registry) Get(key Key) (*Lane, error) {
 	return l, nil
 }
 
-// evictIdleLocked removes the least recently used lane that has nothing
-// waiting or in flight and has been unused for r.evictAfter, with its
-// metric series. It reports whether it removed one. It requires r.mu to
-// be held for writing.
-func (r *Registry) evictIdleLocked(now time.Time) bool {
-	victim := -1
+// evictLocked removes a lane that has nothing waiting or in flight, with
+// its metric series, and reports whether it removed one: the least
+// recently used of the lanes whose credential the provider has refused on
+// every answer (401 or 403: see ObserveCredential), however recently used,
+// else the least recently used of those unused for r.evictAfter. So
+// made-up credentials cannot keep real ones out: their lanes make room at
+// once. It requires r.mu to be held for writing.
+func (r *Registry) evictLocked(now time.Time) bool {
+	victim, victimRefused := -1, false
 	var oldest int64
 	cutoff := now.Add(-r.evictAfter).UnixNano()
 	for i, l := range r.ordered {
-		used := l.lastUsed.Load()
-		if used > cutoff || (victim >= 0 && used >= oldest) {
+		used, junk := l.lastUsed.Load(), l.refused()
+		switch {
+		case victimRefused && !junk, used > cutoff && !junk:
+			continue
+		case victim >= 0 && junk == victimRefused && used >= oldest:
 			continue
 		}
 		if st := l.q.Stats(); st.InFlight > 0 || st.Waiting > 0 {
 			continue
 		}
-		victim, oldest = i, used
+		victim, victimRefused, oldest = i, junk, used
 	}
 	if victim < 0 {
 		return false
@@ -199,7 +206,11 @@ func (r *Registry) evictIdleLocked(now time.Time) bool {
 		}
 	}
 	r.evicted.Inc()
-	r.cfg.Logger.Info("lane evicted: idle, and the lane limit is reached", "lane", l.id,
+	why := "idle"
+	if victimRefused {
+		why = "credential refused"
+	}
+	r.cfg.Logger.Info("lane evicted: the lane limit is reached", "lane", l.id, "cause", why,
 		"idle", now.Sub(time.Unix(0, oldest)).Round(time.Second).String())
 	return true
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/queue"
 )
 
 // newTestRegistry returns a Registry with no Coordinator on clock.
@@ -55,4 +56,53 @@ func TestGetHandsOutNoLaneBeingEvicted(t *testing.T) {
 	assert.Same(t, a, got)
 	assert.True(t, registered(r, ka, got), "the lane handed out is the Registry's")
 	assert.ErrorIs(t, newErr, ErrTooManyLanes, "the only lane is in use: the new credential is refused")
+}
+
+// A lane whose credential the provider refused on every answer makes room
+// for a new credential at once, before any idle lane; a lane whose
+// credential was taken even once, or with a call waiting or in flight, is
+// not one.
+func TestRefusedCredentialsAreEvictedFirst(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	r := newTestRegistry(t, clock, 3)
+	get := func(cred string) (*Lane, error) { return r.Get(key(cred, "m")) }
+	real, err := get("sk-real")
+	require.NoError(t, err)
+	real.ObserveCredential(false)
+	revoked, err := get("sk-revoked-then-fixed")
+	require.NoError(t, err)
+	revoked.ObserveCredential(true)
+	revoked.ObserveCredential(false)
+	junk, err := get("sk-junk")
+	require.NoError(t, err)
+	junk.ObserveCredential(true)
+	junk.ObserveCredential(true)
+
+	// Every lane is in recent use; the junk one makes room.
+	l, err := get("sk-new")
+	require.NoError(t, err, "a new credential gets the refused lane's place")
+	assert.False(t, registered(r, key("sk-junk", "m"), junk))
+	assert.True(t, registered(r, key("sk-real", "m"), real))
+	assert.True(t, registered(r, key("sk-revoked-then-fixed", "m"), revoked))
+	_, err = get("sk-new-2")
+	assert.ErrorIs(t, err, ErrTooManyLanes, "no refused lane left, none idle")
+
+	// A refused lane with a call in flight stays.
+	l.ObserveCredential(true)
+	require.True(t, l.q.TryAcquire(queue.Priority{}))
+	_, err = get("sk-new-3")
+	assert.ErrorIs(t, err, ErrTooManyLanes, "the refused lane is busy")
+	l.q.Release()
+	_, err = get("sk-new-3")
+	assert.NoError(t, err, "and goes once it is not")
+
+	// Past EvictAfter, idle lanes go as before, least recently used first,
+	// after any refused one.
+	clock.Set(t0.Add(r.EvictAfter() + time.Second))
+	_, err = r.Get(key("sk-real", "m")) // used again: the most recent
+	require.NoError(t, err)
+	_, err = get("sk-new-4")
+	require.NoError(t, err)
+	assert.False(t, registered(r, key("sk-revoked-then-fixed", "m"), revoked), "the least recently used idle lane")
+	assert.True(t, registered(r, key("sk-real", "m"), real))
 }

@@ -84,8 +84,9 @@ type Config struct {
 	BackoffMax  time.Duration
 	// MaxLanes bounds the lanes (and their metric series); once reached,
 	// new models share one lane per upstream and credential, and a new
-	// credential evicts the least recently used lane idle for minutes, or
-	// is refused (503 too_many_lanes). Default 256.
+	// credential evicts a lane whose credential the provider refused
+	// (401, 403) or the least recently used lane idle for minutes, or is
+	// refused (503 too_many_lanes). Default 256.
 	MaxLanes int
 	// AIMD configures every lane's controller. Max defaults to 64.
 	AIMD aimd.Config

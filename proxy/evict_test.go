@@ -14,6 +14,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/mockllm"
 )
 
 // manualClock is a clock that moves only when the test says. It starts at
@@ -131,4 +133,29 @@ func TestLanesAreBoundedAgainstNewCredentials(t *testing.T) {
 	}
 	assert.Len(t, ids, 3, "sk-c's busy lane and the two new ones")
 	assert.False(t, ids[idB])
+}
+
+// Made-up keys that the provider refuses (401) cannot keep a real key out
+// of a lane: theirs make room at once, with no idle wait, while a key the
+// provider takes keeps its lane.
+func TestRefusedCredentialsMakeRoomForRealOnes(t *testing.T) {
+	checkLeaks(t)
+	_, mockURL := startMock(t, mockllm.Config{})
+	set := newSet()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), MaxLanes: 2, Metrics: set}))
+	c := client(t)
+	require.Equal(t, 200, chatModel(t, c, base, "m", bearer("sk-real")))
+	junk := bearer("sk-junk")
+	junk[mockllm.HeaderFault] = "401"
+	require.Equal(t, 401, chatModel(t, c, base, "m", junk))
+	require.Len(t, lanesOf(t, c, base), 2)
+
+	assert.Equal(t, 200, chatModel(t, c, base, "m", bearer("sk-real-2")), "a new key takes the refused key's lane")
+	creds := map[string]bool{}
+	for _, l := range lanesOf(t, c, base) {
+		creds[l.Credential] = true
+	}
+	assert.Len(t, creds, 2)
+	assert.Contains(t, promText(set), "governor_lanes_evicted_total 1")
+	assert.Equal(t, 503, chatModel(t, c, base, "m", bearer("sk-real-3")), "keys the provider took keep their lanes")
 }

@@ -321,6 +321,8 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	if err == nil {
 		c.observeBudgets(resp, oc, start, now)
+		s := resp.StatusCode()
+		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
 	d.Attempts++
 	d.Execution += latency
