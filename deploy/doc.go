@@ -9,6 +9,13 @@
 // the probes, the termination grace period against the drain timeout, the
 // security context and the metrics annotations.
 //
+// monitoring/ is the monitoring bundle: a Grafana dashboard and alerting
+// rules (a plain rules file and the same rules as a PrometheusRule). Its
+// tests check the rules and their unit tests with promtool, the dashboard's
+// queries as PromQL, that the PrometheusRule and the file agree, and that
+// every metric they use is exported by a Governor built from this
+// repository and run with -demo.
+//
 // It is a module of its own so that the Kubernetes and kustomize
 // dependencies stay out of Governor's module.
 package deploy
