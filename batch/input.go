@@ -43,6 +43,11 @@ type Options struct {
 	// Timeout bounds each attempt from dispatch; 0 means Governor's
 	// attempt timeout.
 	Timeout time.Duration
+	// Tenant is whose share of the lanes the items take (see
+	// proxy.HeaderTenant). Empty: the batch request's X-Governor-Tenant;
+	// without one, an async job is a tenant of its own (its id) and a
+	// sync batch takes the default tenant.
+	Tenant string
 }
 
 // Format is the shape of a batch's input, and so of its answer.
@@ -103,6 +108,7 @@ type jsonBatch struct {
 	Priority    *int              `json:"priority"`
 	Concurrency *int              `json:"concurrency"`
 	Timeout     json.RawMessage   `json:"timeout"`
+	Tenant      *string           `json:"tenant"`
 }
 
 // jsonItem is one request of either format. Unknown fields are errors.

@@ -16,7 +16,7 @@ import (
 )
 
 // optionNames are the batch options, as JSON fields and query parameters.
-var optionNames = []string{"max_retries", "exit_on_error", "fallback", "priority", "concurrency", "timeout"}
+var optionNames = []string{"max_retries", "exit_on_error", "fallback", "priority", "concurrency", "timeout", "tenant"}
 
 // defaultOptions are the options of a batch that sets none.
 func defaultOptions() Options {
@@ -54,6 +54,11 @@ func jsonOptions(jb *jsonBatch) (Options, error) {
 		}
 		o.Timeout = d
 	}
+	if jb.Tenant != nil {
+		if err := setTenant(&o, *jb.Tenant); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }
 
@@ -85,6 +90,8 @@ func queryOptions(q url.Values) (Options, error) {
 			err = atoiThen(v, func(n int) error { return setConcurrency(&o, n) })
 		case "timeout":
 			o.Timeout, err = parseTimeout(json.RawMessage(strconv.Quote(v)))
+		case "tenant":
+			err = setTenant(&o, v)
 		}
 		if err != nil {
 			var ie *InputError
@@ -126,6 +133,14 @@ func setConcurrency(o *Options, n int) error {
 		return inputErr("concurrency", "want at least 1, got %d", n)
 	}
 	o.Concurrency = n
+	return nil
+}
+
+func setTenant(o *Options, name string) error {
+	if err := proxy.ValidateTenant(name); err != nil {
+		return &InputError{Where: "tenant", Err: err}
+	}
+	o.Tenant = name
 	return nil
 }
 

@@ -237,6 +237,7 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		Urgency:        o.Urgency,
 		MaxRetries:     o.MaxRetries,
 		AttemptTimeout: o.Timeout,
+		Tenant:         o.Tenant,
 	})
 	d := res.Details
 	r := Row{Status: d.Status, Attempts: d.Attempts, Errors: d.Errors, Queue: d.Queue, Execution: d.Execution}

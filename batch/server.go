@@ -272,7 +272,11 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	}
 	now := s.cfg.Now()
 	jctx, cancel := context.WithCancelCause(s.ctx)
-	j := &job{exec: newExecution(newID(), b, credentials(&ctx.Request.Header)), created: now,
+	id := newID()
+	if b.Options.Tenant == "" {
+		b.Options.Tenant = id // a job of its own: it shares lanes fairly with the others
+	}
+	j := &job{exec: newExecution(id, b, credentials(&ctx.Request.Header)), created: now,
 		cancel: cancel, done: make(chan struct{})}
 	if err := s.jobs.add(j, now); err != nil {
 		cancel(nil)
@@ -420,6 +424,15 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 		err = inputErr("query", "options of a JSON batch go in its body, not in the query")
 	default:
 		b, err = s.parser.parseJSON(ctx.PostBody())
+	}
+	if err == nil && b.Options.Tenant == "" {
+		if v := ctx.Request.Header.Peek(proxy.HeaderTenant); len(v) > 0 {
+			if err = proxy.ValidateTenant(string(v)); err == nil {
+				b.Options.Tenant = string(v)
+			} else {
+				err = &InputError{Where: proxy.HeaderTenant, Err: err}
+			}
+		}
 	}
 	if err != nil {
 		s.m.rejected.Inc()

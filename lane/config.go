@@ -9,6 +9,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/queue"
 )
 
 // Config configures a Registry. The zero value of every field but AIMD.Max
@@ -22,6 +23,10 @@ type Config struct {
 	// MaxLanes bounds the lanes (and their metric series): see Registry.
 	// Default 256.
 	MaxLanes int
+	// MaxTenants bounds the tenants whose shares of one lane are kept
+	// apart (queue.Config.MaxTenants); the calls of further tenants count
+	// as one. Default 100.
+	MaxTenants int
 	// MaxPause is the longest pause the caller imposes on a lane (a
 	// provider's Retry-After, capped). It also bounds the pacer's wait for
 	// one dispatch. Default 60s.
@@ -54,6 +59,7 @@ type Config struct {
 const (
 	DefaultQueueCapacity = 10000
 	DefaultMaxLanes      = 256
+	DefaultMaxTenants    = queue.DefaultMaxTenants
 	DefaultMaxPause      = 60 * time.Second
 	DefaultMaxBackoff    = 30 * time.Second
 	DefaultSyncInterval  = 50 * time.Millisecond
@@ -71,6 +77,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	setDefault(&out.QueueCapacity, DefaultQueueCapacity)
 	setDefault(&out.MaxLanes, DefaultMaxLanes)
+	setDefault(&out.MaxTenants, DefaultMaxTenants)
 	setDefault(&out.MaxPause, DefaultMaxPause)
 	setDefault(&out.MaxBackoff, DefaultMaxBackoff)
 	setDefault(&out.MaxConnsPerUpstream, DefaultMaxConnsPerUpstream)

@@ -53,6 +53,17 @@ type Info struct {
 	// (from its headers or its 429s), each per minute with the estimate
 	// of what is left now; empty until one is reported.
 	TokenBudgets []TokenBudgetInfo `json:"token_budgets"`
+	// Tenants are the tenants with calls waiting or in flight in the
+	// lane, by name; past Config.MaxTenants the others are counted
+	// together as queue.OtherTenants, last.
+	Tenants []TenantInfo `json:"tenants"`
+}
+
+// TenantInfo is one tenant's share of a lane.
+type TenantInfo struct {
+	Tenant   string `json:"tenant"`
+	Queued   int    `json:"queued"`
+	InFlight int    `json:"in_flight"`
 }
 
 // info describes l at now; upstreamInFlight counts the calls in flight to
@@ -74,6 +85,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		InFlight:         qs.InFlight,
 		Queued:           qs.Waiting,
 		QueuedByUrgency:  map[string]int{},
+		Tenants:          []TenantInfo{},
 		LatencyEWMAMs:    float64(st.LatencyEWMA) / float64(time.Millisecond),
 		Collapsed:        st.Collapsed,
 		Decreases:        st.Decreases,
@@ -96,6 +108,9 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 			li.SharedLimit = max(1, int(l.co.sharedTarget))
 		}
 		l.mu.Unlock()
+	}
+	for _, t := range l.q.Tenants() {
+		li.Tenants = append(li.Tenants, TenantInfo{Tenant: t.Name, Queued: t.Waiting, InFlight: t.InFlight})
 	}
 	for u, n := range qs.WaitingByUrgency {
 		if n > 0 {

@@ -62,6 +62,9 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 		}
 		return 0
 	})
+	// One series per lane, whatever tenants send: their number, not
+	// their names (GET /governor/lanes has those).
+	set.NewGauge(name("governor_lane_tenants{%s}", lbl), func() float64 { return float64(len(l.q.Tenants())) })
 	// 1 while the calls in flight to the lane's upstream fill its
 	// connections and the lane has calls among them.
 	set.NewGauge(name("governor_lane_conn_limited{%s}", lbl), func() float64 {

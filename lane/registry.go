@@ -228,7 +228,7 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 		load:     r.loadLocked(key.Upstream),
 	}
 	l.events = eventLog{log: r.cfg.Logger, lane: l.id}
-	l.q = queue.New(queue.Config{Capacity: r.cfg.QueueCapacity, Limit: l.ctrl.Limit(), Now: r.cfg.Now})
+	l.q = queue.New(queue.Config{Capacity: r.cfg.QueueCapacity, MaxTenants: r.cfg.MaxTenants, Limit: l.ctrl.Limit(), Now: r.cfg.Now})
 	l.pace.maxGap = r.cfg.MaxPause
 	if r.kick != nil {
 		l.co = &laneCoord{kick: r.kick, coord: r.cfg.Coordinator}

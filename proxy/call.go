@@ -36,6 +36,10 @@ type Call struct {
 	MaxRetries int
 	// AttemptTimeout bounds each attempt; zero means the proxy's default.
 	AttemptTimeout time.Duration
+	// Tenant is whose share of the lane the call takes (see
+	// HeaderTenant); empty means DefaultTenant. A name that
+	// ValidateTenant refuses runs nothing.
+	Tenant string
 }
 
 // Result is the answer to a Call. Exactly one of Err or StatusCode is set.
@@ -117,7 +121,13 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	// Route on the normalized path, as for a proxied call.
 	up, path := p.router.resolve(in.URI().Path())
 
-	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout}
+	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout, tenant: c.Tenant}
+	if opts.tenant == "" {
+		opts.tenant = DefaultTenant
+	} else if err := ValidateTenant(opts.tenant); err != nil {
+		return Result{Err: &Error{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()},
+			Details: Details{Status: StatusDidNotRun}}
+	}
 	if opts.maxRetries < 0 {
 		opts.maxRetries = p.cfg.MaxRetries
 	}

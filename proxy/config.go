@@ -88,6 +88,10 @@ type Config struct {
 	// (401, 403) or the least recently used lane idle for minutes, or is
 	// refused (503 too_many_lanes). Default 256.
 	MaxLanes int
+	// MaxTenants bounds the tenants (X-Governor-Tenant) whose shares of
+	// one lane are kept apart; past it, the calls of further tenants share
+	// one. Default 100.
+	MaxTenants int
 	// AIMD configures every lane's controller. Max defaults to 64.
 	AIMD aimd.Config
 	// APIToken, if set, is required in the X-Governor-Token header of
@@ -141,6 +145,7 @@ const (
 	DefaultBackoffBase         = 500 * time.Millisecond
 	DefaultBackoffMax          = lane.DefaultMaxBackoff
 	DefaultMaxLanes            = lane.DefaultMaxLanes
+	DefaultMaxTenants          = lane.DefaultMaxTenants
 	DefaultSyncInterval        = lane.DefaultSyncInterval
 	DefaultMaxConcurrency      = 64
 
@@ -182,6 +187,7 @@ func (c *Config) withDefaults() (Config, error) {
 	setDefault(&out.BackoffBase, DefaultBackoffBase)
 	setDefault(&out.BackoffMax, DefaultBackoffMax)
 	setDefault(&out.MaxLanes, DefaultMaxLanes)
+	setDefault(&out.MaxTenants, DefaultMaxTenants)
 	setDefault(&out.AIMD.Max, DefaultMaxConcurrency)
 	setDefault(&out.SyncInterval, DefaultSyncInterval)
 	if err := out.AIMD.Validate(); err != nil {

@@ -68,6 +68,10 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	if err != nil {
 		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + err.Error(), Final: true})
 	}
+	tenant, err := tenantOf(ctx.Request.Header.Peek(HeaderTenant))
+	if err != nil {
+		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + err.Error(), Final: true})
+	}
 	l, lerr := p.laneOf(up, &ctx.Request)
 	if lerr != nil {
 		return refuse(*lerr)
@@ -80,6 +84,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 		urgency:        queue.ParsePriority(ctx.Request.Header.Peek(HeaderPriority)),
 		maxRetries:     maxRetries,
 		attemptTimeout: p.cfg.AttemptTimeout,
+		tenant:         tenant,
 		client:         ctx.Conn(),
 	}
 	return anthropic, true
@@ -184,7 +189,7 @@ func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *
 // hop-by-hop ones, then Governor's own and Expect (the body is already
 // buffered, so an interim 100 Continue from the upstream would only cost a
 // round trip).
-var upstreamStripped = append(append([]string(nil), hopHeaders...), fasthttp.HeaderExpect, HeaderMaxRetries, HeaderToken)
+var upstreamStripped = append(append([]string(nil), hopHeaders...), fasthttp.HeaderExpect, HeaderMaxRetries, HeaderTenant, HeaderToken)
 
 // appendEscapedPath appends path to dst with every byte that is not a
 // path character of RFC 3986 (unreserved, sub-delims, ':', '@', '/')
@@ -236,7 +241,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	up.metrics.countRequest(resp.StatusCode())
 	up.metrics.countCall(res.details.Status)
-	slot := res.slot // the closure captures this, not res, which stays on the stack
+	slot, tenant := res.slot, res.tenant // the closure captures these, not res, which stays on the stack
 	var rec *accessRecord
 	if p.cfg.AccessLog != nil {
 		rec = newAccessRecord(ctx, l.ID(), &res.details)
@@ -252,7 +257,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	body.done = func() {
 		if slot != nil {
-			slot.Release()
+			slot.ReleaseTenant(tenant)
 		}
 		if t, ok := body.tokens.Tokens(); ok {
 			l.CountTokens(t)

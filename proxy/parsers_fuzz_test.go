@@ -39,6 +39,29 @@ func FuzzMaxRetries(f *testing.F) {
 	})
 }
 
+func FuzzTenant(f *testing.F) {
+	for _, s := range []string{"", "team-a", "job:1@x", "a b", "(other)", strings.Repeat("t", 64), strings.Repeat("t", 65), "é", "a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		name, err := tenantOf([]byte(v))
+		switch {
+		case v == "":
+			if err != nil || name != DefaultTenant {
+				t.Fatalf("absent %s gave %q, %v; want %q", HeaderTenant, name, err, DefaultTenant)
+			}
+		case err != nil:
+			if ValidateTenant(v) == nil {
+				t.Fatalf("%s %q refused (%v), but it is valid", HeaderTenant, v, err)
+			}
+		default:
+			if name != v || len(name) > MaxTenantLen || strings.ContainsAny(name, " ()/\\\x00\n") {
+				t.Fatalf("%s %q gave %q", HeaderTenant, v, name)
+			}
+		}
+	})
+}
+
 func FuzzModelOf(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"gpt-4o","messages":[]}`, `  {"messages":[],"model":"claude"}`, `{"model":5}`, `not json`, ``,

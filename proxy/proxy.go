@@ -83,7 +83,7 @@ func New(cfg Config) (*Proxy, error) {
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]
 	}
-	p.lanes, err = lane.New(lane.Config{AIMD: c.AIMD, QueueCapacity: c.QueueCapacity, MaxLanes: c.MaxLanes,
+	p.lanes, err = lane.New(lane.Config{AIMD: c.AIMD, QueueCapacity: c.QueueCapacity, MaxLanes: c.MaxLanes, MaxTenants: c.MaxTenants,
 		MaxConnsPerUpstream: c.MaxConnsPerUpstream, MaxPause: c.MaxPause, MaxBackoff: c.BackoffMax, Coordinator: c.Coordinator, SyncInterval: c.SyncInterval,
 		Now: c.Now, Metrics: c.Metrics, Logger: c.Logger})
 	if err != nil {

@@ -21,6 +21,7 @@ type callOptions struct {
 	urgency        int
 	maxRetries     int
 	attemptTimeout time.Duration
+	tenant         string // never empty: DefaultTenant for calls that name none
 	// client is the caller's connection, watched during the call so that
 	// a caller who leaves takes the call out of the queue and cuts its
 	// attempt in flight; nil for calls with no connection of their own
@@ -37,6 +38,7 @@ type callResult struct {
 	// none is held. (A method value such as q.Release would cost an
 	// allocation per call.)
 	slot    *queue.Queue
+	tenant  string // whose slot it is
 	err     *apiError
 	details Details
 }
@@ -44,7 +46,7 @@ type callResult struct {
 // release gives the lane's slot back, if the call holds one.
 func (r *callResult) release() {
 	if r.slot != nil {
-		r.slot.Release()
+		r.slot.ReleaseTenant(r.tenant)
 	}
 }
 
@@ -180,7 +182,7 @@ func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
 // Its frame is on the stack while the call waits: the rest of the work is
 // done in methods that have returned by then.
 func (c *governedCall) acquire(ctx context.Context, attempt int) (context.Context, *apiError) {
-	prio := queue.Priority{Urgency: c.o.urgency, Retry: attempt > 1}
+	prio := queue.Priority{Urgency: c.o.urgency, Retry: attempt > 1, Tenant: c.o.tenant}
 	c.granted = time.Time{}
 	if c.l.Queue().TryAcquire(prio) {
 		c.l.ObserveWait(0)
@@ -222,7 +224,7 @@ func (c *governedCall) waited(ctx context.Context, start time.Time, err error) *
 		// cancellation does in Acquire. (Its cause must be set before
 		// the call goes on.)
 		c.cancel(errQueueTimeout)
-		l.Queue().Release()
+		l.Queue().ReleaseTenant(c.o.tenant)
 		err = context.Cause(ctx)
 	}
 	waited := p.cfg.Now().Sub(start)
@@ -263,7 +265,7 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	if delay > 0 {
 		ctx = c.own(ctx)
 		if err := sleepCtx(ctx, delay); err != nil {
-			l.Queue().Release()
+			l.Queue().ReleaseTenant(c.o.tenant)
 			return ctx, p.waitError(ctx, err)
 		}
 		c.res.details.Queue += delay
@@ -311,7 +313,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// retry for.
 		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
 		l.Observe(lane.ClientGone, latency, c.granted, now)
-		l.Queue().Release()
+		l.Queue().ReleaseTenant(c.o.tenant)
 		d.Attempts++
 		d.Execution += latency
 		e, why := c.cutError(ctx)
@@ -346,11 +348,11 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		case attempt > 1:
 			d.Status = StatusCompletedWithRetries
 		}
-		c.res.resp, c.res.slot = resp, l.Queue()
+		c.res.resp, c.res.slot, c.res.tenant = resp, l.Queue(), o.tenant
 		return true
 	}
 	if err != nil && oc == lane.Answered { // response too large
-		l.Queue().Release()
+		l.Queue().ReleaseTenant(c.o.tenant)
 		fasthttp.ReleaseResponse(resp)
 		e := upstreamError(c.req.up, err)
 		c.giveUp(ctx, &e)
@@ -366,7 +368,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			l.Pause(now.Add(c.hint), now)
 		}
 	}
-	l.Queue().Release()
+	l.Queue().ReleaseTenant(c.o.tenant)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 	} else {

@@ -48,6 +48,8 @@ Flags:
   -concurrency N    at most N items waiting or in flight at once
   -timeout D        time limit of one attempt, such as 30s
   -exit-on-error    stop at the first item that fails for good
+  -tenant NAME      whose fair share of the lanes the items take (default:
+                    the job is a tenant of its own)
   -poll D           time between progress requests (default 1s)
   -reconnect D      how long to keep trying to reach Governor (default 15m)
   -h                print this help
@@ -82,6 +84,7 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 	concurrency := fs.Int("concurrency", 0, "")
 	timeout := fs.String("timeout", "", "")
 	exitOnError := fs.Bool("exit-on-error", false, "")
+	tenant := fs.String("tenant", "", "")
 	fs.DurationVar(&cfg.Poll, "poll", time.Second, "")
 	fs.DurationVar(&cfg.ReconnectTimeout, "reconnect", 15*time.Minute, "")
 	usageErr := func(format string, a ...any) int {
@@ -122,6 +125,8 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 			cfg.Options.Set("timeout", *timeout)
 		case "exit-on-error":
 			cfg.Options.Set("exit_on_error", strconv.FormatBool(*exitOnError))
+		case "tenant":
+			cfg.Options.Set("tenant", *tenant)
 		}
 	})
 	env := envMap(environ)

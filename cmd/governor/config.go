@@ -41,6 +41,7 @@ type config struct {
 	BackoffMax        time.Duration `env:"GOVERNOR_BACKOFF_MAX" envDefault:"30s" help:"longest retry backoff without a provider hint"`
 	MaxConnections    int           `env:"GOVERNOR_MAX_CONNECTIONS" envDefault:"0" help:"client connections open on the main listener; beyond it a new one gets 503 and is closed (the admin listener: at most 64); 0 = three quarters of the open-file limit"`
 	MaxLanes          int           `env:"GOVERNOR_MAX_LANES" envDefault:"256" help:"lanes (upstream, credential, model) before new models share one lane and new credentials replace idle lanes"`
+	MaxTenants        int           `env:"GOVERNOR_MAX_TENANTS" envDefault:"100" help:"tenants (X-Governor-Tenant) sharing one lane fairly; further tenants count as one"`
 	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`
 	BatchWindow       int           `env:"GOVERNOR_BATCH_WINDOW" envDefault:"0" help:"items of one batch waiting or in flight at once; 0 = twice GOVERNOR_MAX_CONCURRENCY"`
 	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; more gets 503"`
@@ -153,6 +154,7 @@ func loadConfig(environ []string) (*parsed, error) {
 		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase > 0},
 		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax >= c.BackoffBase},
 		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
+		{"GOVERNOR_MAX_TENANTS", c.MaxTenants >= 1},
 		{"GOVERNOR_MAX_CONNECTIONS", c.MaxConnections >= 0},
 		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
 		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},

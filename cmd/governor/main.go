@@ -166,6 +166,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		BackoffBase:       cfg.BackoffBase,
 		BackoffMax:        cfg.BackoffMax,
 		MaxLanes:          cfg.MaxLanes,
+		MaxTenants:        cfg.MaxTenants,
 		MaxConnections:    maxConns,
 		AIMD:              cfg.aimd,
 		APIToken:          cfg.APIToken,

@@ -32,6 +32,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_in_flight", "gauge", "The lane's calls in flight."},
 	{"governor_lane_queued", "gauge", "The lane's calls waiting in its queue."},
 	{"governor_lane_paused", "gauge", "1 while the lane's dispatches are paused by a provider's Retry-After (here, or at another Governor on a coordinated lane)."},
+	{"governor_lane_tenants", "gauge", "Tenants (X-Governor-Tenant) with calls waiting or in flight in the lane."},
 	{"governor_lane_conn_limited", "gauge", "1 while the lane's calls wait for a connection to its upstream (GOVERNOR_MAX_CONNS_PER_UPSTREAM)."},
 	{"governor_lane_decreases_total", "counter", "Times the lane's controller lowered its target."},
 	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
