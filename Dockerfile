@@ -5,8 +5,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# What `governor -version` reports: docker build --build-arg VERSION=v1.2.3
+# (.dockerignore keeps .git out of the context, so Go cannot stamp it).
+ARG VERSION=dev
 # Keep this line identical to the build step in .ci/run, which CI runs.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${TMPDIR:-/tmp}/governor-ci/governor" ./cmd/governor
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o "${TMPDIR:-/tmp}/governor-ci/governor" ./cmd/governor
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /tmp/governor-ci/governor /governor
