@@ -181,6 +181,11 @@ test('the live page shows lanes and jobs, and cancels a job', { skip, timeout: 6
   assert.ok(status.counts.DID_NOT_RUN > 0, `counts ${JSON.stringify(status.counts)}`);
   assert.match(await bigRow.locator('button').textContent(), /Remove/);
 
+  // Remove forgets a finished job: it leaves the page and the API.
+  await smallRow.locator('button', { hasText: 'Remove' }).click();
+  await smallRow.waitFor({ state: 'detached', timeout: 10_000 });
+  assert.equal((await fetch(`${gov.url}/governor/batches/${small.id}`, { headers: { 'X-Governor-Token': TOKEN } })).status, 404);
+
   // The sync batch's client leaves: the batch is cancelled and leaves the page.
   syncClient.abort();
   assert.equal((await syncBatch).name, 'AbortError');

@@ -249,7 +249,7 @@
 
   // ---- charts ----
 
-  const W = 140;
+  const W = 136;
   const H = 48;
   const TOP = 13; // room for the scale label
 
