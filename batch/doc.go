@@ -23,6 +23,10 @@
 //     never run, its items in flight are cut. On Shutdown, sync batches
 //     drain with the proxy's calls; async jobs are cancelled, unless
 //     they are kept in a batch directory (Config.Dir).
+//   - Without a batch directory, the answers async jobs hold in memory
+//     are bounded by Config.MaxResultBytes: finished jobs are forgotten
+//     early to make room, and an answer that still does not fit is
+//     dropped (its item FAILED, results_memory_full).
 //   - With a batch directory, a job's results are recorded on disk as
 //     items finish and read back from there; after a restart on the same
 //     directory, unfinished jobs resume by themselves, and an item whose

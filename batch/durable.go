@@ -67,7 +67,7 @@ type diskRows struct {
 }
 
 func newDiskRows(j *journal.Job, e *execution) *diskRows {
-	return &diskRows{j: j, customIDs: e.customID, fallback: newMemRows(j.Total())}
+	return &diskRows{j: j, customIDs: e.customID, fallback: newMemRows(j.Total(), nil)}
 }
 
 func (d *diskRows) put(i int, r *Row) error {

@@ -158,6 +158,30 @@ func (js *jobStore) add(j *job, now time.Time) error {
 	return nil
 }
 
+// evictFinished drops the finished job that finished first and returns
+// it, nil if none has finished. The caller forgets it.
+func (js *jobStore) evictFinished() *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	var oldest *job
+	var oldestAt time.Time
+	for _, j := range js.byID {
+		if !j.finished() {
+			continue
+		}
+		j.exec.mu.Lock()
+		fin := j.exec.finished
+		j.exec.mu.Unlock()
+		if oldest == nil || fin.Before(oldestAt) {
+			oldest, oldestAt = j, fin
+		}
+	}
+	if oldest != nil {
+		delete(js.byID, oldest.exec.id)
+	}
+	return oldest
+}
+
 // restore stores j, a job found on disk, whatever the bound.
 func (js *jobStore) restore(j *job) {
 	js.mu.Lock()

@@ -58,7 +58,7 @@ func newExecution(id string, b *Batch, creds map[string]string) *execution {
 	e := &execution{id: id, format: b.Format, options: b.Options, total: len(b.Items),
 		items: b.Items, customIDs: customIDs(b.Items), creds: creds,
 		done: make([]bool, len(b.Items)), summary: Summary{Total: len(b.Items)}}
-	e.rows = newMemRows(e.total)
+	e.rows = newMemRows(e.total, nil)
 	return e
 }
 

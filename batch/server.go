@@ -36,6 +36,12 @@ type Config struct {
 	MaxJobs int
 	// TTL is how long a finished async job's results are kept. Default 1h.
 	TTL time.Duration
+	// MaxResultBytes bounds the answer bytes that async jobs keep in
+	// memory, all jobs together, without a batch directory. Beyond it,
+	// the finished jobs that finished first are forgotten early; if the
+	// running jobs alone fill it, a new answer is dropped (its item FAILED
+	// with results_memory_full) and new jobs get 503. Default 256 MiB.
+	MaxResultBytes int64
 	// Dir, if set, is the batch directory: async jobs are kept there (see
 	// package journal), resume after a restart, and their results are
 	// read back from disk rather than held in memory. Empty: memory only.
@@ -66,6 +72,8 @@ const (
 	DefaultMaxJobs   = 100
 	DefaultTTL       = time.Hour
 	DefaultWriteIdle = 5 * time.Minute
+	// DefaultMaxResultBytes is Config.MaxResultBytes' default: 256 MiB.
+	DefaultMaxResultBytes = 256 << 20
 )
 
 // Server serves Governor's batch API on a proxy's main listener.
@@ -76,7 +84,8 @@ type Server struct {
 	jobs   *jobStore
 	live   *liveBatches // sync batches under way
 	m      *serverMetrics
-	dir    *journal.Dir // nil without Config.Dir
+	dir    *journal.Dir  // nil without Config.Dir
+	budget *resultBudget // answers held in memory by async jobs, without dir
 
 	// ctx ends at Shutdown: async jobs see it.
 	ctx    context.Context
@@ -103,6 +112,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	setDefault(&cfg.MaxJobs, DefaultMaxJobs)
 	setDefault(&cfg.TTL, DefaultTTL)
 	setDefault(&cfg.WriteIdle, DefaultWriteIdle)
+	setDefault(&cfg.MaxResultBytes, DefaultMaxResultBytes)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -123,9 +133,11 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("batch: %w", err)
 		}
 		s.dir = dir
-		s.jobs.forget = s.forget
+	} else {
+		s.budget = &resultBudget{max: cfg.MaxResultBytes, evict: s.evictFinished}
 	}
-	s.m = newServerMetrics(cfg.Metrics, s.jobs)
+	s.jobs.forget = s.forget
+	s.m = newServerMetrics(cfg.Metrics, s.jobs, s.budget)
 	p.HandleAPI(PathBatch, s.serveBatch)
 	p.HandleAPI(PathBatches, s.serveBatches)
 	p.HandleAPI(PathBatches+"/", s.serveJob)
@@ -135,8 +147,12 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// forget removes a job dropped from the store from the batch directory.
+// forget lets go of a job dropped from the store: its answers held in
+// memory, or its folder in the batch directory.
 func (s *Server) forget(j *job) {
+	if mr, ok := j.exec.rows.(*memRows); ok {
+		mr.release()
+	}
 	if j.journal == nil {
 		return
 	}
@@ -145,10 +161,23 @@ func (s *Server) forget(j *job) {
 	}
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
+}
+
+// evictFinished forgets the finished job that finished first, to make room
+// for answers; false if there is none.
+func (s *Server) evictFinished() bool {
+	j := s.jobs.evictFinished()
+	if j == nil {
+		return false
+	}
+	s.cfg.Logger.Warn("batch job forgotten before its TTL: answers held in memory reached GOVERNOR_BATCH_MAX_RESULT_BYTES",
+		"batch", j.exec.id, "max_bytes", s.cfg.MaxResultBytes)
+	s.forget(j)
+	return true
 }
 
 // Shutdown stops the async jobs and waits for every background run,
@@ -285,7 +314,17 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 			fmt.Sprintf("%d batch jobs are held already; fetch and DELETE finished ones, or wait for them to expire", s.cfg.MaxJobs))
 		return
 	}
-	if s.dir != nil {
+	if s.dir == nil {
+		if s.budget.full() {
+			cancel(nil)
+			s.jobs.remove(j.exec.id)
+			ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
+			writeError(ctx, fasthttp.StatusServiceUnavailable, codeResultsFull,
+				fmt.Sprintf("running batch jobs hold %d bytes of answers in memory, the most allowed (GOVERNOR_BATCH_MAX_RESULT_BYTES): wait for them to finish, or set GOVERNOR_BATCH_DIR to keep results on disk", s.cfg.MaxResultBytes))
+			return
+		}
+		j.exec.rows = newMemRows(j.exec.total, s.budget)
+	} else {
 		if err := s.persist(j, b); err != nil {
 			cancel(nil)
 			s.jobs.remove(j.exec.id)
@@ -327,7 +366,7 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	j := s.jobs.get(id, now)
 	if j == nil || (sub != "" && sub != "results") {
 		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound,
-			fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish)", id, s.cfg.TTL))
+			fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish, or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES)", id, s.cfg.TTL))
 		return
 	}
 	switch {

@@ -48,6 +48,8 @@ type config struct {
 	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept (in memory, or on disk with GOVERNOR_BATCH_DIR)"`
 	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; empty = memory only"`
 
+	BatchMaxResultBytes int64 `env:"GOVERNOR_BATCH_MAX_RESULT_BYTES" envDefault:"268435456" help:"answer bytes async batch jobs keep in memory, all together (without GOVERNOR_BATCH_DIR); beyond it the oldest finished jobs are forgotten early, and when running jobs fill it new answers are dropped (their items FAILED) and new jobs get 503"`
+
 	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
 	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target; 0 = preset default (phoenix: max, default: min(max, 8)); default preset: also the share above which a lane gives slots back, so replicas sharing an account without Redis settle near it (set about the account's concurrency / replicas)"`
 	AIMDWindow              time.Duration `env:"GOVERNOR_AIMD_WINDOW" envDefault:"5s" help:"phoenix: feedback window"`
@@ -160,6 +162,7 @@ func loadConfig(environ []string) (*parsed, error) {
 		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
 		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs >= 1},
 		{"GOVERNOR_BATCH_TTL", c.BatchTTL > 0},
+		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", c.BatchMaxResultBytes >= 1},
 	} {
 		if !v.ok {
 			return nil, &configError{v.name, errors.New("out of range (see governor -h)")}

@@ -40,6 +40,7 @@ func TestEnvDefaultsAreThePackagesDefaults(t *testing.T) {
 		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems, batch.DefaultMaxItems},
 		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs, batch.DefaultMaxJobs},
 		{"GOVERNOR_BATCH_TTL", c.BatchTTL, batch.DefaultTTL},
+		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", c.BatchMaxResultBytes, int64(batch.DefaultMaxResultBytes)},
 		{"GOVERNOR_AIMD_WINDOW", c.AIMDWindow, aimd.DefaultWindow},
 		{"GOVERNOR_AIMD_REPEAT_DECREASE_RATIO", c.AIMDRepeatDecreaseRatio, aimd.DefaultRepeatDecreaseRatio},
 		{"GOVERNOR_AIMD_PROBE_HOLD", c.AIMDProbeHold, aimd.DefaultProbeHold},

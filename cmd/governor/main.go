@@ -196,15 +196,16 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		_ = p.Shutdown(context.Background())
 	}()
 	batches, err = batch.New(p, batch.Config{
-		MaxItems:  cfg.BatchMaxItems,
-		Window:    cfg.batchWindow(),
-		MaxJobs:   cfg.BatchMaxJobs,
-		TTL:       cfg.BatchTTL,
-		Dir:       cfg.BatchDir,
-		WriteIdle: cfg.StreamIdleTimeout,
-		Metrics:   set,
-		Logger:    log,
-		AccessLog: cfg.access,
+		MaxItems:       cfg.BatchMaxItems,
+		Window:         cfg.batchWindow(),
+		MaxJobs:        cfg.BatchMaxJobs,
+		TTL:            cfg.BatchTTL,
+		MaxResultBytes: cfg.BatchMaxResultBytes,
+		Dir:            cfg.BatchDir,
+		WriteIdle:      cfg.StreamIdleTimeout,
+		Metrics:        set,
+		Logger:         log,
+		AccessLog:      cfg.access,
 	})
 	if err != nil {
 		return err
