@@ -236,12 +236,13 @@ func writeMixedInput(t *testing.T) string {
 
 // relay forwards TCP connections to a target until it is cut: then it
 // closes the connections it carries and every new one, as a network that
-// drops does, until it is restored.
+// drops does, until it is restored. Its target can change, as a Service's
+// does when its pod is replaced.
 type relay struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu      sync.Mutex
+	target  string
 	cut     bool
 	dropped int // connections refused while cut
 	conns   map[net.Conn]struct{}
@@ -289,7 +290,10 @@ func (r *relay) pipe(c net.Conn) {
 		r.mu.Unlock()
 		c.Close()
 	}()
-	up, err := net.Dial("tcp", r.target)
+	r.mu.Lock()
+	target := r.target
+	r.mu.Unlock()
+	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}
@@ -320,6 +324,12 @@ func (r *relay) setCut(cut bool) {
 			c.Close()
 		}
 	}
+}
+
+func (r *relay) setTarget(target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.target = target
 }
 
 func (r *relay) droppedCount() int {
@@ -361,6 +371,40 @@ func TestBatchCommandReattachesAfterDroppedConnection(t *testing.T) {
 	assert.Contains(t, c.stderrText(), "reattached to job "+id)
 	assertInOrder(t, readResults(t, out), n)
 	assert.Equal(t, int64(n), mock.Stats().Received, "each item sent once: the job was not submitted again")
+}
+
+// A Governor killed while the command waits, and started again on the
+// same batch directory, finishes the job; the command reattaches by
+// itself and writes every result, in input order.
+func TestBatchCommandSurvivesGovernorRestart(t *testing.T) {
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 15 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + t.TempDir(), "GOVERNOR_MAX_CONCURRENCY=4"}
+	g := startGovernor(t, env...)
+	r := startRelay(t, g.base)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+
+	const n = 300
+	c := startCLI(t, noKeys, "-url", "http://"+r.addr(), "-o", out, "-poll", "20ms", writeInput(t, n))
+	id := c.jobID(t)
+	require.Eventually(t, func() bool { return mock.Stats().Received >= n/4 }, 20*time.Second, time.Millisecond)
+	require.NoError(t, g.cmd.Process.Kill())
+	<-g.exited
+	require.Eventually(t, func() bool { return strings.Contains(c.stderrText(), "lost Governor") },
+		10*time.Second, 5*time.Millisecond, "the command notices")
+	require.Less(t, mock.Stats().Received, int64(n), "the job was cut short")
+
+	g = startGovernor(t, env...)
+	r.setTarget(g.base)
+	require.Equal(t, 0, c.exitCode(t, 60*time.Second))
+	assert.Contains(t, c.stderrText(), "reattached to job "+id)
+	results := readResults(t, out)
+	assertInOrder(t, results, n)
+	for i, l := range results {
+		require.NotNil(t, l.Response, "line %d", i)
+		assert.Equal(t, 200, l.Response.StatusCode, "line %d", i)
+	}
 }
 
 func TestBatchCommandInterruptLeavesJobRunning(t *testing.T) {
