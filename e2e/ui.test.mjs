@@ -161,6 +161,8 @@ test('the live page shows lanes and jobs, and cancels a job', { skip, timeout: 6
     { timeout: 20_000 },
   );
   const second = await done();
+  // The job is a tenant of its lane, shown with its calls.
+  await lane.locator('.tenant-name', { hasText: big.id }).waitFor({ timeout: 10_000 });
   assert.ok(second > first, `progress ${first} → ${second}`);
   await page.waitForFunction((id) => /\/s$/.test(document.querySelector(`tr[data-batch="${id}"] td:nth-child(6)`).textContent), big.id);
   assert.match(await bigRow.locator('td').nth(6).textContent(), /\d+ (s|m)/, 'an ETA');

@@ -202,16 +202,19 @@
     return words[r] || String(r).replaceAll('_', ' ');
   }
 
+  const MAX_TENANTS_SHOWN = 5;
+
   // renderTenants shows a lane's tenants, {tenant, queued, in_flight}
   // each, when more than one shares the lane or one has a name.
   function renderTenants(box, tenants) {
     box.replaceChildren();
     if (!Array.isArray(tenants) || !tenants.length || (tenants.length === 1 && !tenants[0].tenant)) return;
-    for (const t of tenants) {
-      const s = el('span');
-      s.append(el('b', '', t.tenant || '(none)'), ` ${count(t.in_flight ?? 0)} in flight · ${count(t.queued ?? 0)} waiting`);
-      box.append(s);
+    for (const t of tenants.slice(0, MAX_TENANTS_SHOWN)) {
+      const name = el('span', 'tenant-name', t.tenant || '(none)');
+      name.title = t.tenant;
+      box.append(name, el('span', 'tenant-load', `${count(t.in_flight ?? 0)} in flight · ${count(t.queued ?? 0)} waiting`));
     }
+    if (tenants.length > MAX_TENANTS_SHOWN) box.append(el('span', 'tenant-name', `+ ${tenants.length - MAX_TENANTS_SHOWN} more`));
   }
 
   function renderLanes(lanes, now) {
