@@ -47,6 +47,15 @@
 // waiting rather than by 429s); under a concurrency cap a completed call
 // frees a slot at once.
 //
+// # What it tells
+//
+// Metrics go on the Config.Metrics set: per route, answers by status class,
+// calls by how they ended and each attempt's latency; per lane (package
+// lane), what the lane counts, and the tokens each successful answer
+// reports in its usage (package usage: a JSON answer once read, gzip or
+// deflate decoded; an event stream as it passes, without holding it).
+// Config.AccessLog, when set, gets one line per call.
+//
 // # fasthttp
 //
 // fasthttp was chosen for its allocation-free request handling; its
