@@ -57,11 +57,12 @@ const (
 	PhoenixIncreaseStep  = 0.5 // Phoenix increase_step
 	PhoenixDecreaseRatio = 0.5 // Phoenix decrease_ratio
 
-	DefaultInitial             = 8   // Default preset: starting target (capped at Max)
-	DefaultIncreaseStep        = 1   // Default preset: first probe above the decrease level, per round trip
-	DefaultDecreaseRatio       = 0.9 // Default preset: cut on a fresh congestion signal
-	DefaultRepeatDecreaseRatio = 0.5 // Default preset: cut when the previous cut did not help
-	DefaultProbeHold           = 4   // Default preset: most round trips held below the decrease level before probing
+	DefaultInitial             = 8    // Default preset: starting target (capped at Max)
+	DefaultIncreaseStep        = 1    // Default preset: first probe above the decrease level, per round trip
+	DefaultDecreaseRatio       = 0.9  // Default preset: cut on a fresh congestion signal
+	DefaultRepeatDecreaseRatio = 0.5  // Default preset: cut when the previous cut did not help
+	DefaultProbeHold           = 4    // Default preset: most round trips held below the decrease level before probing
+	DefaultLatencyTolerance    = 1.25 // Default preset: least ratio of a cohort's fastest call to the baseline that is congestion
 )
 
 // Config configures a Controller. The zero value of every field but Max
@@ -119,6 +120,15 @@ type Config struct {
 	// LatencyAlpha is the weight of a new success's latency in the
 	// latency EWMA (default 0.2). Must be in (0, 1].
 	LatencyAlpha float64
+	// LatencyTolerance (Default preset only) is the least ratio to the
+	// lane's latency baseline at which the fastest calls of a cohort
+	// (calls sent together) count as queued by the provider; more where
+	// they vary more by chance. A success that took twice the threshold
+	// times the baseline does not grow the limit, and a timeout while the
+	// last cohort's fastest call took 4 times the baseline collapses the
+	// lane (default 1.25; negative turns the latency signal off). See
+	// DESIGN.md.
+	LatencyTolerance float64
 }
 
 // Validate reports the first invalid field, or nil. Zero values are valid
@@ -156,6 +166,9 @@ func (c Config) Validate() error {
 	}
 	if c.CollapseThreshold < 0 {
 		bad("collapse threshold %d must not be negative", c.CollapseThreshold)
+	}
+	if !finite(c.LatencyTolerance) || (c.LatencyTolerance > 0 && c.LatencyTolerance <= 1) {
+		bad("latency tolerance %v must be above 1, 0 for the default, or negative for none", c.LatencyTolerance)
 	}
 	if !finite(c.LatencyAlpha) || c.LatencyAlpha < 0 || c.LatencyAlpha > 1 {
 		bad("latency alpha %v must be in (0, 1], or 0 for the default", c.LatencyAlpha)
@@ -201,6 +214,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LatencyAlpha == 0 {
 		c.LatencyAlpha = DefaultLatencyAlpha
+	}
+	if c.LatencyTolerance == 0 && c.Preset == Default {
+		c.LatencyTolerance = DefaultLatencyTolerance
 	}
 	return c
 }

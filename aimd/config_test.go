@@ -53,6 +53,8 @@ func TestValidate(t *testing.T) {
 		{Config{Max: 4, CollapseThreshold: -2}, "collapse threshold -2"},
 		{Config{Max: 4, LatencyAlpha: 1.2}, "latency alpha 1.2"},
 		{Config{Max: 4, LatencyAlpha: math.Inf(1)}, "latency alpha +Inf"},
+		{Config{Max: 4, LatencyTolerance: 1}, "latency tolerance 1 must be above 1"},
+		{Config{Max: 4, LatencyTolerance: math.NaN()}, "latency tolerance NaN"},
 	}
 	for _, tc := range cases {
 		assert.ErrorContains(t, tc.cfg.Validate(), tc.want, "config %+v", tc.cfg)
@@ -71,8 +73,9 @@ func TestDefaults(t *testing.T) {
 	d := New(Config{Max: 64}, t0).Config()
 	assert.Equal(t, Config{Preset: Default, Max: 64, Initial: 8, Window: 5 * time.Second, IncreaseStep: 1,
 		DecreaseRatio: 0.9, RepeatDecreaseRatio: 0.5, ProbeHold: 4, CollapseWindow: 15 * time.Second,
-		CollapseThreshold: 2, LatencyAlpha: 0.2}, d)
+		CollapseThreshold: 2, LatencyAlpha: 0.2, LatencyTolerance: 1.25}, d)
 	p := New(Config{Preset: Phoenix, Max: 64}, t0).Config()
+	assert.Zero(t, p.LatencyTolerance, "Phoenix has no latency signal")
 	assert.Equal(t, 64.0, p.Initial)
 	assert.Equal(t, 0.5, p.IncreaseStep)
 	assert.Equal(t, 0.5, p.DecreaseRatio)

@@ -105,6 +105,9 @@ func (c *Controller) ObserveAt(s Sample, now time.Time) Event {
 	if ev == None && c.limitLocked() > before {
 		ev = Increased
 	}
+	if c.cfg.Preset == Default && c.latencyOn() {
+		c.recordLimitLocked(now)
+	}
 	return ev
 }
 

@@ -61,6 +61,8 @@ type defaultState struct {
 	// peakAt; it fades with time (recentPeakLocked).
 	peak   float64
 	peakAt time.Time
+	// lat is the latency signal (latency.go).
+	lat latencyState
 }
 
 // Constants of the Default preset that are not in Config, chosen with the
@@ -142,6 +144,9 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			return None
 		}
 		d.confirmed = true
+		if c.latencyOn() {
+			c.observeLatencySignalLocked(s, dispatched)
+		}
 		if !dispatched.Before(d.rtStart) {
 			// A call sent after the share clock's round began is back.
 			d.quiet++
@@ -158,12 +163,30 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if s.InFlight > 0 && s.InFlight < c.limitLocked() {
 			return None
 		}
+		if c.latencyOn() && c.slowedLocked(s.Latency) {
+			// Answered, but so slowly that the provider is queueing
+			// calls: no growth on that (see latency.go).
+			return None
+		}
 		return c.growDefaultLocked(s, dispatched, now)
 	case RateLimited, Timeout:
 		if !fresh {
 			return None // explained by the last decrease or yield
 		}
 		d.restartShareClock(now) // not quiet: no yield due
+		if s.Outcome == Timeout && c.latencyExplodedLocked() {
+			// Calls time out while those that still succeed take many
+			// times what they did: the provider is drowning in calls (a
+			// server that queues, far past its knee), even if some get
+			// through. A collapse, as for a storm of 429s.
+			level := float64(c.limitLocked())
+			if s.InFlight > 0 && float64(s.InFlight) < level {
+				level = float64(s.InFlight)
+			}
+			c.lastDecr, c.decrCause = now, Timeout
+			d.confirmed, d.probing, d.gain, d.reachedAt = false, false, 0, time.Time{}
+			return c.collapseLocked(level)
+		}
 		return c.decreaseDefaultLocked(s, now)
 	default:
 		return None // Failure: not a congestion signal
@@ -312,18 +335,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	if d.streak >= c.cfg.CollapseThreshold && spanned {
 		// A storm: CollapseThreshold decreases, each from a call sent
 		// after the previous one, and nothing got through in between.
-		// Stop at 1, and slow start back to half the pre-storm level, as
-		// TCP does after a retransmission timeout (RFC 5681 §3.1:
-		// ssthresh = flight/2, cwnd = 1).
-		c.target = 1
-		c.decrLevel = d.streakLevel
-		d.ss = math.Max(1, math.Min(c.cfg.RepeatDecreaseRatio*d.streakLevel, float64(c.cfg.Max)))
-		d.recoverTo = d.ss
-		d.skipHold = false
-		d.streak = 0
-		c.collapsed = true
-		c.collapses++
-		return Collapsed
+		return c.collapseLocked(d.streakLevel)
 	}
 	// taken: the ceiling came down since the last decrease. Alone under a
 	// fixed cap, every decrease comes at the same level (one probe above
@@ -370,6 +382,22 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		d.skipHold = false
 	}
 	return Decreased
+}
+
+// collapseLocked stops the lane at 1 and slow-starts it back to half the
+// pre-storm level, as TCP does after a retransmission timeout (RFC 5681
+// §3.1: ssthresh = flight/2, cwnd = 1). It requires c.mu to be held.
+func (c *Controller) collapseLocked(level float64) Event {
+	d := &c.defaultRule
+	c.target = 1
+	c.decrLevel = level
+	d.ss = math.Max(1, math.Min(c.cfg.RepeatDecreaseRatio*level, float64(c.cfg.Max)))
+	d.recoverTo = d.ss
+	d.skipHold = false
+	d.streak = 0
+	c.collapsed = true
+	c.collapses++
+	return Collapsed
 }
 
 // shareAboveInitialLocked applies, after a confirmed 429 at level (one

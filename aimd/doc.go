@@ -30,7 +30,11 @@
 // level at which congestion came and probing above it, a collapse to 1
 // only when nothing at all succeeds across decreases, and, after ten quiet
 // round trips, 30% of the calls in flight given back for a round trip so
-// that other processes sharing the provider can grow. Config.Initial is
+// that other processes sharing the provider can grow. It also reads
+// latency, for providers that slow down instead of answering 429: a
+// success that took many times the lane's usual latency does not grow the
+// limit, and a timeout while latency has exploded collapses the lane even
+// if some calls still succeed (Config.LatencyTolerance). Config.Initial is
 // where a lane starts and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated
 // processes sharing one account settle near Initial each when Initial is

@@ -47,7 +47,18 @@ type simParams struct {
 	// Hint, if not zero, is the Retry-After of every 429, as the proxy
 	// honours it: the call waits it out before its retry, and the lane
 	// dispatches nothing until it ends or a call succeeds.
-	Hint  time.Duration
+	Hint time.Duration
+	// Knee, if not zero, makes the provider a server that queues instead
+	// of refusing (mockllm -knee): it answers no 429, and a call
+	// dispatched with n calls in flight takes (n/Knee)² times its latency
+	// beyond Knee. Caps is then []int{Knee}, for the optimum. Timeout,
+	// if not zero, is the attempt timeout: a call that would take longer
+	// times out then (the provider drops it) and is retried.
+	Knee    int
+	Timeout time.Duration
+	// Mix, if set, multiplies each call's latency by one of its values,
+	// drawn uniformly: calls whose output lengths differ.
+	Mix   []float64
 	Trace func(t time.Duration, limit, inFlight int, ev Event)
 }
 
@@ -56,6 +67,7 @@ type simResult struct {
 	Optimum  time.Duration
 	Goodput  float64 // optimum / makespan
 	Rejected int     // 429s answered
+	Timeouts int     // attempts timed out
 	Per100   float64 // 429s per 100 calls
 	Events   [6]int
 	Phases   []time.Duration // time at which each phase's last call completed
@@ -65,12 +77,13 @@ type simResult struct {
 const rejectLatency = time.Microsecond
 
 type simEvent struct {
-	at     time.Duration
-	seq    uint64
-	call   int
-	reject bool
-	retry  bool // the call's hint is over: back to the queue's front
-	wake   bool // the lane's pause is over
+	at      time.Duration
+	seq     uint64
+	call    int
+	reject  bool
+	retry   bool // the call's hint is over: back to the queue's front
+	timeout bool
+	wake    bool // the lane's pause is over
 }
 
 func (e simEvent) when() (time.Duration, uint64) { return e.at, e.seq }
@@ -117,6 +130,16 @@ func (p simParams) capAt(completed int, now time.Duration) int {
 }
 
 func (p simParams) optimum() time.Duration {
+	if len(p.Mix) > 0 {
+		// Calls take the mean of the mix times the median latency.
+		var sum float64
+		for _, m := range p.Mix {
+			sum += m
+		}
+		q := p
+		q.Mix, q.Latency = nil, time.Duration(float64(p.Latency)*sum/float64(len(p.Mix)))
+		return q.optimum()
+	}
 	if p.Until != nil {
 		// The first instant at which the integral of cap/Latency reaches
 		// Calls (govbench's S3 optimum).
@@ -178,11 +201,22 @@ func simulate(cfg Config, p simParams) simResult {
 			inFlight++
 			dispatch[call] = now
 			seq++
-			if inFlight > p.capAt(completed, now) { // provider already at its cap
+			if p.Knee == 0 && inFlight > p.capAt(completed, now) { // provider already at its cap
 				heap.Push(&events, simEvent{at: now + rejectLatency, seq: seq, call: call, reject: true})
 				continue
 			}
 			lat := time.Duration(float64(p.Latency) * math.Exp(p.Sigma*rng.NormFloat64()))
+			if len(p.Mix) > 0 {
+				lat = time.Duration(float64(lat) * p.Mix[rng.IntN(len(p.Mix))])
+			}
+			if p.Knee > 0 && inFlight > p.Knee {
+				r := float64(inFlight) / float64(p.Knee)
+				lat = time.Duration(float64(lat) * r * r)
+			}
+			if p.Timeout > 0 && lat > p.Timeout {
+				heap.Push(&events, simEvent{at: now + p.Timeout, seq: seq, call: call, timeout: true})
+				continue
+			}
 			heap.Push(&events, simEvent{at: now + lat, seq: seq, call: call})
 		}
 		if l := ctl.Limit(); l > res.MaxLimit {
@@ -207,10 +241,16 @@ func simulate(cfg Config, p simParams) simResult {
 		if e.reject {
 			s.Outcome = RateLimited
 		}
+		if e.timeout {
+			s.Outcome = Timeout
+		}
 		ev := ctl.ObserveAt(s, epoch.Add(now))
 		res.Events[ev]++
 		inFlight--
-		if e.reject {
+		if e.timeout {
+			res.Timeouts++
+			queue = append([]int{e.call}, queue...)
+		} else if e.reject {
 			res.Rejected++
 			if p.Hint > 0 {
 				seq++

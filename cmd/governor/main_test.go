@@ -31,6 +31,7 @@ func TestBadConfigExits2NamingTheVariable(t *testing.T) {
 		{"GOVERNOR_REDIS_LEASE_TTL=80ms", "GOVERNOR_REDIS_LEASE_TTL"}, // under twice the 50ms sync interval
 		{"GOVERNOR_INSTANCE=two words", "GOVERNOR_INSTANCE"},
 		{"GOVERNOR_MAX_CONNS_PER_UPSTREAM=0", "GOVERNOR_MAX_CONNS_PER_UPSTREAM"},
+		{"GOVERNOR_AIMD_LATENCY_TOLERANCE=0.5", "GOVERNOR_AIMD_"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(nil, []string{tc.env}, &out, &errOut)

@@ -1,0 +1,102 @@
+package aimd
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+)
+
+var latencyMatrix = flag.Int("latency-matrix", 0, "seeds of TestLatencyMatrix (0: skip); prints the latency signal's matrix")
+
+// matrixScenario is one row of the latency signal's matrix.
+type matrixScenario struct {
+	name string
+	p    func(seed uint64) simParams
+}
+
+func matrixScenarios() []matrixScenario {
+	capped := func(name string, caps []int, sigma float64) matrixScenario {
+		return matrixScenario{name, func(seed uint64) simParams {
+			p := scenario("cap16", 480*time.Millisecond, seed)
+			p.Caps, p.Sigma, p.Hint = caps, sigma, time.Second
+			return p
+		}}
+	}
+	// Outputs of 64, 256 and 512 tokens at a fixed speed after a first
+	// byte: latencies 5x apart from output length alone, each with a
+	// 20% lognormal spread.
+	mix := []float64{0.1 + 0.9*64/512, 0.1 + 0.9*256/512, 1}
+	mixed := func(name string, caps []int) matrixScenario {
+		return matrixScenario{name, func(seed uint64) simParams {
+			p := scenario("cap16", 480*time.Millisecond, seed)
+			p.Caps, p.Hint, p.Mix = caps, time.Second, mix
+			return p
+		}}
+	}
+	knee := func(n int, sigma float64) matrixScenario {
+		return matrixScenario{fmt.Sprintf("knee %d σ%.1f", n, sigma), func(seed uint64) simParams {
+			p := simParams{Clients: 64, Calls: 2000, Latency: time.Second, Sigma: sigma, Seed: seed,
+				Caps: []int{n}, Knee: n, Timeout: 10 * time.Second}
+			return p
+		}}
+	}
+	out := []matrixScenario{
+		capped("cap 1 σ0.2", []int{1}, 0.2),
+		capped("cap 2 σ0.2", []int{2}, 0.2),
+		capped("cap 4 σ0.2", []int{4}, 0.2),
+		capped("cap 16 σ0.2", []int{16}, 0.2),
+		capped("cap 16 σ0.8", []int{16}, 0.8),
+		capped("cap 64 σ0.8", []int{64}, 0.8),
+		capped("cap 16 σ0.4", []int{16}, 0.4),
+		capped("cap 64 σ0.4", []int{64}, 0.4),
+		mixed("cap 16 mix", []int{16}),
+		mixed("cap 64 mix", []int{64}),
+		{"s3 σ0.2", func(seed uint64) simParams {
+			p := scenario("s3", 480*time.Millisecond, seed)
+			p.Hint = time.Second
+			return p
+		}},
+		{"s3 σ0.8", func(seed uint64) simParams {
+			p := scenario("s3", 480*time.Millisecond, seed)
+			p.Hint, p.Sigma = time.Second, 0.8
+			return p
+		}},
+		knee(4, 0.2), knee(8, 0.2), knee(32, 0.2), knee(8, 0.8),
+		{"knee 8 mix", func(seed uint64) simParams {
+			p := knee(8, 0.2).p(seed)
+			p.Mix = mix
+			return p
+		}},
+	}
+	return out
+}
+
+// TestLatencyMatrix prints, for every scenario, the Default preset with
+// and without the latency signal: mean and least goodput over seeds, 429s
+// and timeouts per 100 calls. Run with -latency-matrix N -v.
+func TestLatencyMatrix(t *testing.T) {
+	if *latencyMatrix == 0 {
+		t.Skip("run with -latency-matrix SEEDS -v")
+	}
+	n := *latencyMatrix
+	for _, sc := range matrixScenarios() {
+		var line string
+		for _, tol := range []float64{-1, 0} {
+			cfg := simConfig(Default)
+			cfg.LatencyTolerance = tol
+			var sumG, minG, sumR, sumT float64 = 0, 1, 0, 0
+			var coll int
+			for seed := uint64(1); seed <= uint64(n); seed++ {
+				r := simulate(cfg, sc.p(seed))
+				sumG += r.Goodput
+				minG = min(minG, r.Goodput)
+				sumR += r.Per100
+				sumT += 100 * float64(r.Timeouts) / float64(sc.p(seed).Calls)
+				coll += r.Events[Collapsed]
+			}
+			line += fmt.Sprintf(" | %.3f (min %.3f) %5.2f 429 %5.2f t/o %3d coll", sumG/float64(n), minG, sumR/float64(n), sumT/float64(n), coll)
+		}
+		t.Logf("%-14s%s", sc.name, line)
+	}
+}
