@@ -47,7 +47,7 @@ type envOptions struct {
 
 // newEnv starts a simulated provider, a Proxy and a batch Server on
 // loopback; everything stops, and no goroutine is left, when the test ends.
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	checkLeaks(t)
 	mock, mockURL := o.upstream, o.mockURL
@@ -106,12 +106,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 // post sends body to path with the given headers and returns the answer,
 // body read.
-func (e *env) post(t *testing.T, path, contentType, body string, headers ...string) (*http.Response, string) {
+func (e *env) post(t testing.TB, path, contentType, body string, headers ...string) (*http.Response, string) {
 	t.Helper()
 	return e.do(t, http.MethodPost, path, contentType, body, headers...)
 }
 
-func (e *env) do(t *testing.T, method, path, contentType, body string, headers ...string) (*http.Response, string) {
+func (e *env) do(t testing.TB, method, path, contentType, body string, headers ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
 	require.NoError(t, err)
@@ -154,7 +154,7 @@ func chatItem(customID, content string, headers map[string]string) map[string]an
 	return it
 }
 
-func mustJSON(t *testing.T, v any) string {
+func mustJSON(t testing.TB, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
@@ -179,7 +179,7 @@ func answerText(t *testing.T, output json.RawMessage) string {
 }
 
 // counter reads a counter of the metrics set.
-func (e *env) counter(t *testing.T, name string) int {
+func (e *env) counter(t testing.TB, name string) int {
 	t.Helper()
 	var sb strings.Builder
 	e.set.WritePrometheus(&sb)
@@ -195,4 +195,4 @@ func (e *env) counter(t *testing.T, name string) int {
 }
 
 // checkLeaks fails the test if it leaves goroutines running; call it first.
-func checkLeaks(t *testing.T) { leakcheck.Check(t) }
+func checkLeaks(t testing.TB) { leakcheck.Check(t) }
