@@ -256,7 +256,7 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 		}
 		w, mark, err := l.ReserveTokens(c.cost, now)
 		if err != nil {
-			l.Queue().Release()
+			l.Queue().ReleaseTenant(c.o.tenant)
 			return ctx, &apiError{Status: fasthttp.StatusBadRequest, Code: CodeExceedsTokenBudget,
 				Message: "Governor: this call can never run within the provider's token budget (" + err.Error() + "); shorten the prompt or lower max_tokens"}
 		}
