@@ -180,6 +180,7 @@ func (s *Server) restore() {
 			continue
 		}
 	}
+	s.jobs.expire(s.cfg.Now()) // those that expired while Governor was down
 }
 
 func (s *Server) restoreJob(l journal.Loaded) error {

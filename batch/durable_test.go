@@ -188,3 +188,26 @@ func TestBatchDirectoryIsLocked(t *testing.T) {
 	assert.Contains(t, err.Error(), "in use by another process")
 	assert.Contains(t, err.Error(), fmt.Sprintf("pid %d", os.Getpid()))
 }
+
+// A finished job whose TTL ran out while Governor was down is removed from
+// the directory at start-up, before anyone asks for it.
+func TestDurableJobExpiredWhileDown(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	opts := envOptions{batch: func(c *batch.Config) {
+		c.Dir = dir
+		c.TTL = time.Hour
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	}}
+	e1 := newEnv(t, opts)
+	st := e1.waitJob(t, e1.createJob(t, mustJSON(t, map[string]any{"requests": []any{chatItem("a", "one", nil)}})).ID)
+	e1.stop()
+	require.DirExists(t, filepath.Join(dir, "jobs", st.ID))
+
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	newEnv(t, opts)
+	assert.NoDirExists(t, filepath.Join(dir, "jobs", st.ID))
+}

@@ -182,6 +182,14 @@ func (js *jobStore) evictFinished() *job {
 	return oldest
 }
 
+// expire drops the jobs that have expired.
+func (js *jobStore) expire(now time.Time) {
+	js.mu.Lock()
+	gone := js.expireLocked(now)
+	js.mu.Unlock()
+	js.forgetAll(gone)
+}
+
 // restore stores j, a job found on disk, whatever the bound.
 func (js *jobStore) restore(j *job) {
 	js.mu.Lock()

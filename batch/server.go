@@ -144,7 +144,26 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	if s.dir != nil {
 		s.restore()
 	}
+	s.wg.Go(s.sweep)
 	return s, nil
+}
+
+// sweepEvery is how often expired jobs are dropped when nobody asks for
+// any: their memory, or their disk, is given back within it.
+const sweepEvery = time.Minute
+
+// sweep drops expired jobs every sweepEvery until Shutdown.
+func (s *Server) sweep() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.jobs.expire(s.cfg.Now())
+		}
+	}
 }
 
 // forget lets go of a job dropped from the store: its answers held in
