@@ -13,7 +13,6 @@ import (
 
 	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/queue"
-	"github.com/llmgovernor/governor/usage"
 )
 
 // callOptions are how one call is governed.
@@ -334,7 +333,6 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if err == nil && oc == lane.Answered || oc == lane.Quota {
 		if resp.StatusCode() < 400 {
 			l.Answered(now)
-			countTokens(l, resp, p.cfg.MaxResponseBytes)
 		}
 		if c.last != nil {
 			fasthttp.ReleaseResponse(c.last)
@@ -503,8 +501,9 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 
 // observeBudgets gives the lane what an answer says of the provider's
 // budgets: its request and token budget headers, the numbers of a 429 for
-// a token budget, and the usage of a buffered answer, which corrects the
-// call's estimated cost.
+// a token budget, and the usage of a successful answer read whole, which
+// the lane's token counters add and which corrects the call's estimated
+// cost. (A stream's usage is counted as it passes: see streamBody.)
 func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) {
 	l := c.l
 	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
@@ -520,9 +519,12 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 			l.ObserveTokens(r, lane.TokenMark{}, now)
 		}
 	}
-	if c.costed && oc == lane.Answered && len(body) > 0 {
-		if t, ok := usage.Parse(body); ok {
-			l.ObserveUsage(c.cost, len(c.req.in.Body()), t.Prompt, t.Completion, now)
+	if oc == lane.Answered {
+		if t, ok := answerUsage(resp, c.p.cfg.MaxResponseBytes); ok {
+			l.CountTokens(t)
+			if c.costed {
+				l.ObserveUsage(c.cost, len(c.req.in.Body()), t.Prompt, t.Completion, now)
+			}
 		}
 	}
 }

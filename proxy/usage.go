@@ -9,33 +9,30 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/usage"
 )
 
-// countTokens adds the tokens that a successful answer read whole reports
-// in its usage to its lane's counters. A streamed answer is counted as it
+// answerUsage returns the usage that a successful JSON answer read whole
+// reports, and whether it reports any. A streamed answer is read as it
 // passes instead (see streamBody). An answer compressed with gzip or
 // deflate is read decompressed, up to limit bytes; other encodings are not
 // read.
-func countTokens(l *lane.Lane, resp *fasthttp.Response, limit int) {
+func answerUsage(resp *fasthttp.Response, limit int) (usage.Tokens, bool) {
 	if resp.StatusCode() >= 300 || !mediaTypeIs(resp.Header.ContentType(), "application/json") {
-		return
+		return usage.Tokens{}, false
 	}
 	body := bufferedBody(resp)
 	if len(body) == 0 {
-		return
+		return usage.Tokens{}, false
 	}
 	enc := resp.Header.ContentEncoding()
 	if len(enc) > 0 && !bytes.EqualFold(enc, []byte("identity")) {
 		var err error
 		if body, err = decompress(enc, body, limit); err != nil {
-			return
+			return usage.Tokens{}, false
 		}
 	}
-	if t, ok := usage.Parse(body); ok {
-		l.CountTokens(t)
-	}
+	return usage.Parse(body)
 }
 
 // decompress returns body decoded from enc (gzip or deflate), up to limit
