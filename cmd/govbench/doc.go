@@ -30,6 +30,13 @@
 //     once per -presets entry (default and phoenix), side by side.
 //   - memory: 10,000 calls waiting in one lane; resident memory per waiting
 //     call above idle.
+//   - matrix (only when asked for): providers that limit the way real ones
+//     do, each cell a goodput run with its own goal: hard caps
+//     (-matrix-caps) at each of -matrix-latencies; a binding tokens-per-
+//     minute budget with calls of mixed sizes, OpenAI's shape with its
+//     token headers and without, and Anthropic's output-tokens budget; and
+//     servers that slow down past a knee instead of answering 429
+//     (-matrix-knees). See scenario_matrix.go.
 //
 // BENCHMARKS.md at the repository root holds the results of a full run,
 // the definitions of the figures and the commands to reproduce them.

@@ -137,6 +137,12 @@ func runScenarios(ctx context.Context, w *workspace, o *options, res *results, l
 				}
 				res.goodput = append(res.goodput, r)
 			}
+		case "matrix":
+			r, err := runMatrix(ctx, w, o, log)
+			res.matrix = append(res.matrix, r...)
+			if err != nil {
+				return err
+			}
 		case "memory":
 			r, err := runMemory(ctx, w, o, log)
 			if err != nil {

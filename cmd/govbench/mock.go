@@ -23,6 +23,12 @@ type mockConfig struct {
 	burst          int
 	schedule       string // mockllm -schedule syntax
 	seed           int64
+	// Token budgets, output speed and a knee (the matrix scenarios).
+	tpm, itpm, otpm int
+	noHeaders       bool
+	fill            bool
+	tokensPerSecond float64
+	knee            int
 }
 
 func (c mockConfig) args() []string {
@@ -43,6 +49,23 @@ func (c mockConfig) args() []string {
 	}
 	if c.schedule != "" {
 		a = append(a, "-schedule", c.schedule)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"-tpm", c.tpm}, {"-itpm", c.itpm}, {"-otpm", c.otpm}, {"-knee", c.knee}} {
+		if f.v > 0 {
+			a = append(a, f.name, strconv.Itoa(f.v))
+		}
+	}
+	if c.noHeaders {
+		a = append(a, "-no-ratelimit-headers")
+	}
+	if c.fill {
+		a = append(a, "-fill-max-tokens")
+	}
+	if c.tokensPerSecond > 0 {
+		a = append(a, "-tokens-per-second", strconv.FormatFloat(c.tokensPerSecond, 'f', -1, 64))
 	}
 	return a
 }

@@ -36,10 +36,15 @@ type options struct {
 	timeoutFactor   float64
 
 	memoryCalls int
+
+	matrixCaps      []int
+	matrixLatencies []time.Duration
+	matrixKnees     []int
+	matrixRounds    int
 }
 
 // allScenarios is every scenario in the order govbench runs them.
-var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "memory"}
+var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "memory", "matrix"}
 
 // smokeDefaults replace the defaults of flags not given on the command line
 // when -smoke is set: every scenario runs, each in a second or two.
@@ -52,6 +57,10 @@ var smokeDefaults = map[string]string{
 	"goodput-duration":  "1s",
 	"calls":             "96",
 	"memory-calls":      "500",
+	"matrix-caps":       "2",
+	"matrix-latencies":  "100ms",
+	"matrix-knees":      "4",
+	"matrix-rounds":     "8",
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -59,7 +68,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("govbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var scenarios, concurrency, presets string
-	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory")
+	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory, matrix")
 	fs.BoolVar(&o.smoke, "smoke", false, "a run of a few seconds that exercises every scenario (for CI; figures are meaningless)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this `file`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs, each goodput run's lane samples as CSV)")
@@ -85,6 +94,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.seed, "seed", 1, "mockllm -seed (latency draws), the same for every preset")
 	fs.Float64Var(&o.timeoutFactor, "timeout-factor", 8, "goodput: a run is cut off after this many times its optimum (plus 10s)")
 	fs.IntVar(&o.memoryCalls, "memory-calls", 10000, "memory: calls waiting in the lane")
+	var matrixCaps, matrixLatencies, matrixKnees string
+	fs.StringVar(&matrixCaps, "matrix-caps", "1,2,4,8,16,64,256", "matrix: provider concurrency caps, comma-separated")
+	fs.StringVar(&matrixLatencies, "matrix-latencies", "100ms,500ms,5s", "matrix: provider median latencies of the cap cells, comma-separated")
+	fs.StringVar(&matrixKnees, "matrix-knees", "4,8,32", "matrix: knees of the servers that slow down instead of answering 429")
+	fs.IntVar(&o.matrixRounds, "matrix-rounds", 30, "matrix: round trips (seconds, for the token budgets) of each cell at the optimum")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: govbench [flags]
 
@@ -121,6 +135,22 @@ Flags:
 	if o.concurrency, err = parseInts(concurrency); err != nil {
 		return nil, fmt.Errorf("-concurrency: %w", err)
 	}
+	if o.matrixCaps, err = parseInts(matrixCaps); err != nil {
+		return nil, fmt.Errorf("-matrix-caps: %w", err)
+	}
+	if o.matrixKnees, err = parseInts(matrixKnees); err != nil {
+		return nil, fmt.Errorf("-matrix-knees: %w", err)
+	}
+	for _, f := range splitList(matrixLatencies) {
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("-matrix-latencies: %q is not a positive duration", f)
+		}
+		o.matrixLatencies = append(o.matrixLatencies, d)
+	}
+	if len(o.matrixLatencies) == 0 || o.matrixRounds < 1 {
+		return nil, errors.New("-matrix-latencies must not be empty, -matrix-rounds at least 1")
+	}
 	o.presets = splitList(presets)
 	for _, p := range o.presets {
 		if p != "default" && p != "phoenix" {
@@ -153,7 +183,7 @@ func parseScenarios(s string) ([]string, error) {
 			for _, g := range []string{"s1", "s2", "s3", "s4"} {
 				want[g] = true
 			}
-		case "overhead", "s1", "s2", "s3", "s4", "memory":
+		case "overhead", "s1", "s2", "s3", "s4", "memory", "matrix":
 			want[name] = true
 		default:
 			return nil, fmt.Errorf("unknown scenario %q", name)

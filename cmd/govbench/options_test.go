@@ -12,7 +12,10 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(nil, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, allScenarios, o.scenarios)
+	assert.Equal(t, []string{"overhead", "s1", "s2", "s3", "s4", "memory"}, o.scenarios, "all but the matrix")
+	assert.Equal(t, []int{1, 2, 4, 8, 16, 64, 256}, o.matrixCaps)
+	assert.Equal(t, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 5 * time.Second}, o.matrixLatencies)
+	assert.Equal(t, []int{4, 8, 32}, o.matrixKnees)
 	assert.Equal(t, []int{1, 16, 64}, o.concurrency)
 	assert.Equal(t, []string{"default", "phoenix"}, o.presets)
 	assert.Equal(t, time.Minute, o.goodputDuration)

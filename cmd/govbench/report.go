@@ -14,6 +14,7 @@ type results struct {
 	overhead *overheadResult
 	goodput  []goodputRun // S1–S4, each preset, in run order
 	memory   *memoryResult
+	matrix   []matrixRun
 }
 
 // writeReport writes the Markdown report of a run.
@@ -37,6 +38,9 @@ func writeReport(w io.Writer, m machine, o *options, args []string, res *results
 	}
 	if res.memory != nil {
 		writeMemory(w, *res.memory)
+	}
+	if len(res.matrix) > 0 {
+		writeMatrix(w, res.matrix)
 	}
 	if g := evaluateGoals(res); len(g.rows) > 0 {
 		fmt.Fprintf(w, "\n## Goals (default preset)\n\n%s", g.markdown())

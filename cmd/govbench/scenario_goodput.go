@@ -32,6 +32,15 @@ type goodputSpec struct {
 	// when convergence does not apply (a token bucket sets a rate, which
 	// Governor meets by pacing, not by its concurrency limit).
 	changes []capChange
+	// clients is the number of closed-loop clients; 0 means
+	// goodputClients.
+	clients int
+	// path and body, if set, give call i's path and body (default: a
+	// small chat completion).
+	path func(i int) string
+	body func(i int) []byte
+	// env is more settings for the Governor, before -governor-env's.
+	env []string
 }
 
 // goodputLatency is the median provider latency of the goodput scenarios:
@@ -132,13 +141,18 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 		return run, err
 	}
 	g.add(m.Process)
-	gov, err := startGovernor(ctx, w, spec.name+"-"+preset+"-governor", m.url, append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, o.governorEnv...)...)
+	env := append(append([]string{"GOVERNOR_AIMD_PRESET=" + preset}, spec.env...), o.governorEnv...)
+	gov, err := startGovernor(ctx, w, spec.name+"-"+preset+"-governor", m.url, env...)
 	if err != nil {
 		return run, err
 	}
 	g.add(gov.Process)
 
-	lc := newLoadClient(goodputClients)
+	clients := spec.clients
+	if clients == 0 {
+		clients = goodputClients
+	}
+	lc := newLoadClient(clients)
 	defer lc.close()
 	body := chatBody(false)
 	if err := m.reset(ctx); err != nil { // the schedule starts now
@@ -148,9 +162,16 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	smp := startSampler(ctx, 1, t0, sampleEvery(l))
 	smp.set(0, gov)
 	rctx, cancel := context.WithTimeout(ctx, runLimit(o, spec.optimum))
-	results := runCalls(rctx, goodputClients, spec.calls, func(ctx context.Context, i int, buf []byte) callResult {
+	results := runCalls(rctx, clients, spec.calls, func(ctx context.Context, i int, buf []byte) callResult {
 		id := fmt.Sprintf("%s-%s-%06d", spec.name, preset, i)
-		return lc.call(ctx, t0, request{url: gov.url + "/v1/chat/completions", body: body, id: id}, buf)
+		rq := request{url: gov.url + "/v1/chat/completions", body: body, id: id}
+		if spec.path != nil {
+			rq.url = gov.url + spec.path(i)
+		}
+		if spec.body != nil {
+			rq.body = spec.body(i)
+		}
+		return lc.call(ctx, t0, rq, buf)
 	})
 	cutOff := rctx.Err() != nil
 	cancel()
