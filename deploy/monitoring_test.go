@@ -28,6 +28,7 @@ const (
 	rulesTestFile  = "monitoring/governor-rules.test.yaml"
 	prometheusRule = "monitoring/prometheusrule.yaml"
 	dashboardFile  = "monitoring/grafana-dashboard.json"
+	podMonitor     = "monitoring/podmonitor.yaml"
 )
 
 // promtool returns promtool's path. Without it the test is skipped, unless
@@ -279,4 +280,59 @@ func freeAddr(t *testing.T) string {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// The PodMonitor scrapes the admin port of the pods of both examples.
+func TestPodMonitorScrapesTheExamples(t *testing.T) {
+	var pm struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name   string            `json:"name"`
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			Selector struct {
+				MatchExpressions []struct {
+					Key      string   `json:"key"`
+					Operator string   `json:"operator"`
+					Values   []string `json:"values"`
+				} `json:"matchExpressions"`
+			} `json:"selector"`
+			PodMetricsEndpoints []struct {
+				Port     string `json:"port"`
+				Path     string `json:"path"`
+				Interval string `json:"interval"`
+			} `json:"podMetricsEndpoints"`
+		} `json:"spec"`
+	}
+	readYAML(t, podMonitor, &pm)
+	assert.Equal(t, "monitoring.coreos.com/v1", pm.APIVersion)
+	assert.Equal(t, "PodMonitor", pm.Kind)
+	require.Len(t, pm.Spec.PodMetricsEndpoints, 1)
+	ep := pm.Spec.PodMetricsEndpoints[0]
+	assert.Equal(t, "/metrics", ep.Path)
+	require.Len(t, pm.Spec.Selector.MatchExpressions, 1)
+	sel := pm.Spec.Selector.MatchExpressions[0]
+	require.Equal(t, "app.kubernetes.io/name", sel.Key)
+	require.Equal(t, "In", sel.Operator)
+
+	for _, dir := range []string{"base", "shared"} {
+		m := load(t, dir)
+		found := false
+		for _, d := range m.deployments {
+			pod := d.Spec.Template
+			if !slices.Contains(sel.Values, pod.Labels["app.kubernetes.io/name"]) {
+				continue
+			}
+			for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+				for _, p := range c.Ports {
+					if c.Name == "governor" && p.Name == ep.Port {
+						found = true
+					}
+				}
+			}
+		}
+		assert.True(t, found, "the PodMonitor finds no governor container with a port named %q in %s", ep.Port, dir)
+	}
 }
