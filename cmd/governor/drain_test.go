@@ -59,10 +59,39 @@ func startGovernor(t *testing.T, env ...string) *governorProcess {
 
 // startGovernorVia starts governor as the last argument of the command
 // wrapper (such as a shell that sets limits first; nil: directly).
+//
+// Its ports are picked free and then released, so another process (often a
+// client's outgoing connection from a parallel test) can take one before
+// governor binds it: a start that fails on "address already in use" is
+// tried again on new ports.
 func startGovernorVia(t *testing.T, wrapper []string, env ...string) *governorProcess {
 	t.Helper()
 	bin, err := buildGovernor()
 	require.NoError(t, err)
+	for try := 1; ; try++ {
+		g := launchGovernor(t, bin, wrapper, env)
+		ready := false
+		require.Eventually(t, func() bool {
+			select {
+			case <-g.exited:
+				return true
+			default:
+			}
+			ready = g.readyz() == 200
+			return ready
+		}, 20*time.Second, 20*time.Millisecond, "governor never became ready")
+		if ready {
+			return g
+		}
+		if try == 5 || !strings.Contains(g.stderr.String(), "address already in use") {
+			t.Fatalf("governor exited at start-up; its stderr:\n%s", g.stderr.String())
+		}
+	}
+}
+
+// launchGovernor starts one governor process on new free ports and kills
+// it when the test ends.
+func launchGovernor(t *testing.T, bin string, wrapper, env []string) *governorProcess {
 	g := &governorProcess{base: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	args := append(append([]string(nil), wrapper...), bin)
 	g.cmd = exec.Command(args[0], args[1:]...)
@@ -77,7 +106,6 @@ func startGovernorVia(t *testing.T, wrapper []string, env ...string) *governorPr
 			t.Logf("governor stderr:\n%s", g.stderr.String())
 		}
 	})
-	require.Eventually(t, func() bool { return g.readyz() == 200 }, 20*time.Second, 20*time.Millisecond, "governor never became ready")
 	return g
 }
 
