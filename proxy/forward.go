@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -95,10 +94,6 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 //go:noinline
 func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool) {
 	up, res := c.req.up, &c.res
-	if p.cfg.Logger.Enabled(p.ctx, slog.LevelDebug) { // spares boxing the arguments on every call
-		p.cfg.Logger.Debug("call", "lane", c.l.ID(), "status", res.details.Status, "attempts", res.details.Attempts,
-			"queue_ms", res.details.Queue.Milliseconds(), "upstream_ms", res.details.Execution.Milliseconds())
-	}
 	if res.err != nil {
 		// An earlier answer on this keep-alive connection may have left
 		// its write deadline.
