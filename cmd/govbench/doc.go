@@ -37,6 +37,10 @@
 //     token headers and without, and Anthropic's output-tokens budget; and
 //     servers that slow down past a knee instead of answering 429
 //     (-matrix-knees). See scenario_matrix.go.
+//   - tenants: one lane of limit 4 shared by 2 closed-loop clients of one
+//     tenant (X-Governor-Tenant) and 32 of another, then by two async batch
+//     jobs submitted 2 s apart; each run again with every call of one
+//     tenant. The small tenant's share of the calls, the jobs' rates.
 //
 // BENCHMARKS.md at the repository root holds the results of a full run,
 // the definitions of the figures and the commands to reproduce them.

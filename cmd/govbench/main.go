@@ -149,6 +149,12 @@ func runScenarios(ctx context.Context, w *workspace, o *options, res *results, l
 				return err
 			}
 			res.memory = &r
+		case "tenants":
+			r, err := runTenants(ctx, w, o, log)
+			if err != nil {
+				return err
+			}
+			res.tenants = &r
 		}
 	}
 	return nil

@@ -41,10 +41,12 @@ type options struct {
 	matrixLatencies []time.Duration
 	matrixKnees     []int
 	matrixRounds    int
+
+	tenantsDuration time.Duration
 }
 
 // allScenarios is every scenario in the order govbench runs them.
-var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "memory", "matrix"}
+var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "memory", "tenants", "matrix"}
 
 // smokeDefaults replace the defaults of flags not given on the command line
 // when -smoke is set: every scenario runs, each in a second or two.
@@ -61,6 +63,7 @@ var smokeDefaults = map[string]string{
 	"matrix-latencies":  "100ms",
 	"matrix-knees":      "4",
 	"matrix-rounds":     "8",
+	"tenants-duration":  "1s",
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -68,7 +71,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("govbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var scenarios, concurrency, presets string
-	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory, matrix")
+	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory,tenants", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory, tenants, matrix")
 	fs.BoolVar(&o.smoke, "smoke", false, "a run of a few seconds that exercises every scenario (for CI; figures are meaningless)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this `file`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs, each goodput run's lane samples as CSV)")
@@ -99,6 +102,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&matrixLatencies, "matrix-latencies", "100ms,500ms,5s", "matrix: provider median latencies of the cap cells, comma-separated")
 	fs.StringVar(&matrixKnees, "matrix-knees", "4,8,32", "matrix: knees of the servers that slow down instead of answering 429")
 	fs.IntVar(&o.matrixRounds, "matrix-rounds", 30, "matrix: round trips (seconds, for the token budgets) of each cell at the optimum")
+	fs.DurationVar(&o.tenantsDuration, "tenants-duration", 10*time.Second, "tenants: measured time of each run")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: govbench [flags]
 
@@ -170,6 +174,8 @@ Flags:
 		return nil, errors.New("-timeout-factor must be at least 1")
 	case o.memoryCalls < 2:
 		return nil, errors.New("-memory-calls must be at least 2")
+	case o.tenantsDuration <= 0:
+		return nil, errors.New("-tenants-duration must be positive")
 	}
 	return o, nil
 }
@@ -183,7 +189,7 @@ func parseScenarios(s string) ([]string, error) {
 			for _, g := range []string{"s1", "s2", "s3", "s4"} {
 				want[g] = true
 			}
-		case "overhead", "s1", "s2", "s3", "s4", "memory", "matrix":
+		case "overhead", "s1", "s2", "s3", "s4", "memory", "tenants", "matrix":
 			want[name] = true
 		default:
 			return nil, fmt.Errorf("unknown scenario %q", name)

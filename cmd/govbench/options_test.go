@@ -12,7 +12,8 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(nil, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"overhead", "s1", "s2", "s3", "s4", "memory"}, o.scenarios, "all but the matrix")
+	assert.Equal(t, []string{"overhead", "s1", "s2", "s3", "s4", "memory", "tenants"}, o.scenarios, "all but the matrix")
+	assert.Equal(t, 10*time.Second, o.tenantsDuration)
 	assert.Equal(t, []int{1, 2, 4, 8, 16, 64, 256}, o.matrixCaps)
 	assert.Equal(t, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 5 * time.Second}, o.matrixLatencies)
 	assert.Equal(t, []int{4, 8, 32}, o.matrixKnees)
@@ -36,6 +37,7 @@ func TestParseOptions(t *testing.T) {
 		{"-presets", "aggressive"},
 		{"-concurrency", "0"},
 		{"-calls", "10"},
+		{"-tenants-duration", "0s"},
 		{"extra"},
 		{"-governor-env", "PATH=/bin"},
 	} {

@@ -15,6 +15,7 @@ type results struct {
 	goodput  []goodputRun // S1–S4, each preset, in run order
 	memory   *memoryResult
 	matrix   []matrixRun
+	tenants  *tenantsResult
 }
 
 // writeReport writes the Markdown report of a run.
@@ -41,6 +42,9 @@ func writeReport(w io.Writer, m machine, o *options, args []string, res *results
 	}
 	if len(res.matrix) > 0 {
 		writeMatrix(w, res.matrix)
+	}
+	if res.tenants != nil {
+		writeTenants(w, *res.tenants)
 	}
 	if g := evaluateGoals(res); len(g.rows) > 0 {
 		fmt.Fprintf(w, "\n## Goals (default preset)\n\n%s", g.markdown())
