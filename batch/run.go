@@ -230,14 +230,15 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 	it := &e.items[i]
 	o := &e.options
 	res := s.p.Do(ctx, &proxy.Call{
-		Method:         it.Method,
-		Path:           it.URL,
-		Header:         itemHeader(e.creds, it.Header),
-		Body:           it.Body,
-		Urgency:        o.Urgency,
-		MaxRetries:     o.MaxRetries,
-		AttemptTimeout: o.Timeout,
-		Tenant:         o.Tenant,
+		Method:           it.Method,
+		Path:             it.URL,
+		Header:           itemHeader(e.creds, it.Header),
+		Body:             it.Body,
+		Urgency:          o.Urgency,
+		MaxRetries:       o.MaxRetries,
+		AttemptTimeout:   o.Timeout,
+		Tenant:           o.Tenant,
+		MaxResponseBytes: s.cfg.MaxResponseBytes,
 	})
 	d := res.Details
 	r := Row{Status: d.Status, Attempts: d.Attempts, Errors: d.Errors, Queue: d.Queue, Execution: d.Execution}

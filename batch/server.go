@@ -46,6 +46,10 @@ type Config struct {
 	// package journal), resume after a restart, and their results are
 	// read back from disk rather than held in memory. Empty: memory only.
 	Dir string
+	// MaxResponseBytes bounds one item's answer, read whole and kept; a
+	// larger one fails its item (FAILED, 502 upstream_bad_response, an
+	// error that gives the limit). Default 8 MiB.
+	MaxResponseBytes int
 	// WriteIdle bounds how long a client may leave a progress line or an
 	// answer unread before it is given up. Default 5m.
 	WriteIdle time.Duration
@@ -74,6 +78,8 @@ const (
 	DefaultWriteIdle = 5 * time.Minute
 	// DefaultMaxResultBytes is Config.MaxResultBytes' default: 256 MiB.
 	DefaultMaxResultBytes = 256 << 20
+	// DefaultMaxResponseBytes is Config.MaxResponseBytes' default: 8 MiB.
+	DefaultMaxResponseBytes = 8 << 20
 )
 
 // Server serves Governor's batch API on a proxy's main listener.
@@ -113,6 +119,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	setDefault(&cfg.TTL, DefaultTTL)
 	setDefault(&cfg.WriteIdle, DefaultWriteIdle)
 	setDefault(&cfg.MaxResultBytes, DefaultMaxResultBytes)
+	setDefault(&cfg.MaxResponseBytes, DefaultMaxResponseBytes)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

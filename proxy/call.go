@@ -40,6 +40,10 @@ type Call struct {
 	// HeaderTenant); empty means DefaultTenant. A name that
 	// ValidateTenant refuses runs nothing.
 	Tenant string
+	// MaxResponseBytes bounds the answer, which is read whole; a larger
+	// one fails the call (Err: 502 upstream_bad_response, saying so).
+	// Zero means the proxy's MaxResponseBytes.
+	MaxResponseBytes int
 }
 
 // Result is the answer to a Call. Exactly one of Err or StatusCode is set.
@@ -121,7 +125,11 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	// Route on the normalized path, as for a proxied call.
 	up, path := p.router.resolve(in.URI().Path())
 
-	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout, tenant: c.Tenant}
+	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout, tenant: c.Tenant,
+		maxResponse: int64(c.MaxResponseBytes)}
+	if opts.maxResponse <= 0 {
+		opts.maxResponse = int64(p.cfg.MaxResponseBytes)
+	}
 	if opts.tenant == "" {
 		opts.tenant = DefaultTenant
 	} else if err := ValidateTenant(opts.tenant); err != nil {
@@ -167,7 +175,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 			if conn := connOf(resp); conn != nil {
 				_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
 			}
-			err = bufferBody(resp, int64(p.cfg.MaxResponseBytes))
+			err = bufferBody(resp, opts.maxResponse)
 		}
 		if err == nil && streamCountsTokens(resp) {
 			if t, ok := usage.Parse(resp.Body()); ok {
@@ -186,7 +194,8 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 			return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: out.Details, Lane: l.ID()}
 		}
 	}
-	out.Body = append([]byte(nil), resp.Body()...)
+	// The answer's buffer becomes the result's: the body is not copied.
+	out.Body = resp.SwapBody(nil)
 	return out
 }
 

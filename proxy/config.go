@@ -31,6 +31,12 @@ type Config struct {
 	// stream, whatever its framing. A larger one fails the call with 502.
 	// Default 64 MiB.
 	MaxResponseBytes int
+	// MaxBufferedBytes bounds the bytes of request bodies held at once by
+	// calls waiting or in flight (Governor's API calls, batches, included).
+	// A call whose body would take the total beyond it gets 503
+	// buffers_full with Retry-After, before its body is read when its
+	// Content-Length says so. Default 256 MiB.
+	MaxBufferedBytes int64
 	// AttemptTimeout bounds one attempt from dispatch until its response
 	// headers arrive and, for a buffered answer, until its body is read.
 	// Default 10m.
@@ -131,6 +137,7 @@ type Config struct {
 const (
 	DefaultMaxBodyBytes        = 32 << 20
 	DefaultMaxResponseBytes    = 64 << 20
+	DefaultMaxBufferedBytes    = 256 << 20
 	DefaultAttemptTimeout      = 10 * time.Minute
 	DefaultStreamIdleTimeout   = 5 * time.Minute
 	DefaultConnectTimeout      = 10 * time.Second
@@ -167,6 +174,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	setDefault(&out.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&out.MaxResponseBytes, DefaultMaxResponseBytes)
+	setDefault(&out.MaxBufferedBytes, DefaultMaxBufferedBytes)
 	setDefault(&out.AttemptTimeout, DefaultAttemptTimeout)
 	setDefault(&out.StreamIdleTimeout, DefaultStreamIdleTimeout)
 	setDefault(&out.ConnectTimeout, DefaultConnectTimeout)
@@ -210,7 +218,7 @@ func (c *Config) withDefaults() (Config, error) {
 	return out, nil
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}

@@ -19,6 +19,9 @@ const (
 	// CodeExceedsTokenBudget refuses a call that costs more tokens than
 	// a whole token budget its provider reported: it could never run.
 	CodeExceedsTokenBudget = "exceeds_token_budget"
+	// CodeBuffersFull refuses a call whose body would take the request
+	// bodies held beyond MaxBufferedBytes.
+	CodeBuffersFull = "buffers_full"
 )
 
 // apiError is an error of Governor's own, as opposed to an upstream answer

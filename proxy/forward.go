@@ -84,6 +84,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 		maxRetries:     maxRetries,
 		attemptTimeout: p.cfg.AttemptTimeout,
 		tenant:         tenant,
+		maxResponse:    int64(p.cfg.MaxResponseBytes),
 		client:         ctx.Conn(),
 	}
 	return anthropic, true
@@ -223,7 +224,9 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	if resp.BodyStream() == nil { // buffered in the round trip
 		// fasthttp writes it after we return: bound that write too.
 		boundWrite(ctx.Conn(), time.Now(), p.cfg.StreamIdleTimeout)
-		ctx.Response.SetBody(resp.Body())
+		// The client's response takes the answer's buffer (no copy), and
+		// the answer takes back the empty one it had, for the pool.
+		resp.SwapBody(ctx.Response.SwapBody(resp.SwapBody(nil)))
 		fasthttp.ReleaseResponse(resp)
 		res.release()
 		p.finish(up, ctx, l.ID(), &res.details)

@@ -31,6 +31,7 @@ type Proxy struct {
 	metrics *proxyMetrics
 	server  *fasthttp.Server
 
+	budget  bodyBudget // request bodies held (MaxBufferedBytes)
 	conns   *connTracker
 	clients *clientWatch // the clients of calls under way
 
@@ -79,6 +80,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.router.byName[r.Name] = newUpstream(r.Name, r.URL, &c)
 		names = append(names, r.Name)
 	}
+	p.budget.max = c.MaxBufferedBytes
 	p.metrics = newProxyMetrics(c.Metrics, names)
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]
@@ -94,6 +96,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.server = &fasthttp.Server{
 		Handler:                      p.Handler,
 		ErrorHandler:                 p.serverError,
+		HeaderReceived:               p.headerReceived,
 		MaxRequestBodySize:           c.MaxBodyBytes,
 		ReadTimeout:                  c.ReadTimeout,
 		IdleTimeout:                  c.ClientIdleTimeout,
@@ -274,6 +277,13 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if !p.acceptable(ctx) {
 		return
 	}
+	if n := int64(len(ctx.Request.Body())); n > 0 {
+		if !p.budget.take(n) {
+			p.refuseBuffersFull(ctx)
+			return
+		}
+		defer p.budget.give(n)
+	}
 	if framedTwice(ctx.Request.Header.RawHeaders()) {
 		// Framed by both Content-Length and Transfer-Encoding: chunked
 		// won, but a party on the way may have framed it the other way,
@@ -367,6 +377,15 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 	// A previous answer on this keep-alive connection may have left its
 	// write deadline.
 	_ = ctx.Conn().SetWriteDeadline(time.Time{})
+	if cl := ctx.Request.Header.ContentLength(); errors.Is(err, fasthttp.ErrBodyTooLarge) && cl > 0 && cl <= p.cfg.MaxBodyBytes {
+		// Refused by headerReceived: it would not fit the budget.
+		if c, ok := ctx.Conn().(*clientConn); ok {
+			c.lingerOnClose()
+		}
+		ctx.SetConnectionClose()
+		p.refuseBuffersFull(ctx)
+		return
+	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// The rest of the body may still be on its way: without a
 		// lingering close the client would see a reset, not this answer.

@@ -21,6 +21,8 @@ type callOptions struct {
 	maxRetries     int
 	attemptTimeout time.Duration
 	tenant         string // never empty: DefaultTenant for calls that name none
+	// maxResponse bounds an answer read whole (see needsBuffering).
+	maxResponse int64
 	// client is the caller's connection, watched during the call so that
 	// a caller who leaves takes the call out of the queue and cuts its
 	// attempt in flight; nil for calls with no connection of their own
@@ -294,7 +296,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// Read the body inside the attempt: a body cut short is a
 		// connection error to retry, and a 429's body says whether it
 		// is final.
-		if err = bufferBody(resp, int64(p.cfg.MaxResponseBytes)); err != nil {
+		if err = bufferBody(resp, o.maxResponse); err != nil {
 			oc = classifyErr(err)
 			if errors.Is(err, errResponseTooLarge) {
 				oc = lane.Answered // retrying gets the same; passed back cut as a Governor error
@@ -352,6 +354,8 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if err != nil && oc == lane.Answered { // response too large
 		l.Queue().ReleaseTenant(c.o.tenant)
 		fasthttp.ReleaseResponse(resp)
+		d.Status = StatusFailed
+		d.Errors = append(d.Errors, fmt.Sprintf("answer too large: more than %d bytes", o.maxResponse))
 		e := upstreamError(c.req.up, err)
 		c.giveUp(ctx, &e)
 		return true

@@ -272,7 +272,7 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 	if size > limit {
 		// Known to be too large: nothing to read.
 		_ = resp.CloseBodyStream()
-		return fmt.Errorf("read upstream body: %w", errResponseTooLarge)
+		return fmt.Errorf("read upstream body: %w (%d bytes, more than %d)", errResponseTooLarge, size, limit)
 	}
 	bufp, bodyp := copyBufs.Get().(*[]byte), bodyBufs.Get().(*[]byte)
 	buf, body := *bufp, (*bodyp)[:0]
@@ -304,11 +304,16 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 		err = cerr
 	}
 	if !errors.Is(err, errResponseTooLarge) { // nobody reads what is too large
-		resp.SetBody(body)
+		// The response takes the buffer, and its own empty one goes to
+		// the pool: the body is not copied.
+		body = resp.SwapBody(body)[:0]
 	}
 	if cap(body) <= bufferResponseBytes {
 		*bodyp = body
 		bodyBufs.Put(bodyp)
+	}
+	if errors.Is(err, errResponseTooLarge) {
+		return fmt.Errorf("read upstream body: %w (more than %d bytes)", err, limit)
 	}
 	if err != nil {
 		return fmt.Errorf("read upstream body: %w", err)

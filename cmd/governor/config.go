@@ -27,6 +27,7 @@ type config struct {
 	Upstream          string        `env:"GOVERNOR_UPSTREAM" envDefault:"https://api.openai.com" help:"default upstream base URL"`
 	Routes            string        `env:"GOVERNOR_ROUTES" help:"prefix routes name=url,...: /name/... goes to url/... with /name stripped"`
 	MaxBodyBytes      int           `env:"GOVERNOR_MAX_BODY_BYTES" envDefault:"33554432" help:"largest request body; larger gets 413"`
+	MaxBufferedBytes  int64         `env:"GOVERNOR_MAX_BUFFERED_BYTES" envDefault:"268435456" help:"request bodies held at once by calls waiting or in flight; beyond it 503 with Retry-After (before the body is read when Content-Length says so)"`
 	AttemptTimeout    time.Duration `env:"GOVERNOR_ATTEMPT_TIMEOUT" envDefault:"10m" help:"one attempt, from dispatch until the answer (for a stream, its headers)"`
 	StreamIdleTimeout time.Duration `env:"GOVERNOR_STREAM_IDLE_TIMEOUT" envDefault:"5m" help:"a streamed answer silent this long is ended"`
 	ConnectTimeout    time.Duration `env:"GOVERNOR_CONNECT_TIMEOUT" envDefault:"10s" help:"dialing an upstream, and waiting for a free connection to it"`
@@ -45,6 +46,7 @@ type config struct {
 	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`
 	BatchWindow       int           `env:"GOVERNOR_BATCH_WINDOW" envDefault:"0" help:"items of one batch waiting or in flight at once; 0 = twice GOVERNOR_MAX_CONCURRENCY"`
 	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; more gets 503"`
+	BatchMaxResponse  int           `env:"GOVERNOR_BATCH_MAX_RESPONSE_BYTES" envDefault:"8388608" help:"one batch item's answer, read whole and kept; a larger one fails its item"`
 	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept (in memory, or on disk with GOVERNOR_BATCH_DIR)"`
 	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; empty = memory only"`
 
@@ -159,6 +161,8 @@ func loadConfig(environ []string) (*parsed, error) {
 		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
 		{"GOVERNOR_MAX_TENANTS", c.MaxTenants >= 1},
 		{"GOVERNOR_MAX_CONNECTIONS", c.MaxConnections >= 0},
+		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes >= int64(c.MaxBodyBytes)},
+		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", c.BatchMaxResponse >= 1},
 		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
 		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
 		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs >= 1},

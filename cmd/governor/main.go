@@ -168,6 +168,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		MaxLanes:          cfg.MaxLanes,
 		MaxTenants:        cfg.MaxTenants,
 		MaxConnections:    maxConns,
+		MaxBufferedBytes:  cfg.MaxBufferedBytes,
 		AIMD:              cfg.aimd,
 		APIToken:          cfg.APIToken,
 		Coordinator:       coordinator,
@@ -196,16 +197,17 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		_ = p.Shutdown(context.Background())
 	}()
 	batches, err = batch.New(p, batch.Config{
-		MaxItems:       cfg.BatchMaxItems,
-		Window:         cfg.batchWindow(),
-		MaxJobs:        cfg.BatchMaxJobs,
-		TTL:            cfg.BatchTTL,
-		MaxResultBytes: cfg.BatchMaxResultBytes,
-		Dir:            cfg.BatchDir,
-		WriteIdle:      cfg.StreamIdleTimeout,
-		Metrics:        set,
-		Logger:         log,
-		AccessLog:      cfg.access,
+		MaxItems:         cfg.BatchMaxItems,
+		Window:           cfg.batchWindow(),
+		MaxJobs:          cfg.BatchMaxJobs,
+		TTL:              cfg.BatchTTL,
+		MaxResultBytes:   cfg.BatchMaxResultBytes,
+		Dir:              cfg.BatchDir,
+		WriteIdle:        cfg.StreamIdleTimeout,
+		Metrics:          set,
+		Logger:           log,
+		AccessLog:        cfg.access,
+		MaxResponseBytes: cfg.BatchMaxResponse,
 	})
 	if err != nil {
 		return err
