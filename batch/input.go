@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmgovernor/governor/proxy"
 )
@@ -101,14 +104,14 @@ type parser struct {
 
 // jsonBatch is the JSON format's body. Unknown fields are errors.
 type jsonBatch struct {
-	Requests    []json.RawMessage `json:"requests"`
-	MaxRetries  *int              `json:"max_retries"`
-	ExitOnError *bool             `json:"exit_on_error"`
-	Fallback    json.RawMessage   `json:"fallback"`
-	Priority    *int              `json:"priority"`
-	Concurrency *int              `json:"concurrency"`
-	Timeout     json.RawMessage   `json:"timeout"`
-	Tenant      *string           `json:"tenant"`
+	Requests    []rawRef        `json:"requests"` // slices of the body, read once each
+	MaxRetries  *int            `json:"max_retries"`
+	ExitOnError *bool           `json:"exit_on_error"`
+	Fallback    json.RawMessage `json:"fallback"`
+	Priority    *int            `json:"priority"`
+	Concurrency *int            `json:"concurrency"`
+	Timeout     json.RawMessage `json:"timeout"`
+	Tenant      *string         `json:"tenant"`
 }
 
 // jsonItem is one request of either format. Unknown fields are errors.
@@ -299,21 +302,122 @@ func isObject(raw json.RawMessage) bool {
 	return len(raw) > 0 && raw[0] == '{'
 }
 
-// decodeStrict decodes exactly one JSON value into v; unknown fields and
-// trailing data are errors.
+// decodeStrict decodes exactly one JSON value into v, a pointer to a
+// struct; unknown fields and trailing data are errors.
+//
+// It reads data in place: a json.Decoder would first copy the whole value
+// into a buffer of its own, grown by doubling, several times the size of a
+// large batch. Fields are then checked against v's with a second pass that
+// keeps nothing but the names.
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errors.New("empty body")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
 		return describeJSONError(data, err)
 	}
-	if dec.More() {
-		return errors.New("unexpected data after the JSON value")
-	}
-	if _, err := dec.Token(); err == nil {
-		return errors.New("unexpected data after the JSON value")
+	known := jsonFieldNames(reflect.TypeOf(v).Elem())
+	for _, name := range objectKeys(data) {
+		if !slices.ContainsFunc(known, func(k string) bool { return strings.EqualFold(k, name) }) {
+			return fmt.Errorf("unknown field %q", name)
+		}
 	}
 	return nil
+}
+
+// objectKeys returns the keys of the JSON object in data, which must be
+// valid JSON (nil if it is not an object). One pass over the bytes: the
+// values are skipped, not decoded.
+func objectKeys(data []byte) []string {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil
+	}
+	var keys []string
+	for i = skipSpace(data, i+1); i < len(data) && data[i] == '"'; i = skipSpace(data, i) {
+		end := stringEnd(data, i)
+		raw := data[i:end]
+		key := string(raw[1 : len(raw)-1])
+		if bytes.IndexByte(raw, '\\') >= 0 || !utf8.Valid(raw) {
+			_ = json.Unmarshal(raw, &key) // valid: it was decoded once
+		}
+		keys = append(keys, key)
+		i = skipSpace(data, end) + 1 // past ':'
+		i = valueEnd(data, skipSpace(data, i))
+		if i = skipSpace(data, i); i < len(data) && data[i] == ',' {
+			i++
+		}
+	}
+	return keys
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the JSON string that starts at i.
+func stringEnd(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// valueEnd returns the index just past the JSON value that starts at i.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '"':
+			i = stringEnd(data, i) - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+		if depth == 0 && (data[i] == '"' || data[i] == '}' || data[i] == ']') {
+			return i + 1
+		}
+	}
+	return i
+}
+
+// rawRef is a JSON value kept as a slice of the data it was decoded from,
+// not a copy (json.RawMessage copies): valid only while that data is.
+type rawRef []byte
+
+func (r *rawRef) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+// jsonFieldNames returns the JSON names of a struct type's fields.
+func jsonFieldNames(t reflect.Type) []string {
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 // describeJSONError turns encoding/json's errors into messages a user can
