@@ -110,6 +110,11 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErr("-url: want http://host:port, got %q", cfg.URL)
 	}
+	if cfg.Output != "" {
+		if err := batchcli.CheckOutput(cfg.Output); err != nil {
+			return usageErr("-o %s: %v", cfg.Output, err)
+		}
+	}
 	if cfg.Poll <= 0 || cfg.ReconnectTimeout <= 0 {
 		return usageErr("-poll and -reconnect must be positive")
 	}

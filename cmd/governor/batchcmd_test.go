@@ -208,6 +208,7 @@ func TestBatchCommandUsage(t *testing.T) {
 		{"bad url", []string{"-url", "127.0.0.1:8080", input}, nil, "-url"},
 		{"unknown flag", []string{"-frobnicate", input}, nil, "frobnicate"},
 		{"missing file", []string{filepath.Join(t.TempDir(), "nope.jsonl")}, nil, "no such file"},
+		{"output directory missing", []string{"-o", filepath.Join(t.TempDir(), "no", "out.jsonl"), input}, nil, "-o"},
 		{"both keys for a mixed input", []string{writeMixedInput(t)},
 			[]string{"OPENAI_API_KEY=sk-o", "ANTHROPIC_API_KEY=sk-a"}, "split it in two"},
 	} {
@@ -405,6 +406,27 @@ func TestBatchCommandSurvivesGovernorRestart(t *testing.T) {
 		require.NotNil(t, l.Response, "line %d", i)
 		assert.Equal(t, 200, l.Response.StatusCode, "line %d", i)
 	}
+}
+
+// Without a batch directory a restart loses the job: the command says so
+// and why, and exits 1.
+func TestBatchCommandJobLostInRestart(t *testing.T) {
+	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_MAX_CONCURRENCY=1"}
+	g := startGovernor(t, env...)
+	r := startRelay(t, g.base)
+	c := startCLI(t, noKeys, "-url", "http://"+r.addr(), "-poll", "20ms", writeInput(t, 100))
+	c.jobID(t)
+	require.NoError(t, g.cmd.Process.Kill())
+	<-g.exited
+	require.Eventually(t, func() bool { return strings.Contains(c.stderrText(), "lost Governor") },
+		10*time.Second, 5*time.Millisecond)
+	g = startGovernor(t, env...)
+	r.setTarget(g.base)
+	require.Equal(t, 1, c.exitCode(t, 30*time.Second))
+	assert.Contains(t, c.stderrText(), "GOVERNOR_BATCH_DIR")
 }
 
 func TestBatchCommandInterruptLeavesJobRunning(t *testing.T) {

@@ -191,6 +191,9 @@ func (r *runner) wait(ctx context.Context) (*jobStatus, int) {
 			}
 		case gone(err):
 			r.p.say("governor batch: job %s: %v", r.id, err)
+			if !lostSince.IsZero() {
+				r.p.say("Governor lost the job while it was out of reach: it keeps jobs across restarts only with GOVERNOR_BATCH_DIR")
+			}
 			return nil, ExitIncomplete
 		case ctx.Err() != nil:
 			return nil, ExitIncomplete
@@ -320,6 +323,18 @@ func (r *runner) download(ctx context.Context, f *os.File, total int) error {
 		return fmt.Errorf("%w: %d result lines for %d items", errShortResults, lc.lines, total)
 	}
 	return nil
+}
+
+// CheckOutput reports whether the results can be written to path: Run
+// writes them into a temporary file beside it, then renames it. Check
+// before Run, so that a job does not run for results that cannot be kept.
+func CheckOutput(path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".governor-batch-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // errShortResults is a download that did not bring a line per item; it
