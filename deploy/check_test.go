@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,6 +191,7 @@ func (m *manifests) checkDeployment(p *problemList, d *appsv1.Deployment) {
 			p.add("Deployment %s: Governor reads no variable %s", d.Name, name)
 		}
 	}
+	checkMemoryLimit(p, d.Name, *gov, env)
 	listen := setting(env, "GOVERNOR_LISTEN", defaultListen)
 	adminListen := setting(env, "GOVERNOR_ADMIN_LISTEN", defaultAdminListen)
 	listenPort, listenLoopback, err := parseListen(listen)
@@ -473,6 +475,57 @@ func checkResources(p *problemList, deployment string, c corev1.Container) {
 			p.add("Deployment %s: container %s: %s request %s exceeds its limit %s", deployment, c.Name, name, req.String(), lim.String())
 		}
 	}
+}
+
+// memoryHeadroom is the share of Governor's container memory limit that
+// GOMEMLIMIT must leave free: the Go runtime does not count the kernel's
+// socket buffers, charged to the container, and may overshoot its limit.
+const memoryHeadroom = 0.2
+
+// checkMemoryLimit wants GOMEMLIMIT set to a literal at most 80% of the
+// container's memory limit: at the limit itself, the collector works
+// hardest only when the container is about to be killed.
+func checkMemoryLimit(p *problemList, deployment string, c corev1.Container, env map[string]envValue) {
+	lim, ok := c.Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		return // reported by checkResources
+	}
+	v, set := env["GOMEMLIMIT"]
+	if !set || v.value == "" {
+		p.add("Deployment %s: container %s: set GOMEMLIMIT to a value below its memory limit (%s), leaving %.0f%% of it free",
+			deployment, c.Name, lim.String(), memoryHeadroom*100)
+		return
+	}
+	n, err := parseGoMemLimit(v.value)
+	if err != nil {
+		p.add("Deployment %s: container %s: GOMEMLIMIT: %v", deployment, c.Name, err)
+		return
+	}
+	if most := float64(lim.Value()) * (1 - memoryHeadroom); float64(n) > most {
+		p.add("Deployment %s: container %s: GOMEMLIMIT %s leaves less than %.0f%% of the memory limit %s free (at most %.0f MiB)",
+			deployment, c.Name, v.value, memoryHeadroom*100, lim.String(), most/(1<<20))
+	}
+}
+
+// parseGoMemLimit parses GOMEMLIMIT as the Go runtime does: a number of
+// bytes with an optional unit B, KiB, MiB, GiB or TiB.
+func parseGoMemLimit(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = rest, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q: want a number of bytes with an optional unit B, KiB, MiB, GiB or TiB", s)
+	}
+	return n * mult, nil
 }
 
 // env resolves c's environment as the kubelet would: envFrom in order, then

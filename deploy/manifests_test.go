@@ -156,9 +156,13 @@ func TestChecksCatchMistakes(t *testing.T) {
 		"capability added": {"base", func(m *manifests) {
 			gov(m).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
 		}, "capabilities"},
-		"privileged":         {"base", func(m *manifests) { gov(m).SecurityContext.Privileged = ptr.To(true) }, "privileged"},
-		"unconfined seccomp": {"base", func(m *manifests) { sidecarPod(m).SecurityContext.SeccompProfile = nil }, "seccomp"},
-		"no memory limit":    {"base", func(m *manifests) { delete(gov(m).Resources.Limits, corev1.ResourceMemory) }, "limit for memory"},
+		"privileged":              {"base", func(m *manifests) { gov(m).SecurityContext.Privileged = ptr.To(true) }, "privileged"},
+		"unconfined seccomp":      {"base", func(m *manifests) { sidecarPod(m).SecurityContext.SeccompProfile = nil }, "seccomp"},
+		"no memory limit":         {"base", func(m *manifests) { delete(gov(m).Resources.Limits, corev1.ResourceMemory) }, "limit for memory"},
+		"GOMEMLIMIT at the limit": {"base", func(m *manifests) { setEnv(gov(m), "GOMEMLIMIT", "512MiB") }, "GOMEMLIMIT 512MiB leaves less"},
+		"GOMEMLIMIT unset": {"shared", func(m *manifests) {
+			gov(m).Env = slices.DeleteFunc(gov(m).Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" })
+		}, "set GOMEMLIMIT"},
 		"request over limit": {"base", func(m *manifests) {
 			app(m).Resources.Requests[corev1.ResourceCPU] = app(m).Resources.Limits[corev1.ResourceCPU].DeepCopy()
 			q := app(m).Resources.Requests[corev1.ResourceCPU]
