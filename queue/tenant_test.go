@@ -14,35 +14,6 @@ import (
 
 func of(tenant string, u int) Priority { return Priority{Urgency: u, Tenant: tenant} }
 
-// released is order for calls of several tenants: it releases the slot of
-// the call granted before (the caller's own slot, of tenant "", first)
-// and returns the names in grant order.
-func released(t *testing.T, q *Queue, calls ...*call) []string {
-	t.Helper()
-	var got []string
-	holder := ""
-	byName := map[string]string{}
-	for _, c := range calls {
-		byName[c.name] = c.tenant
-	}
-	for range calls {
-		q.ReleaseTenant(holder)
-		synctest.Wait()
-		var granted []string
-		for _, c := range calls {
-			if err, ok := c.finished(); ok && !contains(got, c.name) {
-				require.NoError(t, err, "call %s", c.name)
-				granted = append(granted, c.name)
-			}
-		}
-		require.Len(t, granted, 1, "one Release grants one call; granted so far %v", got)
-		got = append(got, granted[0])
-		holder = byName[granted[0]]
-	}
-	q.ReleaseTenant(holder)
-	return got
-}
-
 func TestTenantsTakeTurns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := New(Config{Limit: 1})
@@ -62,7 +33,7 @@ func TestTenantsTakeTurns(t *testing.T) {
 			{Name: "B", Waiting: 2},
 			{Name: "C", Waiting: 1},
 		}, q.Tenants())
-		assert.Equal(t, []string{"a1", "b1", "c1", "a2", "b2", "a3", "a4"}, released(t, q, calls...))
+		assert.Equal(t, []string{"a1", "b1", "c1", "a2", "b2", "a3", "a4"}, grantOrder(t, q, "", calls...))
 		assert.Empty(t, q.Tenants(), "nothing waits or runs")
 	})
 }
@@ -85,7 +56,7 @@ func TestTenantServedLeastRecentlyFirst(t *testing.T) {
 		synctest.Wait()
 		require.NoError(t, <-b1.done, "B before C, which started waiting later")
 		b3 := startTenant(t, q, "b3", of("B", 5))
-		assert.Equal(t, []string{"c1", "a2", "b2", "b3"}, released2(t, q, "B", a2, b2, b3, c1))
+		assert.Equal(t, []string{"c1", "a2", "b2", "b3"}, grantOrder(t, q, "B", a2, b2, b3, c1))
 	})
 }
 
@@ -124,8 +95,10 @@ func TestTenantFewestInFlightFirst(t *testing.T) {
 	})
 }
 
-// released2 is released for a caller that holds a slot of holder.
-func released2(t *testing.T, q *Queue, holder string, calls ...*call) []string {
+// grantOrder releases the slot of holder, then each time the slot of the
+// call just granted, and returns the names of calls in the order they
+// were granted; it releases the last one's slot too.
+func grantOrder(t *testing.T, q *Queue, holder string, calls ...*call) []string {
 	t.Helper()
 	q.ReleaseTenant(holder)
 	first := waitOne(t, calls, nil)
@@ -173,7 +146,7 @@ func TestTenantsUrgencyFirst(t *testing.T) {
 			"a3-u1", "b2-u1", "a4-u1", // urgency first; the tenants take turns inside it
 			"b3-retry-u5", "a5-retry-u5", // retries ahead of fresh calls, first in, first out
 			"b1-u5", "a1-u5", "a2-u5", // B was served less recently than A
-		}, released2(t, q, "", calls...))
+		}, grantOrder(t, q, "", calls...))
 	})
 }
 
@@ -191,7 +164,7 @@ func TestTenantCancel(t *testing.T) {
 		b2.cancel() // a call behind the head of B's own line
 		require.ErrorIs(t, <-b2.done, context.Canceled)
 		a2 := startTenant(t, q, "a2", of("A", 5))
-		assert.Equal(t, []string{"b1", "c1", "a2"}, released2(t, q, "", b1, c1, a2))
+		assert.Equal(t, []string{"b1", "c1", "a2"}, grantOrder(t, q, "", b1, c1, a2))
 		assert.Empty(t, q.Tenants())
 	})
 }
@@ -293,7 +266,7 @@ func TestTenantsBeyondMax(t *testing.T) {
 			{Name: "B", Waiting: 1, InFlight: 1},
 			{Name: OtherTenants, Waiting: 3},
 		}, q.Tenants())
-		assert.Equal(t, []string{"c1", "b2", "d1", "c2"}, released2(t, q, "B", c1, b2, d1, c2))
+		assert.Equal(t, []string{"c1", "b2", "d1", "c2"}, grantOrder(t, q, "B", c1, b2, d1, c2))
 		assert.Empty(t, q.Tenants())
 
 		// Idle entries are taken for new names.
