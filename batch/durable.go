@@ -176,8 +176,8 @@ func (s *Server) restore() {
 	}
 	for _, l := range loaded {
 		if err := s.restoreJob(l); err != nil {
+			l.Job.Close()
 			s.cfg.Logger.Error("batch directory: job unreadable, left on disk", "batch", l.Job.ID(), "err", err)
-			continue
 		}
 	}
 	s.jobs.expire(s.cfg.Now()) // those that expired while Governor was down
@@ -223,21 +223,21 @@ func (s *Server) restoreJob(l journal.Loaded) error {
 	if e.items == nil {
 		e.customIDs = ids
 	}
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	j := &job{exec: e, created: h.Created, cancel: cancel, done: make(chan struct{}), cancelled: l.Cancelled}
-	s.attach(j, l.Job)
 	if l.Finished != nil {
 		var end jobEnd
 		if err := json.Unmarshal(l.Finished, &end); err != nil {
 			return fmt.Errorf("end: %w", err)
 		}
 		e.started, e.finished, e.summary.Stopped = end.Started, end.Finished, end.Stopped
-		j.cancelled = end.Cancelled
-		cancel(nil)
+		j := &job{exec: e, created: h.Created, cancel: func(error) {}, done: make(chan struct{}), cancelled: end.Cancelled}
+		s.attach(j, l.Job)
 		close(j.done)
 		s.jobs.restore(j)
 		return nil
 	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	j := &job{exec: e, created: h.Created, cancel: cancel, done: make(chan struct{}), cancelled: l.Cancelled}
+	s.attach(j, l.Job)
 	s.jobs.restore(j)
 	if l.Cancelled {
 		cancel(errCancelled)

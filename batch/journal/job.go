@@ -192,6 +192,10 @@ func (j *Job) Recorded(i int) bool {
 	return i >= 0 && i < j.total && j.offsets[i] >= 0
 }
 
+// Close closes the job's journal; the job stays on disk. Later writes
+// fail; Readers opened before keep working.
+func (j *Job) Close() { j.close() }
+
 // close closes the journal; later writes fail.
 func (j *Job) close() {
 	j.mu.Lock()

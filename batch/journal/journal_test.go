@@ -94,6 +94,8 @@ func TestFinishRemovesSecretAndStopsWrites(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(path, jobsName, "j", secretFile))
 	assert.ErrorIs(t, j.Put(0, []byte("m"), nil), ErrFinished)
 	require.NoError(t, d.Close())
+	// As a crash between Finish's record and the secret's removal leaves it.
+	require.NoError(t, writeFileFrame(filepath.Join(path, jobsName, "j", secretFile), []byte("key")))
 
 	jobs, damage := load(t, path)
 	require.Empty(t, damage)
@@ -102,6 +104,7 @@ func TestFinishRemovesSecretAndStopsWrites(t *testing.T) {
 	assert.Equal(t, []byte("done"), jobs[0].Finished)
 	assert.Nil(t, jobs[0].Input, "a finished job's input is not read")
 	assert.Nil(t, jobs[0].Secret)
+	assert.NoFileExists(t, filepath.Join(path, jobsName, "j", secretFile), "a finished job's leftover secret is removed")
 }
 
 func TestRemove(t *testing.T) {

@@ -110,7 +110,12 @@ func (d *Dir) loadJob(id string) (*Loaded, *Damage) {
 		return lost(journalFile, err)
 	}
 	l := &Loaded{Header: header, Results: sc.results, Cancelled: sc.cancelled, Finished: sc.finished}
-	if l.Finished == nil {
+	if l.Finished != nil {
+		// A crash between Finish's record and its removal of the secret.
+		if err := os.Remove(filepath.Join(path, secretFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return lost(secretFile, err)
+		}
+	} else {
 		if l.Input, err = readFileFrame(filepath.Join(path, inputFile)); err != nil {
 			return lost(inputFile, err)
 		}
