@@ -180,9 +180,9 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 }
 
 // observe takes a budget reported by the answer to the call booked at
-// mark and dispatched at dispatched: what remained then, less what the
-// calls booked since are to cost.
-func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched time.Time) {
+// mark, as of at: what remained then, less what the calls booked since
+// are to cost.
+func (p *tokenPacer) observe(r TokenReport, mark TokenMark, at time.Time) {
 	if !r.Valid() {
 		return
 	}
@@ -195,7 +195,7 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched time.Time
 		since = math.Max(0, b.spent-mark[r.Kind])
 	}
 	b.tokens = math.Min(r.Remaining, r.Limit) - since
-	b.at = dispatched
+	b.at = at
 }
 
 // observeUsage corrects the estimates with the usage an answer reported:
@@ -285,10 +285,12 @@ func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark
 }
 
 // ObserveTokens takes a token budget that the answer to the call booked at
-// mark, dispatched at dispatched, reported: from its headers, or from the
-// numbers of a 429.
-func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched time.Time) {
-	l.tokens.observe(r, mark, dispatched)
+// mark reported, from its headers or from the numbers of a 429, as of at:
+// the answer's arrival is safe (the provider counted the call somewhere
+// between its dispatch and then; assuming the later instant never
+// overestimates the refill).
+func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, at time.Time) {
+	l.tokens.observe(r, mark, at)
 }
 
 // ObserveUsage corrects the lane's estimates with the usage an answer

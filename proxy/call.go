@@ -180,6 +180,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 		if err == nil && streamCountsTokens(resp) {
 			if t, ok := usage.Parse(resp.Body()); ok {
 				l.CountTokens(t)
+				res.usage.observe(l, t, p.cfg.Now())
 			}
 		}
 		cut := wc.land()

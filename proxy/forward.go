@@ -239,7 +239,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	up.metrics.countRequest(resp.StatusCode())
 	up.metrics.countCall(res.details.Status)
-	slot, tenant := res.slot, res.tenant // the closure captures these, not res, which stays on the stack
+	slot, tenant, cost := res.slot, res.tenant, res.usage // the closure captures these, not res, which stays on the stack
 	var rec *accessRecord
 	if p.cfg.AccessLog != nil {
 		rec = newAccessRecord(ctx, l.ID(), &res.details)
@@ -259,6 +259,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		}
 		if t, ok := body.tokens.Tokens(); ok {
 			l.CountTokens(t)
+			cost.observe(l, t, p.cfg.Now())
 		}
 		p.metrics.inFlight.Add(-1)
 		if rec != nil {

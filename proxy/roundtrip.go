@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/queue"
+	"github.com/llmgovernor/governor/usage"
 )
 
 // callOptions are how one call is governed.
@@ -42,6 +43,24 @@ type callResult struct {
 	tenant  string // whose slot it is
 	err     *apiError
 	details Details
+	// usage corrects the lane's token estimates with the usage of a
+	// streamed answer, read as it passes; nil when the call was not
+	// costed (no token budget known).
+	usage *costCorrection
+}
+
+// costCorrection is what a streamed answer's usage corrects: the call's
+// estimated cost, and the size of its body.
+type costCorrection struct {
+	cost      lane.Cost
+	bodyBytes int
+}
+
+// observe corrects l's estimates with t, the usage reported at now.
+func (cc *costCorrection) observe(l *lane.Lane, t usage.Tokens, now time.Time) {
+	if cc != nil {
+		l.ObserveUsage(cc.cost, cc.bodyBytes, t.Prompt, t.Completion, now)
+	}
 }
 
 // release gives the lane's slot back, if the call holds one.
@@ -349,6 +368,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			d.Status = StatusCompletedWithRetries
 		}
 		c.res.resp, c.res.slot, c.res.tenant = resp, l.Queue(), o.tenant
+		if c.costed && resp.BodyStream() != nil {
+			c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
+		}
 		return true
 	}
 	if err != nil && oc == lane.Answered { // response too large
@@ -515,7 +537,7 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	}
 	reports, n := tokenBudgets(&resp.Header)
 	for _, r := range reports[:n] {
-		l.ObserveTokens(r, c.mark, start)
+		l.ObserveTokens(r, c.mark, now) // as of the answer: the provider counted it after the dispatch
 	}
 	body := bufferedBody(resp)
 	if oc == lane.RateLimited && n == 0 {

@@ -140,3 +140,32 @@ func TestAnthropicTokenBudgetsLearned(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Contains(t, resp, "9000 output_tokens, the budget is 8000 a minute")
 }
+
+// A streamed answer's usage, read as it passes, corrects the lane's
+// estimates as a JSON answer's does: after one stream whose prompt took
+// 4 bytes a token in a body of about 10, the lane estimates the same body
+// from what it learned.
+func TestStreamUsageCorrectsTokenEstimate(t *testing.T) {
+	checkLeaks(t)
+	_, up := startMock(t, mockllm.Config{TokensPerMinute: 600000})
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	c := client(t)
+	prompt := strings.Repeat("abcd", 500) // 500 tokens for mockllm
+	body := fmt.Sprintf(`{"model":"gpt-test","max_tokens":10,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, prompt)
+	post := func() {
+		resp, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		_, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	post() // learns the budget
+	l := p.lanes.All()[0]
+	before := l.EstimateCost(len(body), 10)
+	assert.Equal(t, (len(body)+3)/4, before.Prompt, "four bytes a token until an answer says otherwise")
+	post() // costed, and corrected by its stream's usage
+	after := l.EstimateCost(len(body), 10)
+	assert.Less(t, after.Prompt, before.Prompt, "the stream said the prompt was 500 tokens")
+	assert.GreaterOrEqual(t, after.Prompt, 500)
+}
