@@ -48,7 +48,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	defer stop()
 	down := freeAddr(t) // nothing listens there
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL+",down=http://"+down,
-		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
+		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
 		"GOVERNOR_MAX_BODY_BYTES=8192") // a body just over it; far larger ones get their 413 too (RELIABILITY.md, bug 5)
 	base := "http://" + g.base
 	bearer := map[string]string{"Authorization": "Bearer " + canary, "Content-Type": "application/json"}
@@ -121,7 +121,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
 	outputs = append(outputs, "logs\n"+g.stderr.String())
 
-	require.Contains(t, g.stderr.String(), `"msg":"call"`, "debug logs one line per call")
+	require.Contains(t, g.stderr.String(), `"msg":"call"`, "the access log has a line per call")
 	// The outputs searched hold what a key could hide in: per-attempt
 	// errors, Governor's error messages, provider answers.
 	all := strings.Join(outputs, "\n")

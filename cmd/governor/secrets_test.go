@@ -22,7 +22,7 @@ func TestCanaryKeyNeverLeaks(t *testing.T) {
 	require.NoError(t, err)
 	defer stop()
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL,
-		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms")
+		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms")
 
 	send := func(path string, h map[string]string) {
 		req, _ := http.NewRequest("POST", "http://"+g.base+path, strings.NewReader(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`))
@@ -51,7 +51,7 @@ func TestCanaryKeyNeverLeaks(t *testing.T) {
 	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
 	logs := g.stderr.String()
 
-	require.Contains(t, logs, `"msg":"call"`, "debug logs one line per call")
+	require.Contains(t, logs, `"msg":"call"`, "the access log has a line per call")
 	require.Contains(t, lanes, `"credential"`)
 	for name, out := range map[string]string{"logs": logs, "metrics": metricsText, "lanes": lanes} {
 		assert.NotContains(t, out, canary, name)
