@@ -30,17 +30,17 @@ func (b Budget) Valid() bool {
 // The refill rate follows from a report's limit, remaining and reset (see
 // observe). The pacer keeps an estimate of the tokens left — the last
 // report, minus the calls dispatched since the reported call, plus the
-// refill since — and each dispatch reserves one: when none is left it
-// waits for the next refill, like rate.Limiter.Reserve. With no report the
-// pacer never delays anything.
+// refill since, never more than the bucket holds — and each dispatch
+// reserves one: when none is left it waits for the next refill, like
+// rate.Limiter.Reserve. With no report the pacer never delays anything.
 type pacer struct {
-	mu         sync.Mutex
-	rate       float64   // tokens per second; 0 = unknown, no pacing
-	capacity   float64   // bucket size
-	remaining  float64   // tokens left after the reported call
-	reportedAt time.Time // when the reported call was dispatched
-	reportSeq  uint64    // dispatch sequence number of the reported call
-	seq        uint64    // dispatches reserved so far
+	mu        sync.Mutex
+	rate      float64   // tokens per second; 0 = unknown, no pacing
+	capacity  float64   // bucket size
+	tokens    float64   // the estimate of the tokens left at tokensAt (below 0: owed)
+	tokensAt  time.Time // when tokens was last brought up to date
+	reportSeq uint64    // dispatch sequence number of the reported call
+	seq       uint64    // dispatches reserved so far
 
 	lowRate   float64   // the largest lower bound on the rate seen lately
 	lowRateAt time.Time // when it was seen
@@ -75,8 +75,14 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	if p.maxGap > 0 {
 		rate = max(rate, 1/p.maxGap.Seconds())
 	}
-	tokens := p.remaining - float64(p.seq-1-p.reportSeq) + rate*now.Sub(p.reportedAt).Seconds()
-	tokens = min(tokens, p.capacity)
+	if d := now.Sub(p.tokensAt); d > 0 {
+		// The bucket refills up to its capacity, however long the lane
+		// was idle: a burst after that spends the capacity, then waits.
+		p.tokens = min(p.capacity, p.tokens+rate*d.Seconds())
+		p.tokensAt = now
+	}
+	tokens := p.tokens
+	p.tokens--
 	if !(tokens < 1) {
 		return p.seq, 0
 	}
@@ -119,8 +125,10 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 		}
 	}
 	p.capacity = limit
-	p.remaining = remaining
-	p.reportedAt = dispatched
+	// Left after the reported call, less the calls dispatched since, as
+	// of its dispatch: reserve adds the refill since.
+	p.tokens = remaining - float64(p.seq-seq)
+	p.tokensAt = dispatched
 	p.reportSeq = seq
 }
 

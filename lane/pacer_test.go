@@ -92,6 +92,12 @@ func TestPacerTable(t *testing.T) {
 			{at: 50, budget: empty, seq: 2, sent: 0, rate: 10},
 			{at: 50, budget: &Budget{Limit: 10, Remaining: 10}, seq: 1, sent: 0, rate: 10},
 			{at: 50, wait: wait(1-10*paceMargin*0.05, 10)}}},
+		{"a burst after a long idle spends the capacity, then waits", 0, []pacerStep{
+			{at: 0},
+			{at: 0, budget: &Budget{Limit: 2, Remaining: 0, Reset: time.Second}, seq: 1, rate: 1},
+			{at: 3_600_000}, {at: 3_600_000},
+			{at: 3_600_000, wait: wait(1, 1)},
+			{at: 3_600_000, wait: wait(2, 1)}}},
 		{"a wait for one token is bounded by the largest gap", time.Second, []pacerStep{
 			{at: 0},
 			{at: 0, budget: &Budget{Limit: 1, Remaining: 0, Reset: 24 * time.Hour}, seq: 1},
