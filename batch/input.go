@@ -256,7 +256,7 @@ func (ps *parser) item(raw []byte, where string, needID bool) (Item, error) {
 
 // governorHeaders are set by Governor on every item; an item may not set them.
 var governorHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection",
-	proxy.HeaderPriority, proxy.HeaderMaxRetries, proxy.HeaderToken}
+	proxy.HeaderPriority, proxy.HeaderMaxRetries, proxy.HeaderTenant, proxy.HeaderToken}
 
 func itemHeaders(in map[string]any) (map[string]string, error) {
 	out := make(map[string]string, len(in))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,10 +66,12 @@ func TestBadTenantOption(t *testing.T) {
 		{"empty", batch.PathBatch, "application/json", mustJSON(t, map[string]any{"requests": items, "tenant": ""})},
 		{"query option", batch.PathBatch + "?tenant=(other)", "application/jsonl",
 			`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`},
+		{"item header", batch.PathBatch, "application/json",
+			mustJSON(t, map[string]any{"requests": []any{chatItem("a", "x", map[string]string{"X-Governor-Tenant": "team-a"})}})},
 	} {
 		resp, out := e.post(t, tc.path, tc.contentType, tc.body)
 		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, tc.name)
-		assert.Contains(t, out, "tenant", tc.name)
+		assert.Contains(t, strings.ToLower(out), "tenant", tc.name)
 	}
 	resp, out := e.post(t, batch.PathBatches, "application/json", mustJSON(t, map[string]any{"requests": items}),
 		proxy.HeaderTenant, "no spaces please")
