@@ -20,8 +20,8 @@
     timer: 0,
     polling: false, // a poll is under way
     again: false, // poll again as soon as it ends
-    lanes: new Map(), // id → {row, cells, history}
-    batches: new Map(), // id → {row, cells, samples}
+    lanes: new Map(), // id → {row, c: its cells, history}
+    batches: new Map(), // kind:id → {row, c: its cells, samples}
   };
 
   class Unauthorized extends Error {}
