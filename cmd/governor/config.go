@@ -68,7 +68,7 @@ type config struct {
 	RedisSyncInterval       time.Duration `env:"GOVERNOR_REDIS_SYNC_INTERVAL" envDefault:"50ms" help:"how often lanes are synced with the other Governors (each sync: one Redis script per lane)"`
 	RedisLeaseTTL           time.Duration `env:"GOVERNOR_REDIS_LEASE_TTL" envDefault:"3s" help:"a Governor that stops syncing gives its share back after this long"`
 	Instance                string        `env:"GOVERNOR_INSTANCE" help:"this Governor's name among the others in Redis; empty = hostname-pid-random"`
-	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback)"`
+	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback); the live page /governor/ui asks for it"`
 	LogLevel                string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"auto" help:"auto, json or text (to stderr); auto = text on a terminal, JSON otherwise"`
 	AccessLog               bool          `env:"GOVERNOR_ACCESS_LOG" envDefault:"false" help:"one line per call and per batch item (method, path, lane, code, status, attempts, queue_ms, upstream_ms, bytes_in, bytes_out, request_id), at info level whatever GOVERNOR_LOG_LEVEL"`
