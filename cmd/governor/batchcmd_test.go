@@ -339,7 +339,7 @@ func (r *relay) droppedCount() int {
 	return r.dropped
 }
 
-// jobRunning reports whether Governor holds a running job.
+// jobState returns the status Governor reports for job id.
 func jobState(t *testing.T, base, id string) string {
 	resp, err := oneShot.Get("http://" + base + "/governor/batches/" + url.PathEscape(id))
 	require.NoError(t, err)
