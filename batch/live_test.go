@@ -3,6 +3,7 @@ package batch_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,9 +27,15 @@ func (e *env) listed(t *testing.T) (jobs, sync []batch.JobStatus) {
 	return l.Batches, l.Sync
 }
 
-// A sync batch can be watched while it runs, and leaves the list when its
-// client has its answer or has gone.
+// A sync batch, or a progress stream, can be watched while it runs, and
+// leaves the list when its client has its answer or has gone.
 func TestSyncBatchListedWhileItRuns(t *testing.T) {
+	for _, accept := range []string{"application/json", "application/x-ndjson"} {
+		t.Run(accept, func(t *testing.T) { testSyncBatchListed(t, accept) })
+	}
+}
+
+func testSyncBatchListed(t *testing.T, accept string) {
 	e := newEnv(t, envOptions{})
 	_, sync := e.listed(t)
 	assert.Empty(t, sync, "nothing runs yet")
@@ -41,10 +48,13 @@ func TestSyncBatchListedWhileItRuns(t *testing.T) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+batch.PathBatch, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", accept)
 	gone := make(chan error, 1)
 	go func() {
 		resp, err := e.c.Do(req)
 		if err == nil {
+			// A progress stream answers at once; its client reads on.
+			_, err = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}
 		gone <- err
@@ -83,4 +93,13 @@ func TestSyncBatchListedWhileItRuns(t *testing.T) {
 		_, sync := e.listed(t)
 		return len(sync) == 0
 	}, 10*time.Second, 5*time.Millisecond, "the batch whose client left is gone from the list")
+}
+
+// A sync batch leaves the list before its client has the answer.
+func TestSyncBatchUnlistedWhenDone(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{chatItem("a", "a", nil)}}))
+	require.Equal(t, 1, doc.Summary.Completed)
+	_, sync := e.listed(t)
+	assert.Empty(t, sync)
 }
