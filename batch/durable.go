@@ -169,6 +169,10 @@ func (s *Server) restore() {
 	loaded, damage := s.dir.Load()
 	for _, d := range damage {
 		if d.Lost {
+			if s.lost == nil {
+				s.lost = map[string]string{}
+			}
+			s.lost[d.ID] = fmt.Sprintf("its files were damaged when Governor started (%v); what was left is in the batch directory's damaged/ folder", d.Err)
 			s.cfg.Logger.Error("batch directory: job lost", "batch", d.ID, "err", d.Error())
 		} else {
 			s.cfg.Logger.Warn("batch directory: job damaged", "batch", d.ID, "err", d.Error())

@@ -92,6 +92,9 @@ type Server struct {
 	m      *serverMetrics
 	dir    *journal.Dir  // nil without Config.Dir
 	budget *resultBudget // answers held in memory by async jobs, without dir
+	// lost says why each job found damaged at start-up could not be kept;
+	// written before the endpoints serve, read-only afterwards.
+	lost map[string]string
 
 	// ctx ends at Shutdown: async jobs see it.
 	ctx    context.Context
@@ -391,8 +394,11 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	now := s.cfg.Now()
 	j := s.jobs.get(id, now)
 	if j == nil || (sub != "" && sub != "results") {
-		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound,
-			fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish, or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES)", id, s.cfg.TTL))
+		msg := fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish, or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES)", id, s.cfg.TTL)
+		if why, ok := s.lost[id]; ok && j == nil {
+			msg = fmt.Sprintf("batch job %q was lost: %s", id, why)
+		}
+		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound, msg)
 		return
 	}
 	switch {

@@ -183,6 +183,11 @@ func TestTruncatedBatchDirectory(t *testing.T) {
 	assert.DirExists(t, filepath.Join(dir, "damaged", cutInput))
 	code, _ := durableJobState(t, g, cutInput)
 	assert.Equal(t, http.StatusNotFound, code)
+	resp, err := oneShot.Get("http://" + g.base + "/governor/batches/" + cutInput)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), "was lost: its files were damaged", "the 404 says what happened")
 
 	require.Eventually(t, func() bool { _, st := durableJobState(t, g, cutJournal); return st == "completed" },
 		30*time.Second, 10*time.Millisecond)
