@@ -393,7 +393,7 @@
     c.kind.textContent = sync ? 'sync batch' : 'async job';
     const cls = { running: 'info', completed: 'ok', cancelled: 'warn' }[b.status] || '';
     c.status.replaceChildren(badge(b.status, cls, b.stopped ? `Stopped: ${b.stopped}` : ''));
-    if (b.stopped) c.status.append(el('span', 'sub', b.stopped));
+    if (b.stopped && b.stopped !== b.status) c.status.append(el('span', 'sub', b.stopped.replaceAll('_', ' ')));
 
     const pct = (k) => (total ? `${(n(k) * 100) / total}%` : '0%');
     ['COMPLETED', 'COMPLETED_WITH_RETRIES', 'FAILED', 'DID_NOT_RUN'].forEach((k, i) => {
