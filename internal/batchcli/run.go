@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -85,7 +86,10 @@ func Run(ctx context.Context, cfg Config) int {
 	if st == nil {
 		return code
 	}
-	if err := r.writeResults(ctx, st); err != nil {
+	wctx, stop := r.interruptible(ctx)
+	err := r.writeResults(wctx, st)
+	stop()
+	if err != nil {
 		r.p.say("governor batch: results of %s: %v", r.id, err)
 		r.p.say("fetch them again with: %s", r.reattach())
 		return ExitIncomplete
@@ -146,8 +150,14 @@ func (r *runner) submit(ctx context.Context) (string, int) {
 		r.p.say("governor batch: %v", err)
 		return "", ExitUsage
 	}
-	st, err := r.c.submit(ctx, f, fi.Size(), r.cfg.Options)
+	sctx, stopInterrupt := r.interruptible(ctx)
+	st, err := r.c.submit(sctx, f, fi.Size(), r.cfg.Options)
+	interrupted := err != nil && sctx.Err() != nil && ctx.Err() == nil
+	stopInterrupt()
 	switch {
+	case interrupted:
+		r.p.say("governor batch: interrupted while submitting %s: no job was started", r.cfg.Input)
+		return "", ExitIncomplete
 	case rejected(err):
 		r.p.say("governor batch: Governor rejected %s: %v", r.cfg.Input, err)
 		return "", ExitUsage
@@ -258,6 +268,27 @@ func (r *runner) interrupted(ctx context.Context) bool {
 	}
 	r.p.say("cancelled job %s; fetching what finished", r.id)
 	return true
+}
+
+// interruptible returns a context that a Ctrl-C also ends, for the steps
+// that do not ask (the upload and the download), and the function that
+// stops listening.
+func (r *runner) interruptible(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-r.cfg.Interrupt:
+			cancel()
+		case <-done:
+		}
+	})
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel()
+	}
 }
 
 // writeResults downloads the results into a temporary file, checks that
