@@ -1,12 +1,14 @@
 // Package ui serves Governor's live page, GET /governor/ui, on the main
 // listener: every lane with its limit, target, calls in flight and waiting,
 // latency, 429s, pauses and collapses, with charts of the last minutes, and
-// every batch job with its progress, rate, ETA and a cancel button.
+// every batch, async job or sync batch under way, with its progress, rate
+// and ETA, and for a job a cancel button.
 //
 // The page is static HTML, CSS and JavaScript embedded in the binary; it
 // loads nothing from elsewhere and holds no data of its own. Its script
-// polls Governor's JSON API (GET /governor/lanes, GET /governor/batches,
-// DELETE /governor/batches/{id}) every second with relative URLs, so the
+// polls Governor's JSON API (GET /governor/lanes, GET
+// /governor/batches?sync=true, DELETE /governor/batches/{id}) every second
+// with relative URLs, so the
 // page also works behind a reverse proxy that adds a path prefix. The
 // charts show what the page has seen since it was opened, up to five
 // minutes.
