@@ -8,10 +8,9 @@
 // loads nothing from elsewhere and holds no data of its own. Its script
 // polls Governor's JSON API (GET /governor/lanes, GET
 // /governor/batches?sync=true, DELETE /governor/batches/{id}) every second
-// with relative URLs, so the
-// page also works behind a reverse proxy that adds a path prefix. The
-// charts show what the page has seen since it was opened, up to five
-// minutes.
+// with relative URLs, so the page also works behind a reverse proxy that
+// adds a path prefix. The charts show what the page has seen since it was
+// opened, up to five minutes.
 //
 // The page's files are served without the API token, because a browser
 // cannot send a header when it opens a page; they contain nothing to guard.
