@@ -54,10 +54,13 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 	wg.Wait()
 	st := mock.Stats()
 	t.Logf("429s: %d for %d calls", st.RateLimited, calls+1)
-	// Without pacing this run collects about 66 429s. With it, a few at
-	// most: the first dispatches go out over connections still being
-	// dialled, whose arrival at the provider the pacer cannot space.
-	assert.LessOrEqual(t, st.RateLimited, int64(10), "pacing keeps the bucket from running dry")
+	// Without pacing this run collects about 66 429s; with it, a few: the
+	// first dispatches go out over connections still being dialled, whose
+	// arrival at the provider the pacer cannot space, and a loaded machine
+	// delays some dispatches into bunches. The bound tells the two apart
+	// with room for both; the pacer's own arithmetic is checked on a fake
+	// clock in package lane.
+	assert.Less(t, st.RateLimited, int64(calls/2), "pacing keeps the bucket from running dry")
 }
 
 // peekBudget reads in one pass what a Peek per name would: the first value
