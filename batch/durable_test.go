@@ -82,7 +82,10 @@ func TestDurableJobResumesAfterRestart(t *testing.T) {
 	require.NotEmpty(t, recorded)
 
 	e2 := newEnv(t, opts)
-	st = e2.waitJob(t, st.ID)
+	resumed := e2.waitJob(t, st.ID)
+	assert.Equal(t, st.CreatedAt, resumed.CreatedAt)
+	assert.Equal(t, st.StartedAt, resumed.StartedAt, "the same job, started once")
+	st = resumed
 	assert.Equal(t, batch.JobCompleted, st.Status)
 	assert.Equal(t, n, st.Counts["COMPLETED"], "%v", st.Counts)
 	_, lines := e2.jsonlResults(t, st.ID, false)

@@ -336,6 +336,9 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	}
 	j := &job{exec: newExecution(id, b, credentials(&ctx.Request.Header)), created: now,
 		cancel: cancel, done: make(chan struct{})}
+	// A job starts as it is created; a job resumed after a restart keeps
+	// that instant (its header's).
+	j.exec.started = now
 	if err := s.jobs.add(j, now); err != nil {
 		cancel(nil)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
