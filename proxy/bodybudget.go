@@ -54,7 +54,7 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 // budget: bodies held by other calls will be released as they end.
 func (p *Proxy) buffersFull() apiError {
 	return apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeBuffersFull, RetryAfter: 1,
-		Message: fmt.Sprintf("Governor holds %d bytes of request bodies already; retry later", p.cfg.MaxBufferedBytes)}
+		Message: fmt.Sprintf("request bodies held by calls under way would go beyond %d bytes; retry later", p.cfg.MaxBufferedBytes)}
 }
 
 // refuseBuffersFull answers ctx with buffersFull, in Anthropic's shape on

@@ -60,8 +60,9 @@ func TestRequestBodiesHeldAreBounded(t *testing.T) {
 	resp, body := readResponse(t, c)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
-	code, _ := governorError(t, body)
+	code, msg := governorError(t, body)
 	assert.Equal(t, CodeBuffersFull, code)
+	assert.Contains(t, msg, "would go beyond 1000 bytes", "the message names the limit, not the bytes held")
 
 	// Chunked: read, then refused.
 	c2, err := net.Dial("tcp", addr)
