@@ -72,6 +72,15 @@ type Batch struct {
 	Format  Format
 }
 
+// bodyBytes is the size of the items' bodies.
+func (b *Batch) bodyBytes() int64 {
+	var n int64
+	for i := range b.Items {
+		n += int64(len(b.Items[i].Body))
+	}
+	return n
+}
+
 // DefaultUrgency is the urgency of batch items unless the batch says
 // otherwise.
 const DefaultUrgency = 5

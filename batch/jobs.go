@@ -29,6 +29,10 @@ type job struct {
 	done    chan struct{} // closed when every row is recorded
 	// journal keeps the job on disk; nil without a batch directory.
 	journal *journal.Job
+	// held is what the job's items take of the proxy's budget for
+	// request bodies (see proxy.Proxy.HoldBodies), given back when the
+	// job stops running.
+	held int64
 
 	mu        sync.Mutex
 	cancelled bool

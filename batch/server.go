@@ -335,7 +335,22 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 		b.Options.Tenant = id // a job of its own: it shares lanes fairly with the others
 	}
 	j := &job{exec: newExecution(id, b, credentials(&ctx.Request.Header)), created: now,
-		cancel: cancel, done: make(chan struct{})}
+		cancel: cancel, done: make(chan struct{}), held: b.bodyBytes()}
+	// The items outlive this request: their bodies count against the
+	// proxy's budget until the job stops running.
+	if !s.p.HoldBodies(j.held) {
+		cancel(nil)
+		e := s.p.BuffersFullError()
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+		writeError(ctx, e.Status, e.Code, e.Message)
+		return
+	}
+	started := false
+	defer func() {
+		if !started {
+			s.p.ReleaseBodies(j.held)
+		}
+	}()
 	// A job starts as it is created; a job resumed after a restart keeps
 	// that instant (its header's).
 	j.exec.started = now
@@ -367,6 +382,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	}
 	s.m.batches["async"].Inc()
 	s.cfg.Logger.Info("batch job created", "batch", j.exec.id, "items", len(b.Items))
+	started = true
 	s.run(jctx, j)
 	ctx.Response.Header.Set(fasthttp.HeaderLocation, PathBatches+"/"+j.exec.id)
 	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
@@ -376,6 +392,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 func (s *Server) run(ctx context.Context, j *job) {
 	s.wg.Go(func() {
 		defer j.cancel(nil)
+		defer s.p.ReleaseBodies(j.held)
 		if !s.execute(ctx, j.exec) {
 			return // stopped by shutdown: it resumes after a restart
 		}

@@ -57,6 +57,22 @@ func (p *Proxy) buffersFull() apiError {
 		Message: fmt.Sprintf("request bodies held by calls under way would go beyond %d bytes; retry later", p.cfg.MaxBufferedBytes)}
 }
 
+// HoldBodies takes n bytes of the MaxBufferedBytes budget for request
+// bodies held outside the handler of their request (an async batch job's
+// items), and reports whether it did: it takes nothing, and reports false,
+// when they do not fit. ReleaseBodies gives them back.
+func (p *Proxy) HoldBodies(n int64) bool { return p.budget.take(n) }
+
+// ReleaseBodies gives back n bytes taken by HoldBodies.
+func (p *Proxy) ReleaseBodies(n int64) { p.budget.give(n) }
+
+// BuffersFullError is the error of work refused because its bodies do not
+// fit the MaxBufferedBytes budget: 503 buffers_full; retry after a second.
+func (p *Proxy) BuffersFullError() *Error {
+	e := p.buffersFull()
+	return &Error{Status: e.Status, Code: e.Code, Message: e.Message}
+}
+
 // refuseBuffersFull answers ctx with buffersFull, in Anthropic's shape on
 // its routes.
 func (p *Proxy) refuseBuffersFull(ctx *fasthttp.RequestCtx) {

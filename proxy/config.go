@@ -32,7 +32,8 @@ type Config struct {
 	// Default 64 MiB.
 	MaxResponseBytes int
 	// MaxBufferedBytes bounds the bytes of request bodies held at once by
-	// calls waiting or in flight (Governor's API calls, batches, included).
+	// calls waiting or in flight (Governor's API calls, batches, included;
+	// and what HoldBodies takes).
 	// A call whose body would take the total beyond it gets 503
 	// buffers_full with Retry-After, before its body is read when its
 	// Content-Length says so. Default 256 MiB.
