@@ -24,6 +24,11 @@
 // that would need a lane beyond Config.MaxLanes is refused with 503
 // too_many_lanes and reaches no provider.
 //
+// Within a lane, calls take the share of their tenant (HeaderTenant,
+// DefaultTenant when absent; a name ValidateTenant refuses gets 400 and
+// runs nothing): the lane's queue shares its slots fairly among the
+// tenants with calls waiting at an urgency (package queue).
+//
 // # The round trip
 //
 // A call is buffered once (retries need its body), waits in its lane's
