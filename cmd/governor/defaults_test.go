@@ -25,6 +25,7 @@ func TestEnvDefaultsAreThePackagesDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"GOVERNOR_MAX_BODY_BYTES", c.MaxBodyBytes, proxy.DefaultMaxBodyBytes},
+		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes, int64(proxy.DefaultMaxBufferedBytes)},
 		{"GOVERNOR_ATTEMPT_TIMEOUT", c.AttemptTimeout, proxy.DefaultAttemptTimeout},
 		{"GOVERNOR_STREAM_IDLE_TIMEOUT", c.StreamIdleTimeout, proxy.DefaultStreamIdleTimeout},
 		{"GOVERNOR_CONNECT_TIMEOUT", c.ConnectTimeout, proxy.DefaultConnectTimeout},
@@ -37,8 +38,10 @@ func TestEnvDefaultsAreThePackagesDefaults(t *testing.T) {
 		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase, proxy.DefaultBackoffBase},
 		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax, proxy.DefaultBackoffMax},
 		{"GOVERNOR_MAX_LANES", c.MaxLanes, proxy.DefaultMaxLanes},
+		{"GOVERNOR_MAX_TENANTS", c.MaxTenants, proxy.DefaultMaxTenants},
 		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems, batch.DefaultMaxItems},
 		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs, batch.DefaultMaxJobs},
+		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", c.BatchMaxResponse, batch.DefaultMaxResponseBytes},
 		{"GOVERNOR_BATCH_TTL", c.BatchTTL, batch.DefaultTTL},
 		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", c.BatchMaxResultBytes, int64(batch.DefaultMaxResultBytes)},
 		{"GOVERNOR_AIMD_WINDOW", c.AIMDWindow, aimd.DefaultWindow},
