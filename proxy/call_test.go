@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -152,4 +153,27 @@ func TestCallCancelledInQueueIsNeverSent(t *testing.T) {
 	close(rec.release)
 	assert.Equal(t, http.StatusOK, (<-held).StatusCode)
 	assert.Equal(t, []string{"block"}, rec.seen(), "the cancelled call was never sent")
+}
+
+// The watch of a Call follows the context Do was given and may cut the
+// attempt before that context's end reaches the attempt's own context,
+// derived from it: the cut's reason is the cause once it arrives, never a
+// nil error (a batch item's detail would else be lost to a panic).
+func TestCutOfACallWaitsForItsContextsCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errStopped := errors.New("stopped by the test")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		var why error
+		returned := false
+		go func() {
+			_, why = (&governedCall{}).cutError(ctx)
+			returned = true
+		}()
+		synctest.Wait()
+		assert.False(t, returned, "the reason is not known before the context ends")
+		cancel(errStopped)
+		synctest.Wait()
+		assert.True(t, returned)
+		assert.ErrorIs(t, why, errStopped)
+	})
 }

@@ -426,6 +426,10 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 // wait (see giveUp).
 func (c *governedCall) cutError(ctx context.Context) (e *apiError, why error) {
 	if c.o.client == nil {
+		// The watch follows the context Do was given, and ctx derives
+		// from it: the watch can cut the attempt before the end of that
+		// context has reached ctx, whose cause is still nil then.
+		<-ctx.Done()
 		return nil, context.Cause(ctx)
 	}
 	return &apiError{Status: statusClientClosed, Code: CodeClientClosed, Message: "client disconnected"}, errClientLeft
