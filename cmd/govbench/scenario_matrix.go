@@ -13,7 +13,7 @@ import (
 //
 //   - cap C at latency L: a hard concurrency cap, for every C of
 //     -matrix-caps and L of -matrix-latencies; max(64, 2C) clients, so
-//     that the cap binds.
+//     that the cap binds, and GOVERNOR_MAX_CONCURRENCY=2C above 64.
 //   - TPM: a tokens-per-minute budget that binds, calls of mixed sizes
 //     (prompts of 200, 2,000 and 8,000 bytes; max_tokens 64, 256 and 512,
 //     answers that long at 500 tokens a second after 200 ms): OpenAI's
@@ -86,6 +86,11 @@ func matrixSpecs(o *options) []matrixSpec {
 			s.mock = mockConfig{latency: l, spread: latencySpread, seed: o.seed, maxConcurrency: c}
 			s.optimum = optimumCap(n, c, l)
 			s.changes = []capChange{{at: 0, capacity: float64(c), label: "start"}}
+			if c > 64 {
+				// A lane's limit stops at GOVERNOR_MAX_CONCURRENCY (64):
+				// an account that takes more is told so, as a user would.
+				s.env = []string{fmt.Sprintf("GOVERNOR_MAX_CONCURRENCY=%d", 2*c)}
+			}
 			out = append(out, s)
 		}
 	}
