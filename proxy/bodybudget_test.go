@@ -44,12 +44,24 @@ func readResponse(t *testing.T, c net.Conn) (*http.Response, string) {
 func TestRequestBodiesHeldAreBounded(t *testing.T) {
 	checkLeaks(t)
 	rec, up := newRecorder(t)
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxBufferedBytes: 1000}))
+	set := newSet()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxBufferedBytes: 1000, Metrics: set}))
+	held := func() string {
+		var sb strings.Builder
+		set.WritePrometheus(&sb)
+		for line := range strings.SplitSeq(sb.String(), "\n") {
+			if v, ok := strings.CutPrefix(line, "governor_buffered_request_bytes "); ok {
+				return v
+			}
+		}
+		return ""
+	}
 	addr := strings.TrimPrefix(base, "http://")
 
-	held := startCall(t, addr, "block", 600) // in flight, held by the provider
-	defer held.Close()
+	blocked := startCall(t, addr, "block", 600) // in flight, held by the provider
+	defer blocked.Close()
 	require.Equal(t, "block", <-rec.arrived)
+	assert.Equal(t, "600", held())
 
 	// Announced by Content-Length: refused on its head, the body never sent.
 	c, err := net.Dial("tcp", addr)
@@ -82,7 +94,7 @@ func TestRequestBodiesHeldAreBounded(t *testing.T) {
 	assert.Equal(t, 200, resp.StatusCode, body)
 
 	close(rec.release)
-	resp, body = readResponse(t, held)
+	resp, body = readResponse(t, blocked)
 	assert.Equal(t, 200, resp.StatusCode, body)
 	assert.Equal(t, []string{"block", "small"}, rec.seen(), "the refused calls never reached the provider")
 
@@ -91,4 +103,5 @@ func TestRequestBodiesHeldAreBounded(t *testing.T) {
 	defer again.Close()
 	resp, body = readResponse(t, again)
 	assert.Equal(t, 200, resp.StatusCode, body)
+	require.Eventually(t, func() bool { return held() == "0" }, 5*time.Second, time.Millisecond, "every body given back")
 }

@@ -81,6 +81,7 @@ func New(cfg Config) (*Proxy, error) {
 		names = append(names, r.Name)
 	}
 	p.budget.max = c.MaxBufferedBytes
+	c.Metrics.NewGauge("governor_buffered_request_bytes", func() float64 { return float64(p.budget.held.Load()) })
 	p.metrics = newProxyMetrics(c.Metrics, names)
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]
