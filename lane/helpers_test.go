@@ -107,6 +107,6 @@ func (c *coordLane) canDispatch() bool {
 	if !c.l.q.TryAcquire(queue.Priority{}) {
 		return false
 	}
-	c.l.q.Release()
+	c.l.q.ReleaseTenant("")
 	return true
 }

@@ -92,7 +92,7 @@ func TestRefusedCredentialsAreEvictedFirst(t *testing.T) {
 	require.True(t, l.q.TryAcquire(queue.Priority{}))
 	_, err = get("sk-new-3")
 	assert.ErrorIs(t, err, ErrTooManyLanes, "the refused lane is busy")
-	l.q.Release()
+	l.q.ReleaseTenant("")
 	_, err = get("sk-new-3")
 	assert.NoError(t, err, "and goes once it is not")
 

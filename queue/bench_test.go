@@ -19,7 +19,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		if err := q.Acquire(ctx, p); err != nil {
 			b.Fatal(err)
 		}
-		q.Release()
+		q.ReleaseTenant("")
 	}
 }
 
@@ -31,7 +31,7 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 		if !q.TryAcquire(p) {
 			b.Fatal("no slot")
 		}
-		q.Release()
+		q.ReleaseTenant("")
 	}
 }
 
@@ -58,7 +58,7 @@ func BenchmarkAcquireReleaseContended(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					q.Release()
+					q.ReleaseTenant("")
 					i++
 				}
 			})

@@ -4,8 +4,8 @@
 // A lane may have only so many calls in flight; the limit comes from an
 // AIMD controller elsewhere and is set here with [Queue.SetLimit]. A call
 // asks for a slot with [Queue.Acquire] and gives it back with
-// [Queue.Release]. This package decides who goes next, and why each rule
-// exists:
+// [Queue.ReleaseTenant]. This package decides who goes next, and why each
+// rule exists:
 //
 //   - Memory is bounded by configuration, not by traffic. At most
 //     [Config.Capacity] fresh calls wait; one more is refused at once with
@@ -38,7 +38,7 @@
 //
 //   - A provider that says Retry-After is obeyed. [Queue.PauseUntil] stops
 //     all grants until the given time; when it comes, waiting calls are let
-//     out by a timer, without anyone calling Release.
+//     out by a timer, without anyone calling ReleaseTenant.
 //
 //   - A client that leaves takes its call with it. When the context passed
 //     to Acquire ends, the call leaves the queue at once and nothing is sent

@@ -50,10 +50,10 @@ func Example() {
 	}
 
 	for range calls {
-		q.Release() // the call in flight finishes; the next one is let out
+		q.ReleaseTenant("") // the call in flight finishes; the next one is let out
 		fmt.Println(<-granted)
 	}
-	q.Release()
+	q.ReleaseTenant("")
 	wg.Wait()
 	// Output:
 	// interactive call

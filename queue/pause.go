@@ -6,7 +6,7 @@ import "time"
 // answered with Retry-After. Calls may still queue meanwhile, and calls in
 // flight are not affected. A pause is only ever extended: while paused, an
 // earlier t is ignored. When t comes, waiting calls are granted by a timer,
-// without anyone calling Release. A t that is not in the future, or a
+// without anyone calling ReleaseTenant. A t that is not in the future, or a
 // closed queue, makes PauseUntil do nothing.
 func (q *Queue) PauseUntil(t time.Time) {
 	q.mu.Lock()

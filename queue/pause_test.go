@@ -22,7 +22,7 @@ func TestPauseUntil(t *testing.T) {
 		assert.False(t, q.TryAcquire(fresh(0)), "a free slot is not granted during a pause")
 		a := start(t, q, "a", fresh(3))
 		b := start(t, q, "b", fresh(3))
-		q.Release() // frees a second slot; still paused
+		q.ReleaseTenant("") // frees a second slot; still paused
 		synctest.Wait()
 		_, ok := a.finished()
 		assert.False(t, ok, "granted during the pause")
@@ -32,8 +32,8 @@ func TestPauseUntil(t *testing.T) {
 		assert.Equal(t, 30*time.Second, time.Since(begin))
 		require.NoError(t, <-b.done)
 		assert.Equal(t, Stats{Limit: 2, InFlight: 2}, q.Stats())
-		q.Release()
-		q.Release()
+		q.ReleaseTenant("")
+		q.ReleaseTenant("")
 	})
 }
 
@@ -51,14 +51,14 @@ func TestPauseKeepsLaterTime(t *testing.T) {
 		require.NoError(t, <-a.done)
 		assert.Equal(t, 20*time.Second, time.Since(begin))
 		assert.True(t, q.Stats().PausedUntil.IsZero())
-		q.Release()
+		q.ReleaseTenant("")
 
 		// A new pause after the last one ended.
 		q.PauseUntil(time.Now().Add(time.Second))
 		b := start(t, q, "b", fresh(3))
 		require.NoError(t, <-b.done)
 		assert.Equal(t, 21*time.Second, time.Since(begin))
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -79,7 +79,7 @@ func TestPauseWithOwnClock(t *testing.T) {
 		a := start(t, q, "a", fresh(3))
 		require.NoError(t, <-a.done)
 		assert.Equal(t, 15*time.Second, time.Since(begin), "the pause ends when q's clock says so")
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -88,7 +88,7 @@ func TestPauseInThePast(t *testing.T) {
 	q.PauseUntil(time.Now().Add(-time.Second))
 	assert.True(t, q.Stats().PausedUntil.IsZero())
 	assert.True(t, q.TryAcquire(fresh(3)))
-	q.Release()
+	q.ReleaseTenant("")
 }
 
 func TestPauseAfterClose(t *testing.T) {
@@ -116,8 +116,8 @@ func TestResumeEndsAPauseEarly(t *testing.T) {
 		assert.True(t, q.Stats().PausedUntil.IsZero())
 
 		q.Resume() // not paused: nothing happens
-		q.Release()
+		q.ReleaseTenant("")
 		assert.True(t, q.TryAcquire(fresh(3)))
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }

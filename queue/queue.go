@@ -147,7 +147,7 @@ func New(cfg Config) *Queue {
 
 // Acquire waits for an in-flight slot for a call of priority p and returns
 // nil once it holds one; the caller must then call ReleaseTenant with
-// p.Tenant (Release for the tenant "") when the call is done.
+// p.Tenant when the call is done.
 //
 // A slot is granted when fewer calls than the limit are in flight, the queue
 // is not paused, and no waiting call goes before this one: calls go in
@@ -170,7 +170,7 @@ func (q *Queue) Acquire(ctx context.Context, p Priority) error {
 
 // AcquireAt is Acquire that also returns when the slot was granted, by the
 // queue's clock (Config.Now). A call that waited is granted its slot by
-// the Release, SetLimit or end of a pause that lets it out, and goes on
+// the ReleaseTenant, SetLimit or end of a pause that lets it out, and goes on
 // only once its goroutine runs again: a controller that asks under which
 // limit a call was let out needs the first instant, since the limit may
 // change in between.
@@ -291,10 +291,6 @@ func (q *Queue) TryAcquire(p Priority) bool {
 	return ok
 }
 
-// Release is shorthand for ReleaseTenant(""): it ends a call acquired
-// without naming a tenant.
-func (q *Queue) Release() { q.ReleaseTenant("") }
-
 // ReleaseTenant ends one in-flight call of the named tenant and grants its
 // slot, and any other free slot, to the next waiting calls. Releasing more
 // calls of a tenant than were acquired is a bug in the caller and panics,
@@ -304,7 +300,7 @@ func (q *Queue) ReleaseTenant(name string) {
 	t := q.inFlightLocked(name)
 	if t == nil {
 		q.mu.Unlock()
-		panic("queue: Release without a matching Acquire")
+		panic("queue: ReleaseTenant without a matching Acquire")
 	}
 	q.finishLocked(t, name)
 	q.mu.Unlock()
@@ -333,7 +329,7 @@ func (q *Queue) SetLimit(n int) {
 
 // Close refuses all further calls: every call still waiting returns
 // ErrClosed, and so does every later Acquire. Calls in flight are not
-// affected and still call Release. Close stops the pause timer. Calling
+// affected and still call ReleaseTenant. Close stops the pause timer. Calling
 // Close more than once does nothing.
 func (q *Queue) Close() {
 	q.mu.Lock()

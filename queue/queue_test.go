@@ -55,7 +55,7 @@ func order(t *testing.T, q *Queue, calls ...*call) []string {
 	t.Helper()
 	var got []string
 	for range calls {
-		q.Release()
+		q.ReleaseTenant("")
 		synctest.Wait()
 		granted := 0
 		for _, c := range calls {
@@ -101,12 +101,12 @@ func TestLimitRespected(t *testing.T) {
 	assert.True(t, q.TryAcquire(fresh(3)))
 	assert.False(t, q.TryAcquire(fresh(0)), "third call over limit 2")
 	assert.Equal(t, 2, q.Stats().InFlight)
-	q.Release()
+	q.ReleaseTenant("")
 	assert.True(t, q.TryAcquire(fresh(3)))
-	q.Release()
-	q.Release()
+	q.ReleaseTenant("")
+	q.ReleaseTenant("")
 	assert.Equal(t, 0, q.Stats().InFlight)
-	assert.Panics(t, q.Release, "Release without Acquire")
+	assert.Panics(t, func() { q.ReleaseTenant("") }, "Release without Acquire")
 }
 
 func TestLimitRespectedUnderLoad(t *testing.T) {
@@ -129,7 +129,7 @@ func TestLimitRespectedUnderLoad(t *testing.T) {
 					}
 				}
 				running.Add(-1)
-				q.Release()
+				q.ReleaseTenant("")
 			}
 		})
 	}
@@ -148,10 +148,10 @@ func TestAcquireBlocksAtLimit(t *testing.T) {
 		assert.Equal(t, 1, q.Len())
 		assert.False(t, q.TryAcquire(fresh(0)), "TryAcquire may not jump the queue")
 
-		q.Release()
+		q.ReleaseTenant("")
 		assert.NoError(t, <-c.done)
 		assert.Equal(t, Stats{Limit: 1, InFlight: 1}, q.Stats())
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -183,7 +183,7 @@ func TestAcquireAtReportsTheGrant(t *testing.T) {
 		}
 		first, second := wait(), wait()
 		require.Equal(t, 2, q.Len())
-		q.Release() // the clock's second reading
+		q.ReleaseTenant("") // the clock's second reading
 		g := <-first
 		require.NoError(t, g.err)
 		assert.Equal(t, time.Unix(2, 0), g.at, "granted by the Release")
@@ -199,8 +199,8 @@ func TestAcquireAtReportsTheGrant(t *testing.T) {
 		at, err = q.AcquireAt(ctx, fresh(3))
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.True(t, at.IsZero())
-		q.Release()
-		q.Release()
+		q.ReleaseTenant("")
+		q.ReleaseTenant("")
 	})
 }
 
@@ -223,7 +223,7 @@ func TestUrgencyOrder(t *testing.T) {
 
 		got := order(t, q, calls...)
 		assert.Equal(t, []string{"u0", "u-5 (clamped to 0)", "u3", "u7-a", "u7-b", "u7-c", "u99 (clamped to 7)"}, got)
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -237,7 +237,7 @@ func TestFIFOWithinUrgency(t *testing.T) {
 			calls = append(calls, start(t, q, n, fresh(5)))
 		}
 		assert.Equal(t, names, order(t, q, calls...))
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -262,7 +262,7 @@ func TestRetryAheadOfFresh(t *testing.T) {
 			"fresh-u3-b",
 			"retry-u5", // a retry does not overtake more urgent calls
 		}, got)
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -281,7 +281,7 @@ func TestErrFullAndRetryReserve(t *testing.T) {
 		assert.ErrorIs(t, q.Acquire(t.Context(), retry(0)), ErrFull, "retry beyond Capacity+RetryReserve")
 
 		assert.Equal(t, []string{"retry", "a", "b"}, order(t, q, a, b, r))
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -291,9 +291,9 @@ func TestNoRetryReserve(t *testing.T) {
 		require.True(t, q.TryAcquire(fresh(3)))
 		a := start(t, q, "a", fresh(3))
 		assert.ErrorIs(t, q.Acquire(t.Context(), retry(3)), ErrFull)
-		q.Release()
+		q.ReleaseTenant("")
 		require.NoError(t, <-a.done)
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -318,7 +318,7 @@ func TestCancelLeavesAtOnce(t *testing.T) {
 		assert.Equal(t, 1, s.InFlight, "a cancelled waiter takes no slot")
 
 		assert.Equal(t, []string{"a", "d"}, order(t, q, a, d))
-		q.Release()
+		q.ReleaseTenant("")
 		assert.Equal(t, Stats{Limit: 1}, q.Stats())
 	})
 }
@@ -341,7 +341,7 @@ func TestDeadlineWhileWaiting(t *testing.T) {
 		assert.ErrorIs(t, q.Acquire(ctx, fresh(3)), context.DeadlineExceeded)
 		assert.Equal(t, 10*time.Second, time.Since(begin))
 		assert.Equal(t, 0, q.Len())
-		q.Release()
+		q.ReleaseTenant("")
 	})
 }
 
@@ -355,7 +355,7 @@ func TestGrantedAfterCancel(t *testing.T) {
 		var raced atomic.Bool
 		q.testHookCancel = func() {
 			if raced.CompareAndSwap(false, true) {
-				q.Release() // grants the cancelled waiter, still at the head
+				q.ReleaseTenant("") // grants the cancelled waiter, still at the head
 			}
 		}
 		a := start(t, q, "a", fresh(0))
@@ -366,7 +366,7 @@ func TestGrantedAfterCancel(t *testing.T) {
 		require.True(t, raced.Load(), "the hook ran")
 		assert.NoError(t, <-b.done, "the slot given back went to the next waiter")
 		assert.Equal(t, Stats{Limit: 1, InFlight: 1}, q.Stats())
-		q.Release()
+		q.ReleaseTenant("")
 		assert.Equal(t, Stats{Limit: 1}, q.Stats())
 	})
 }
@@ -382,7 +382,7 @@ func TestReleaseAndCancelAtOnce(t *testing.T) {
 			a := start(t, q, "a", fresh(3))
 			b := start(t, q, "b", fresh(3))
 
-			q.Release()
+			q.ReleaseTenant("")
 			a.cancel()
 			synctest.Wait()
 
@@ -390,13 +390,13 @@ func TestReleaseAndCancelAtOnce(t *testing.T) {
 			if errA == nil {
 				// a won the slot before it saw the cancel; it is a's.
 				assert.Equal(t, Stats{Limit: 1, InFlight: 1, Waiting: 1, WaitingByUrgency: [Urgencies]int{3: 1}}, q.Stats())
-				q.Release()
+				q.ReleaseTenant("")
 			} else {
 				assert.ErrorIs(t, errA, context.Canceled)
 			}
 			require.NoError(t, <-b.done)
 			assert.Equal(t, Stats{Limit: 1, InFlight: 1}, q.Stats())
-			q.Release()
+			q.ReleaseTenant("")
 		})
 	}
 }
@@ -421,14 +421,14 @@ func TestSetLimit(t *testing.T) {
 		assert.Equal(t, 1, s.Limit)
 		assert.Equal(t, 3, s.InFlight)
 
-		q.Release()
-		q.Release()
+		q.ReleaseTenant("")
+		q.ReleaseTenant("")
 		synctest.Wait()
 		_, ok = c.finished()
 		assert.False(t, ok, "no grant until fewer than the new limit are in flight")
-		q.Release()
+		q.ReleaseTenant("")
 		require.NoError(t, <-c.done)
-		q.Release()
+		q.ReleaseTenant("")
 
 		q.SetLimit(0)
 		assert.Equal(t, 1, q.Stats().Limit, "limits below 1 mean 1")
@@ -454,7 +454,7 @@ func TestClose(t *testing.T) {
 
 		assert.ErrorIs(t, q.Acquire(t.Context(), fresh(0)), ErrClosed)
 		assert.False(t, q.TryAcquire(fresh(0)))
-		q.Release() // the call in flight finishes after Close
+		q.ReleaseTenant("") // the call in flight finishes after Close
 		assert.ErrorIs(t, q.Acquire(t.Context(), fresh(0)), ErrClosed, "even with a free slot")
 		q.Close() // twice is fine
 	})
@@ -475,11 +475,11 @@ func TestDrain(t *testing.T) {
 		defer cancel()
 		assert.ErrorIs(t, q.Drain(ctx), context.DeadlineExceeded)
 
-		q.Release() // a runs
+		q.ReleaseTenant("") // a runs
 		require.NoError(t, <-a.done)
 		synctest.Wait()
 		assert.Empty(t, drained, "a is still in flight")
-		q.Release()
+		q.ReleaseTenant("")
 		assert.NoError(t, <-drained)
 		assert.NoError(t, <-drained)
 	})
@@ -539,7 +539,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 			wg.Go(func() {
 				err := q.Acquire(ctx, Priority{Urgency: i % Urgencies, Retry: i%4 == 0})
 				if err == nil {
-					q.Release()
+					q.ReleaseTenant("")
 				}
 				results <- err
 			})

@@ -30,7 +30,7 @@ type TenantStats struct {
 // for a new name (least recently idle first); a name that finds the table
 // full of busy tenants is folded into the queue's overflow tenant, whose
 // folded map counts its calls by name, so that a name is never both in the
-// table and folded, and its Release finds where it was counted.
+// table and folded, and its ReleaseTenant finds where it was counted.
 type tenant struct {
 	name              string
 	waiting, inFlight int

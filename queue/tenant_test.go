@@ -49,7 +49,7 @@ func TestTenantServedLeastRecentlyFirst(t *testing.T) {
 		a2 := startTenant(t, q, "a2", of("A", 5))
 		b1 := startTenant(t, q, "b1", of("B", 5))
 		b2 := startTenant(t, q, "b2", of("B", 5))
-		q.Release()
+		q.ReleaseTenant("")
 		require.NoError(t, <-a1.done) // A, then B
 		c1 := startTenant(t, q, "c1", of("C", 5))
 		q.ReleaseTenant("A")
@@ -76,7 +76,7 @@ func TestTenantFewestInFlightFirst(t *testing.T) {
 		b2 := startTenant(t, q, "b2", of("B", 5))
 		b3 := startTenant(t, q, "b3", of("B", 5))
 
-		q.Release()
+		q.ReleaseTenant("")
 		require.NoError(t, <-b1.done, "B holds none, A 3")
 		q.ReleaseTenant("A")
 		require.NoError(t, <-b2.done, "B holds 1, A 2")
@@ -290,7 +290,7 @@ func TestReleaseTenantMismatch(t *testing.T) {
 	q := New(Config{Limit: 2})
 	require.True(t, q.TryAcquire(of("A", 3)))
 	assert.Panics(t, func() { q.ReleaseTenant("B") }, "B holds no slot")
-	assert.Panics(t, func() { q.Release() }, "the tenant \"\" holds no slot")
+	assert.Panics(t, func() { q.ReleaseTenant("") }, "the tenant \"\" holds no slot")
 	q.ReleaseTenant("A")
 	assert.Panics(t, func() { q.ReleaseTenant("A") }, "released twice")
 	assert.Equal(t, Stats{Limit: 2}, q.Stats())
