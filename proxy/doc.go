@@ -43,8 +43,22 @@
 // of fresh calls, after the provider's hint or an exponential backoff with
 // full jitter, until the budget is spent; then the provider's last answer
 // goes back with x-should-retry: false, so the official SDKs do not
-// multiply retries Governor already made. A streamed answer is returned as
-// soon as its headers arrive and is never retried after its first byte.
+// multiply retries Governor already made. A streamed answer (an event
+// stream, or NDJSON) is returned as soon as its headers arrive and is never
+// retried after its first byte; any other answer, however framed, is read
+// whole inside its attempt (up to Config.MaxResponseBytes), so a cut one is
+// retried, never passed on short.
+//
+// # Bounds
+//
+// The request bodies held by calls waiting or in flight are bounded by
+// Config.MaxBufferedBytes (503 buffers_full beyond it, before the body is
+// read when Content-Length gives its size), the client connections of each
+// listener by Config.MaxConnections (503 and closed beyond it). A listener
+// that runs out of file descriptors pauses its accepts until some close,
+// instead of failing. A request that is not HTTP/1.0 or 1.1, or is a
+// CONNECT or PRI, gets 400 or 405; one framed by both Content-Length and
+// Transfer-Encoding is served, and its connection closed after the answer.
 //
 // A Retry-After also pauses the lane, until the hint or until a call of the
 // lane succeeds, whichever is first: under a request budget the lane waits
