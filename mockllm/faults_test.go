@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmgovernor/governor/internal/leakcheck"
 	"github.com/llmgovernor/governor/mockllm"
 )
 
@@ -229,7 +230,7 @@ func TestStreamAbortedWhenClientLeaves(t *testing.T) {
 }
 
 func TestCloseReleasesEverything(t *testing.T) {
-	checkNoGoroutineLeak(t)
+	leakcheck.Check(t)
 	s, url, stop, err := mockllm.Start(mockllm.Config{Latency: time.Hour, ChunkDelay: time.Hour})
 	require.NoError(t, err)
 	tr := &http.Transport{}
@@ -276,7 +277,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 }
 
 func TestShutdownFinishesRequests(t *testing.T) {
-	checkNoGoroutineLeak(t)
+	leakcheck.Check(t)
 	s, url, _, err := mockllm.Start(mockllm.Config{})
 	require.NoError(t, err)
 	tr := &http.Transport{}

@@ -6,13 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmgovernor/governor/internal/leakcheck"
 	"github.com/llmgovernor/governor/mockllm"
 )
 
@@ -28,36 +27,12 @@ const messagesStreamBody = `{"model":"claude-haiku-4-5","max_tokens":64,"stream"
 // characters of the last user message.
 const wantText = "Simulated answer to: Hello there, how are you doing today, my"
 
-// checkNoGoroutineLeak fails the test if, once the test and its other
-// cleanups are done, more goroutines run than before it. Call it first so
-// that its cleanup runs last.
-func checkNoGoroutineLeak(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf)
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // polling for goroutines to exit
-		}
-	})
-}
-
 // start serves cfg on a real listener and returns the server, its base URL
 // and a client of its own; both are closed when the test ends, and then no
 // goroutine may be left.
 func start(t *testing.T, cfg mockllm.Config) (*mockllm.Server, string, *http.Client) {
 	t.Helper()
-	checkNoGoroutineLeak(t)
+	leakcheck.Check(t)
 	s, url, stop, err := mockllm.Start(cfg)
 	require.NoError(t, err)
 	tr := &http.Transport{}
