@@ -216,3 +216,66 @@ func TestMaxConnectionsDefault(t *testing.T) {
 	assert.Equal(t, 20, adminConnections(20))
 	assert.Equal(t, 64, adminConnections(768))
 }
+
+// Under real traffic beyond the open-file limit, with the default
+// connection cap (three quarters of it), Governor stays up and every call
+// ends: the calls it took (as many as the cap) complete once the provider
+// answers, the others are refused at once (503, or closed), none is left
+// hanging.
+func TestCallsBeyondTheOpenFileLimitAreAnsweredOrRefused(t *testing.T) {
+	const (
+		limit    = 256
+		maxConns = limit * 3 / 4 // the default
+		calls    = 300
+	)
+	up := newHoldUpstream(t)
+	g := startGovernorVia(t, underNofile(limit, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
+		"GOVERNOR_MAX_CONCURRENCY=8", "GOVERNOR_AIMD_INITIAL=8")
+	assert.Contains(t, g.logs(), fmt.Sprintf(`"max_connections":%d`, maxConns))
+
+	conns := make([]net.Conn, calls)
+	body := `{"model":"m","messages":[{"role":"user","content":"hold"}]}`
+	for i := range conns {
+		c, err := net.Dial("tcp", g.base)
+		require.NoError(t, err)
+		defer c.Close()
+		// A refused connection may be closed before the request is
+		// written: the write's error does not matter, the answer does.
+		_, _ = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: governor\r\nContent-Type: application/json\r\n"+
+			"X-Request-Id: c-%d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", i, len(body), body)
+		conns[i] = c
+	}
+	// Governor holds as many calls as its cap allows (the admin listener
+	// still answers: it has connections of its own).
+	require.Eventually(t, func() bool {
+		return sampleValue(g.scrape(t), "governor_in_flight_requests") == maxConns
+	}, 20*time.Second, 20*time.Millisecond, "governor never held %d calls", maxConns)
+	require.True(t, g.alive())
+
+	close(up.release)
+	var completed, refused, closed int
+	for i, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Second)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "call %d left hanging", i)
+		switch {
+		case err != nil:
+			refused++ // closed at once
+			closed++
+		case resp.StatusCode == 200:
+			completed++
+		default:
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "call %d", i)
+			refused++
+		}
+	}
+	t.Logf("%d calls completed, %d refused (%d of them closed without an answer)", completed, refused, closed)
+	assert.Equal(t, maxConns, completed)
+	assert.Equal(t, calls-maxConns, refused)
+	assert.True(t, g.alive())
+	resp, err := oneShot.Post("http://"+g.base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode, "served as before once the calls have ended")
+}
