@@ -161,7 +161,7 @@ func loadConfig(environ []string) (*parsed, error) {
 		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
 		{"GOVERNOR_MAX_TENANTS", c.MaxTenants >= 1},
 		{"GOVERNOR_MAX_CONNECTIONS", c.MaxConnections >= 0},
-		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes >= int64(c.MaxBodyBytes)},
+		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes >= 1},
 		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", c.BatchMaxResponse >= 1},
 		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
 		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
