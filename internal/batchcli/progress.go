@@ -15,15 +15,15 @@ type progress struct {
 	terminal bool
 	id       string
 
-	samples   []sample // recent (time, done), oldest first, for the rate
+	samples   []sample // recent (time, items that ran), oldest first, for the rate
 	drawn     bool     // a bar is on the current line
 	lastPlain time.Time
 	lastLine  string
 }
 
 type sample struct {
-	at   time.Time
-	done int
+	at  time.Time
+	ran int // items that ran: done, less those that did not run
 }
 
 const (
@@ -34,7 +34,9 @@ const (
 
 // update records st at now and draws it.
 func (p *progress) update(st *jobStatus, now time.Time) {
-	p.samples = append(p.samples, sample{now, st.done()})
+	// Items that did not run come all at once when a job stops: they are
+	// no part of the rate.
+	p.samples = append(p.samples, sample{now, st.done() - st.Counts["DID_NOT_RUN"]})
 	for len(p.samples) > 2 && now.Sub(p.samples[1].at) >= rateWindow {
 		p.samples = p.samples[1:]
 	}
@@ -60,7 +62,7 @@ func (p *progress) rate() (float64, bool) {
 	if d <= 0 {
 		return 0, false
 	}
-	return float64(last.done-first.done) / d, true
+	return float64(last.ran-first.ran) / d, true
 }
 
 // line renders st: done/total, the rate, the time left and the counts.

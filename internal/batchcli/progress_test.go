@@ -25,7 +25,7 @@ func TestProgressPlainLines(t *testing.T) {
 	assert.Equal(t, ""+
 		"batch_1: 0/1000 (0%)  completed 0  failed 0\n"+
 		"batch_1: 200/1000 (20%)  10.0/s  ETA 1m20s  completed 180  with retries 10  failed 10\n"+
-		"batch_1: 1000/1000 (100%)  47.6/s  completed 180  with retries 10  failed 10  did not run 800  (cancelled)\n",
+		"batch_1: 1000/1000 (100%)  9.5/s  completed 180  with retries 10  failed 10  did not run 800  (cancelled)\n",
 		out.String())
 }
 
