@@ -261,9 +261,11 @@ func TestASuccessEndsALanePause(t *testing.T) {
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
 	c := client(t)
 
+	// The slow call must still be in flight when the queued call has
+	// queued behind the pause: its 3 s leave room for a loaded machine.
 	slow := make(chan *http.Response, 1)
 	go func() {
-		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "500ms"})
+		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "3s"})
 		slow <- resp
 	}()
 	require.Eventually(t, func() bool { return mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
