@@ -313,7 +313,7 @@ func (p *parsed) effective() config {
 	c.AIMDInitial, c.AIMDWindow = a.Initial, a.Window
 	c.AIMDIncreaseStep, c.AIMDDecreaseRatio, c.AIMDRepeatDecreaseRatio = a.IncreaseStep, a.DecreaseRatio, a.RepeatDecreaseRatio
 	c.AIMDProbeHold, c.AIMDCollapseWindow, c.AIMDCollapseThreshold = a.ProbeHold, a.CollapseWindow, a.CollapseThreshold
-	c.AIMDLatencyAlpha = a.LatencyAlpha
+	c.AIMDLatencyAlpha, c.AIMDLatencyTolerance = a.LatencyAlpha, a.LatencyTolerance
 	return c
 }
 

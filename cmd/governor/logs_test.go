@@ -42,6 +42,7 @@ func TestStartupLineShowsTheConfigurationInEffect(t *testing.T) {
 	assert.EqualValues(t, 8, cfg["GOVERNOR_AIMD_INITIAL"])
 	assert.EqualValues(t, 1, cfg["GOVERNOR_AIMD_INCREASE_STEP"])
 	assert.EqualValues(t, 0.9, cfg["GOVERNOR_AIMD_DECREASE_RATIO"])
+	assert.EqualValues(t, 1.25, cfg["GOVERNOR_AIMD_LATENCY_TOLERANCE"])
 	assert.EqualValues(t, 64, cfg["GOVERNOR_BATCH_WINDOW"])
 	assert.Equal(t, "json", cfg["GOVERNOR_LOG_FORMAT"])
 	assert.Equal(t, false, cfg["GOVERNOR_ACCESS_LOG"])
