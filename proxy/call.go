@@ -133,7 +133,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if opts.tenant == "" {
 		opts.tenant = DefaultTenant
 	} else if err := ValidateTenant(opts.tenant); err != nil {
-		return Result{Err: &Error{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()},
+		return Result{Err: &Error{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "tenant: " + err.Error()},
 			Details: Details{Status: StatusDidNotRun}}
 	}
 	if opts.maxRetries < 0 {

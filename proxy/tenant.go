@@ -15,14 +15,15 @@ const MaxTenantLen = 64
 
 // ValidateTenant checks a tenant name: 1 to MaxTenantLen characters,
 // letters, digits and . _ - : @ only, so that a name is safe to show and
-// to log as it is.
+// to log as it is. Its error says what is wrong with the name; the caller
+// adds where the name came from.
 func ValidateTenant(name string) error {
 	if name == "" || len(name) > MaxTenantLen {
-		return fmt.Errorf("tenant: want 1 to %d characters, got %d", MaxTenantLen, len(name))
+		return fmt.Errorf("want 1 to %d characters, got %d", MaxTenantLen, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		if !tenantChar[name[i]] {
-			return fmt.Errorf("tenant %q: only letters, digits and . _ - : @ are allowed", name)
+			return fmt.Errorf("%q: only letters, digits and . _ - : @ are allowed", name)
 		}
 	}
 	return nil

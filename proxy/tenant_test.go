@@ -109,7 +109,8 @@ func TestBadTenantRunsNothing(t *testing.T) {
 func TestValidateTenant(t *testing.T) {
 	assert.NoError(t, ValidateTenant("a"))
 	assert.NoError(t, ValidateTenant("job_1.x-y:z@w"))
-	assert.Error(t, ValidateTenant(""))
+	assert.EqualError(t, ValidateTenant(""), "want 1 to 64 characters, got 0")
+	assert.EqualError(t, ValidateTenant("a b"), `"a b": only letters, digits and . _ - : @ are allowed`)
 	assert.Error(t, ValidateTenant(strings.Repeat("a", 65)))
 	assert.Error(t, ValidateTenant("a\x00"))
 	assert.Error(t, ValidateTenant("a\nb"))
