@@ -63,8 +63,9 @@ type Config struct {
 	// Default 120s.
 	ClientIdleTimeout time.Duration
 	// MaxConnections bounds the client connections open on each listener
-	// given to Serve; beyond it a new connection is answered 503 and closed
-	// at once. Default 262144 (fasthttp's). Whatever the bound, a listener
+	// given to Serve; beyond it a new connection is answered 503
+	// too_many_connections (Retry-After: 1) and closed at once, before any
+	// request is read from it. Default 262144 (fasthttp's). Whatever the bound, a listener
 	// that runs out of file descriptors pauses and accepts again once
 	// some are free.
 	MaxConnections int

@@ -22,6 +22,9 @@ const (
 	// CodeBuffersFull refuses a call whose body would take the request
 	// bodies held beyond MaxBufferedBytes.
 	CodeBuffersFull = "buffers_full"
+	// CodeTooManyConnections refuses a connection beyond MaxConnections,
+	// before any request is read from it.
+	CodeTooManyConnections = "too_many_connections"
 )
 
 // apiError is an error of Governor's own, as opposed to an upstream answer

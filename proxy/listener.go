@@ -37,6 +37,12 @@ type drainListener struct {
 
 	backoff fdlimit.Backoff // only Accept's goroutine (fasthttp's accept loop) uses it
 	onPause func(err error) // called when a shortage of descriptors begins
+
+	// maxConns bounds the connections open (0: no bound); a connection
+	// beyond it is answered refusal and closed at once.
+	maxConns int64
+	open     atomic.Int64
+	refusal  []byte
 }
 
 // servedListener is a listener handed to fasthttp's Serve. Its accepting
@@ -57,11 +63,14 @@ func (l *servedListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-// listenerFor wraps ln: a TCP listener in a drainListener, any other in
-// fdlimit's Listener. onPause is told when descriptors run out.
-func listenerFor(ln net.Listener, onPause func(error)) net.Listener {
+// listenerFor wraps ln: a TCP listener in a drainListener that holds at
+// most maxConns connections (0: no bound) and answers refusal to the ones
+// beyond, any other in fdlimit's Listener. onPause is told when
+// descriptors run out.
+func listenerFor(ln net.Listener, onPause func(error), maxConns int, refusal []byte) net.Listener {
 	if tl, ok := ln.(*net.TCPListener); ok {
-		return &drainListener{TCPListener: tl, closed: make(chan struct{}), onPause: onPause}
+		return &drainListener{TCPListener: tl, closed: make(chan struct{}), onPause: onPause,
+			maxConns: int64(maxConns), refusal: refusal}
 	}
 	return fdlimit.Listener(ln, onPause)
 }
@@ -83,7 +92,12 @@ func (l *drainListener) Accept() (net.Conn, error) {
 		c, err := l.TCPListener.AcceptTCP()
 		if err == nil {
 			l.backoff.Reset()
-			return &clientConn{TCPConn: c}, nil
+			if l.maxConns > 0 && l.open.Load() >= l.maxConns {
+				l.refuse(c)
+				continue
+			}
+			l.open.Add(1)
+			return &clientConn{TCPConn: c, open: &l.open}, nil
 		}
 		if l.closing.Load() {
 			var ne net.Error
@@ -100,6 +114,15 @@ func (l *drainListener) Accept() (net.Conn, error) {
 		}
 		l.backoff.Wait(l.closed) // a Close ends the pause; the next Accept sees it
 	}
+}
+
+// refuse answers a connection beyond maxConns with the refusal and closes
+// it, without reading from it.
+func (l *drainListener) refuse(c *net.TCPConn) {
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Write(l.refusal)
+	_ = c.CloseWrite()
+	_ = c.Close()
 }
 
 // lingerTimeout bounds how long a connection closed on a request that was
@@ -121,6 +144,9 @@ type clientConn struct {
 	*net.TCPConn
 	linger atomic.Bool
 	info   connInfo // see connTracker
+
+	open   *atomic.Int64 // its listener's count of open connections
+	closed atomic.Bool
 
 	// writeDeadline is the write deadline last set. Only the goroutine
 	// that serves the connection sets write deadlines.
@@ -158,6 +184,9 @@ func (c *clientConn) lingerOnClose() { c.linger.Store(true) }
 
 // Close closes the connection, lingering when lingerOnClose was called.
 func (c *clientConn) Close() error {
+	if c.open != nil && c.closed.CompareAndSwap(false, true) {
+		defer c.open.Add(-1)
+	}
 	if c.linger.Load() && c.CloseWrite() == nil {
 		_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
 		buf := make([]byte, 16<<10)

@@ -112,8 +112,9 @@ func New(cfg Config) (*Proxy, error) {
 		// fasthttp otherwise keeps for the connection's life: 22 KiB of
 		// heap per waiting call instead of 7.
 		ReduceMemoryUsage: true,
-		// Beyond MaxConnections, a new connection gets fasthttp's 503
-		// (Connection: close) and is closed at once.
+		// Beyond MaxConnections, the listener answers a new connection
+		// 503 too_many_connections and closes it (see drainListener);
+		// fasthttp's own 503 is the bound of other listeners.
 		Concurrency: c.MaxConnections,
 		Logger:      fasthttpLogger{c.Logger},
 		ConnState:   p.conns.state,
@@ -151,7 +152,9 @@ func (p *Proxy) HandlePublic(path string, h fasthttp.RequestHandler) {
 // Serve accepts connections on ln until Shutdown, then returns nil. Called
 // after Shutdown, it closes ln and returns nil at once.
 func (p *Proxy) Serve(ln net.Listener) error {
-	sl := newServedListener(listenerFor(ln, p.fdShortage))
+	refusal := reply.Raw(apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeTooManyConnections, RetryAfter: 1,
+		Message: fmt.Sprintf("Governor holds the most client connections it may (%d); retry later", p.cfg.MaxConnections)})
+	sl := newServedListener(listenerFor(ln, p.fdShortage, p.cfg.MaxConnections, refusal))
 	p.serving.Lock()
 	if p.closed {
 		p.serving.Unlock()

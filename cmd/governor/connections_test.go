@@ -127,8 +127,8 @@ func keepAlive(t *testing.T, addr, path string) net.Conn {
 	return c
 }
 
-// refused reports how a connection beyond the cap ended: with a 503, or
-// closed (EOF or reset), but at once, never left waiting.
+// refused returns what a connection beyond the cap got before it was
+// closed (an answer, or nothing: EOF or reset), at once, never left waiting.
 func refused(t *testing.T, addr string) string {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -138,10 +138,7 @@ func refused(t *testing.T, addr string) string {
 	b, err := io.ReadAll(c)
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "a connection beyond the cap is left open")
-	if strings.HasPrefix(string(b), "HTTP/1.1 503") {
-		return "503"
-	}
-	return "closed"
+	return string(b)
 }
 
 // GOVERNOR_MAX_CONNECTIONS caps the main listener's connections and the
@@ -156,17 +153,25 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	for _, l := range []struct {
 		name, addr, path string
 		max              int
+		answer           []string // what a refused connection may get
 	}{
-		{"main", g.base, "/governor/lanes", maxConns},
-		{"admin", g.admin, "/healthz", adminConnections(maxConns)},
+		{"main", g.base, "/governor/lanes", maxConns, []string{"HTTP/1.1 503 Service Unavailable\r\n", "Retry-After: 1\r\n",
+			`"type":"governor_error","code":"too_many_connections"`}},
+		{"admin", g.admin, "/healthz", adminConnections(maxConns), []string{"HTTP/1.1 503 Service Unavailable\r\n"}},
 	} {
 		held := make([]net.Conn, 0, l.max)
 		for range l.max {
 			held = append(held, keepAlive(t, l.addr, l.path))
 		}
 		for range 5 {
-			how := refused(t, l.addr)
-			t.Logf("%s: a connection beyond %d: %s", l.name, l.max, how)
+			got := refused(t, l.addr)
+			if got == "" {
+				t.Logf("%s: a connection beyond %d: closed without an answer", l.name, l.max)
+				continue
+			}
+			for _, want := range l.answer {
+				assert.Contains(t, got, want, l.name)
+			}
 		}
 		closeAll(held)
 		require.Eventually(t, func() bool {
@@ -266,7 +271,9 @@ func TestCallsBeyondTheOpenFileLimitAreAnsweredOrRefused(t *testing.T) {
 		case resp.StatusCode == 200:
 			completed++
 		default:
+			b, _ := io.ReadAll(resp.Body)
 			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "call %d", i)
+			assert.Contains(t, string(b), `"code":"too_many_connections"`, "call %d", i)
 			refused++
 		}
 	}

@@ -8,6 +8,7 @@ package reply
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -75,6 +76,27 @@ func WriteError(ctx *fasthttp.RequestCtx, anthropic bool, e Error) {
 		resp.Header.Set("X-Should-Retry", "false")
 	}
 	resp.SetBody(body)
+}
+
+// Raw returns e as a whole HTTP/1.1 response in the OpenAI error shape,
+// with Connection: close: the answer of a connection refused before any
+// request is read from it, written straight to the socket.
+func Raw(e Error) []byte {
+	var b openAIBody
+	b.Error.Message = e.Message
+	b.Error.Type = "governor_error"
+	b.Error.Code = e.Code
+	body, _ := json.Marshal(b)
+	out := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n",
+		e.Status, fasthttp.StatusMessage(e.Status), len(body))
+	if e.RetryAfter > 0 {
+		out = fmt.Appendf(out, "Retry-After: %d\r\n", min(e.RetryAfter, MaxRetryAfter))
+	}
+	if e.Final {
+		out = append(out, "X-Should-Retry: false\r\n"...)
+	}
+	out = append(out, "Connection: close\r\n\r\n"...)
+	return append(out, body...)
 }
 
 // WriteJSON answers ctx with v as JSON, or with a 500 error if v cannot be

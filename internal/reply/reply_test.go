@@ -1,7 +1,11 @@
 package reply
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,4 +52,18 @@ func TestWriteJSON(t *testing.T) {
 
 	WriteJSON(&ctx, 200, func() {})
 	assert.Equal(t, 500, ctx.Response.StatusCode(), "a value JSON cannot encode")
+}
+
+func TestRawIsAWholeResponse(t *testing.T) {
+	raw := Raw(Error{Status: 503, Code: "too_many_connections", Message: "busy", RetryAfter: 90, Final: true})
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, 503, resp.StatusCode)
+	assert.True(t, resp.Close, "Connection: close")
+	assert.Equal(t, "60", resp.Header.Get("Retry-After"), "capped at MaxRetryAfter")
+	assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	assert.JSONEq(t, `{"error":{"message":"busy","type":"governor_error","code":"too_many_connections"}}`, string(body))
 }
