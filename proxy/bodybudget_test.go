@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // startCall writes a call with a body of n bytes on a connection of its
@@ -104,4 +105,72 @@ func TestRequestBodiesHeldAreBounded(t *testing.T) {
 	resp, body = readResponse(t, again)
 	assert.Equal(t, 200, resp.StatusCode, body)
 	require.Eventually(t, func() bool { return held() == "0" }, 5*time.Second, time.Millisecond, "every body given back")
+}
+
+// Bodies announced by Content-Length take their room when their heads
+// arrive: of two clients that send their heads at once, the one that does
+// not fit is refused before it sends its body, and a client that goes
+// away before sending its body gives its room back.
+func TestAnnouncedBodiesAreCountedBeforeTheyAreRead(t *testing.T) {
+	checkLeaks(t)
+	rec, up := newRecorder(t)
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxBufferedBytes: 1000}))
+	addr := strings.TrimPrefix(base, "http://")
+	body := `{"model":"m","x":"` + strings.Repeat("a", 580) + `"}`
+	head := func(id string) net.Conn {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", id, len(body))
+		require.NoError(t, err)
+		return c
+	}
+
+	first := head("first")
+	defer first.Close()
+	require.Eventually(t, func() bool { return p.budget.held.Load() == int64(len(body)) }, 5*time.Second, time.Millisecond, "the first head reserves its body")
+
+	second := head("second")
+	defer second.Close()
+	resp, answer := readResponse(t, second)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "refused on its head, its body never sent: %s", answer)
+
+	_, err := io.WriteString(first, body)
+	require.NoError(t, err)
+	resp, answer = readResponse(t, first)
+	assert.Equal(t, 200, resp.StatusCode, answer)
+	require.Eventually(t, func() bool { return p.budget.held.Load() == 0 }, 5*time.Second, time.Millisecond, "the body is given back")
+
+	gone := head("gone")
+	require.Eventually(t, func() bool { return p.budget.held.Load() == int64(len(body)) }, 5*time.Second, time.Millisecond)
+	require.NoError(t, gone.Close())
+	require.Eventually(t, func() bool { return p.budget.held.Load() == 0 }, 5*time.Second, time.Millisecond, "a client gone before its body gives its room back")
+	assert.Equal(t, []string{"first"}, rec.seen())
+}
+
+// A reservation that neither its handler nor serverError ended is given
+// back once its deadline has passed, when room is wanted; a new request on
+// the same connection replaces its predecessor's.
+func TestBodyReservationsEnd(t *testing.T) {
+	b := bodyBudget{max: 1000}
+	var h1, h2 fasthttp.RequestHeader
+	t0 := time.Unix(1000, 0)
+	require.True(t, b.reserve(&h1, 600, t0, t0.Add(time.Minute)))
+	assert.False(t, b.reserve(&h2, 600, t0.Add(time.Minute), t0.Add(2*time.Minute)), "h1's body may still be on its way")
+	assert.True(t, b.reserve(&h2, 600, t0.Add(time.Minute+1), t0.Add(2*time.Minute)), "h1's deadline has passed")
+	assert.EqualValues(t, 600, b.held.Load())
+
+	assert.True(t, b.reserve(&h2, 700, t0, t0.Add(time.Minute)), "the next request of h2's connection replaces its reservation")
+	assert.EqualValues(t, 700, b.held.Load())
+	assert.EqualValues(t, 700, b.claim(&h2))
+	assert.EqualValues(t, 0, b.claim(&h2), "claimed once")
+	assert.True(t, b.hold(700, 700))
+	assert.EqualValues(t, 700, b.held.Load(), "held by the handler now")
+	b.give(700)
+
+	require.True(t, b.reserve(&h1, 100, t0, t0.Add(time.Minute)))
+	b.cancel(&h1)
+	assert.EqualValues(t, 0, b.held.Load())
+	assert.False(t, b.hold(0, 1001), "a chunked body over the budget")
+	assert.True(t, b.hold(0, 1000))
+	assert.EqualValues(t, 1000, b.held.Load())
 }

@@ -33,7 +33,8 @@ type Config struct {
 	MaxResponseBytes int
 	// MaxBufferedBytes bounds the bytes of request bodies held at once by
 	// calls waiting or in flight (Governor's API calls, batches, included;
-	// and what HoldBodies takes).
+	// and what HoldBodies takes), and by bodies announced by Content-Length
+	// while they are read.
 	// A call whose body would take the total beyond it gets 503
 	// buffers_full with Retry-After, before its body is read when its
 	// Content-Length says so. Default 256 MiB.

@@ -278,11 +278,13 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	// drain, see connTracker) set is cleared when a client watch starts
 	// peeking at the socket (see clientWatch).
 	p.conns.busy(ctx.Conn())
+	reserved := p.budget.claim(&ctx.Request.Header) // by headerReceived
 	if !p.acceptable(ctx) {
+		p.budget.give(reserved)
 		return
 	}
-	if n := int64(len(ctx.Request.Body())); n > 0 {
-		if !p.budget.take(n) {
+	if n := int64(len(ctx.Request.Body())); reserved > 0 || n > 0 {
+		if !p.budget.hold(reserved, n) {
 			p.refuseBuffersFull(ctx)
 			return
 		}
@@ -378,6 +380,7 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 
 // serverError answers requests fasthttp could not read.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
+	p.budget.cancel(&ctx.Request.Header)
 	// A previous answer on this keep-alive connection may have left its
 	// write deadline.
 	_ = ctx.Conn().SetWriteDeadline(time.Time{})
