@@ -86,6 +86,7 @@ func TestRunningOutOfFileDescriptorsKeepsServing(t *testing.T) {
 	soft, hard := openFilesLimits(t, g.cmd.Process.Pid)
 	assert.Equal(t, limit, hard)
 	assert.Equal(t, limit, soft, "the soft limit (128) is raised to the hard one")
+	assert.Contains(t, g.logs(), "GOVERNOR_MAX_CONNECTIONS is not below the open-file limit")
 
 	idle := append(dialIdle(t, g.base, limit+50), dialIdle(t, g.admin, 100)...)
 	defer closeAll(idle)

@@ -135,6 +135,10 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		log.Warn("could not raise the open-file limit", "err", err, "limit", openFiles)
 	}
 	maxConns := maxConnections(cfg.MaxConnections, openFiles)
+	if openFiles > 0 && uint64(maxConns) >= openFiles {
+		log.Warn("GOVERNOR_MAX_CONNECTIONS is not below the open-file limit: past the limit, new connections wait unanswered until some close instead of getting 503",
+			"max_connections", maxConns, "open_files", openFiles)
+	}
 
 	set := metrics.NewSet()
 	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
