@@ -166,6 +166,7 @@ func TestBatchCommandWritesResultsInOrder(t *testing.T) {
 	}
 	assert.Contains(t, c.stderrText(), "30 completed")
 	assert.Empty(t, c.stdout.String(), "results go to -o")
+	assertShellMode(t, out)
 	assert.Equal(t, int64(30), mock.Stats().Received)
 
 	// Results on stdout; an item the provider refuses: exit 1.
@@ -191,6 +192,20 @@ func TestBatchCommandWritesResultsInOrder(t *testing.T) {
 	assert.Equal(t, 1, c.exitCode(t, 30*time.Second))
 	assert.Contains(t, c.stderrText(), "X-Governor-Token")
 	assert.Equal(t, int64(40), mock.Stats().Received, "nothing more reached the provider")
+}
+
+// assertShellMode checks that path has the mode of a file the shell
+// creates with > in the same directory: 0666 less the umask.
+func assertShellMode(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(filepath.Dir(path), "shell-made"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	want, err := os.Stat(f.Name())
+	require.NoError(t, err)
+	got, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, want.Mode().Perm(), got.Mode().Perm(), "%s is readable as a file made with > would be", path)
 }
 
 func TestBatchCommandUsage(t *testing.T) {

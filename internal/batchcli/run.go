@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -296,11 +299,13 @@ func (r *runner) interruptible(ctx context.Context) (context.Context, func()) {
 // short is tried again, as long as Governor answers within
 // ReconnectTimeout.
 func (r *runner) writeResults(ctx context.Context, st *jobStatus) error {
-	dir := os.TempDir()
+	var tmp *os.File
+	var err error
 	if r.cfg.Output != "" {
-		dir = filepath.Dir(r.cfg.Output)
+		tmp, err = createBeside(r.cfg.Output)
+	} else {
+		tmp, err = os.CreateTemp("", ".governor-batch-*.jsonl")
 	}
-	tmp, err := os.CreateTemp(dir, ".governor-batch-*.jsonl")
 	if err != nil {
 		return err
 	}
@@ -354,6 +359,21 @@ func (r *runner) download(ctx context.Context, f *os.File, total int) error {
 		return fmt.Errorf("%w: %d result lines for %d items", errShortResults, lc.lines, total)
 	}
 	return nil
+}
+
+// createBeside creates an empty temporary file in path's directory, to be
+// renamed to path. Unlike os.CreateTemp (0600), it asks for 0666 and lets
+// the umask take its part, so the results get the mode of a file the shell
+// creates with > (0644 with the usual umask).
+func createBeside(path string) (*os.File, error) {
+	dir := filepath.Dir(path)
+	for {
+		name := filepath.Join(dir, ".governor-batch-"+strconv.FormatUint(rand.Uint64(), 36)+".jsonl")
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
 }
 
 // CheckOutput reports whether the results can be written to path: Run
