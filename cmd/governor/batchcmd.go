@@ -70,7 +70,7 @@ func (f *headerFlags) Set(s string) error {
 	return nil
 }
 
-// runBatch is `governor batch`: main with its inputs explicit.
+// runBatchCommand is `governor batch`: main with its inputs explicit.
 func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("governor batch", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
