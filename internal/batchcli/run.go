@@ -247,7 +247,7 @@ func (r *runner) interrupted(ctx context.Context) bool {
 		return false
 	}
 	r.p.endLine()
-	fmt.Fprintf(r.cfg.Stderr, "cancel job %s? Its items not yet started will not run. [y/N] ", r.id)
+	fmt.Fprintf(r.cfg.Stderr, "cancel job %s? Its items not yet finished will not run, those in flight are cut. [y/N] ", r.id)
 	answer := make(chan string, 1)
 	go func() { // ends when the user answers, or with the process
 		line, _ := bufio.NewReader(r.cfg.Stdin).ReadString('\n')
