@@ -145,8 +145,10 @@ func TestDurableFinishedJobAfterRestartAndExpiry(t *testing.T) {
 	mu.Lock()
 	now = now.Add(time.Hour)
 	mu.Unlock()
-	resp, _ = e2.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
+	resp, out := e2.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Contains(t, out, "expire 1h0m0s after they finish")
+	assert.NotContains(t, out, "in memory", "results on disk are not forgotten for memory")
 	assert.NoDirExists(t, filepath.Join(dir, "jobs", st.ID), "expired on disk too")
 }
 

@@ -414,7 +414,11 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	now := s.cfg.Now()
 	j := s.jobs.get(id, now)
 	if j == nil || (sub != "" && sub != "results") {
-		msg := fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish, or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES)", id, s.cfg.TTL)
+		early := "" // jobs kept on disk are not forgotten for memory
+		if s.dir == nil {
+			early = ", or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES"
+		}
+		msg := fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish%s)", id, s.cfg.TTL, early)
 		if why, ok := s.lost[id]; ok && j == nil {
 			msg = fmt.Sprintf("batch job %q was lost: %s", id, why)
 		}
