@@ -15,11 +15,13 @@ func TestTokenPacerSpendsReportedBudget(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, w, "no budget known: no wait")
 
-	// The answer reports 6000 a minute (100 a second), 300 left after it.
-	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300}, mark, t0)
+	// The answer reports 6000 a minute (100 a second), 480 left after it:
+	// 300 to spend and the slack of 3% (180) kept.
+	slack := tokenSlack * 6000
+	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300 + slack}, mark, t0)
 	w, _, err = p.reserve(cost, t0, time.Minute)
 	require.NoError(t, err)
-	assert.Zero(t, w, "300 left: the call fits")
+	assert.Zero(t, w, "300 to spend: the call fits")
 	w, _, err = p.reserve(cost, t0, time.Minute)
 	require.NoError(t, err)
 	assert.InDelta(t, (300 / (100 * paceMargin)), w.Seconds(), 0.001, "none left: wait for 300 tokens")
@@ -29,7 +31,7 @@ func TestTokenPacerSpendsReportedBudget(t *testing.T) {
 	// Refill: 10 s later, 1000 tokens have come back.
 	info := p.info(t0.Add(10 * time.Second))
 	require.Len(t, info, 1)
-	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Remaining: 400}, info[0])
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Remaining: 400 + slack}, info[0])
 }
 
 func TestTokenReportCountsCallsBookedSince(t *testing.T) {
