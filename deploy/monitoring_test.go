@@ -217,15 +217,34 @@ func scrapeRunningGovernor(t *testing.T) map[string]bool {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build:\n%s", out)
 
-	listen, admin, closedPort := freeAddr(t), freeAddr(t), freeAddr(t)
+	// Governor binds ports of its own choosing and reports them in its
+	// start-up line: ports picked free here could be taken before it binds.
+	closedPort := freeAddr(t) // nobody listens: Redis is down
 	cmd := exec.Command(bin, "-demo")
-	cmd.Env = append(os.Environ(), "GOVERNOR_LISTEN="+listen, "GOVERNOR_ADMIN_LISTEN="+admin,
-		"GOVERNOR_REDIS_URL=redis://"+closedPort)
+	cmd.Env = append(os.Environ(), "GOVERNOR_LISTEN=127.0.0.1:0", "GOVERNOR_ADMIN_LISTEN=127.0.0.1:0",
+		"GOVERNOR_LOG_FORMAT=json", "GOVERNOR_LOG_LEVEL=info", "GOVERNOR_REDIS_URL=redis://"+closedPort)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
+	type started struct{ Listen, AdminListen string }
+	up := make(chan started, 1)
 	logs := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(bufio.NewReader(stderr)); logs <- string(b) }()
+	go func() {
+		var all strings.Builder
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			var line struct {
+				Msg         string `json:"msg"`
+				Listen      string `json:"listen"`
+				AdminListen string `json:"admin_listen"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "governor started" {
+				up <- started{line.Listen, line.AdminListen}
+			}
+		}
+		logs <- all.String()
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
@@ -233,6 +252,13 @@ func scrapeRunningGovernor(t *testing.T) map[string]bool {
 			t.Logf("governor's log:\n%s", <-logs)
 		}
 	})
+	var listen, admin string
+	select {
+	case s := <-up:
+		listen, admin = s.Listen, s.AdminListen
+	case <-time.After(30 * time.Second):
+		t.Fatal("governor never reported that it started")
+	}
 
 	c := &http.Client{Timeout: 30 * time.Second}
 	require.Eventually(t, func() bool {
