@@ -157,6 +157,9 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 		cfg.StdinTerminal = isTerminal(f)
 	}
 	cfg.StderrTerminal = isTerminal(stderr)
+	if cfg.StderrTerminal {
+		cfg.StderrWidth = func() int { return terminalWidth(stderr) }
+	}
 	interrupt := make(chan os.Signal, 1)
 	signal.Notify(interrupt, os.Interrupt)
 	defer signal.Stop(interrupt)

@@ -18,3 +18,7 @@ func isTerminal(w io.Writer) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// terminalWidth returns the columns of the terminal w is; outside Linux,
+// 0: unknown.
+func terminalWidth(io.Writer) int { return 0 }

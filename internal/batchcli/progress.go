@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // progress draws a job's progress on stderr: a bar redrawn in place on a
@@ -13,6 +14,7 @@ import (
 type progress struct {
 	w        io.Writer
 	terminal bool
+	width    func() int // the terminal's columns; nil or 0: unknown
 	id       string
 
 	samples   []sample // recent (time, items that ran), oldest first, for the rate
@@ -43,12 +45,26 @@ func (p *progress) update(st *jobStatus, now time.Time) {
 	line := p.line(st)
 	switch {
 	case p.terminal:
-		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		fmt.Fprintf(p.w, "\r\033[K%s", p.fit(line))
 		p.drawn = true
 	case !st.running() || now.Sub(p.lastPlain) >= plainEvery && line != p.lastLine:
 		fmt.Fprintln(p.w, line)
 		p.lastPlain, p.lastLine = now, line
 	}
+}
+
+// fit cuts line to one column less than the terminal's width, so that the
+// terminal does not wrap it: a carriage return goes back to the start of
+// the last row only, and the next redraw would leave the others behind.
+func (p *progress) fit(line string) string {
+	if p.width == nil {
+		return line
+	}
+	w := p.width() - 1
+	if w <= 0 || utf8.RuneCountInString(line) <= w {
+		return line
+	}
+	return string([]rune(line)[:w])
 }
 
 // rate returns items finished per second over the recent samples, and

@@ -59,3 +59,18 @@ func TestProgressRateWindow(t *testing.T) {
 	assert.Equal(t, "1m0s", eta(59.6))
 	assert.Equal(t, "17m0s", eta(1021))
 }
+
+// On a narrow terminal the bar is cut to one column less than its width,
+// so that redrawing it in place leaves no wrapped line behind.
+func TestProgressBarFitsTheTerminal(t *testing.T) {
+	var out bytes.Buffer
+	width := 40
+	p := &progress{w: &out, terminal: true, width: func() int { return width }}
+	t0 := time.Unix(1000, 0)
+	p.update(status("running", 100, 50, 0, 0, 0), t0)
+	width = 0 // unknown: not cut
+	p.update(status("running", 100, 50, 0, 0, 0), t0)
+	assert.Equal(t, ""+
+		"\r\033[K[████████████░░░░░░░░░░░░] 50/100 (50%)"+
+		"\r\033[K[████████████░░░░░░░░░░░░] 50/100 (50%)  completed 50  failed 0", out.String())
+}

@@ -63,6 +63,11 @@ type Config struct {
 	// a bar there instead of plain lines.
 	Stderr         io.Writer
 	StderrTerminal bool
+	// StderrWidth returns the columns of the terminal on stderr, asked at
+	// each redraw since it may be resized: the bar is cut to fit, or each
+	// redraw would leave a wrapped line behind. Nil, or 0, means unknown:
+	// the bar is not cut.
+	StderrWidth func() int
 
 	// HTTP is the client; nil means one made for Run, whose idle
 	// connections Run closes when it returns.
@@ -135,7 +140,7 @@ func newRunner(cfg Config) *runner {
 		id:  cfg.JobID,
 		now: cfg.Now,
 	}
-	r.p = &progress{w: cfg.Stderr, terminal: cfg.StderrTerminal}
+	r.p = &progress{w: cfg.Stderr, terminal: cfg.StderrTerminal, width: cfg.StderrWidth}
 	return r
 }
 
