@@ -36,10 +36,11 @@
 // enqueue, and the request for the upstream is built only then too. A
 // waiting call holds the client's request, a few hundred bytes of state and
 // the 4 KiB stack of fasthttp's goroutine, which the frames on it during the
-// wait are kept small enough not to grow (see forward). The answer is classified: success; rate-limited (429 and 529,
-// with any retry-after-ms / retry-after hint); quota exhausted (a final
-// 429); server error (500/502/503/504); timeout; connection error; or final
-// (other 4xx, passed straight back). What a retry can fix is retried ahead
+// wait are kept small enough not to grow (see forward). The answer is
+// classified: success; rate-limited (429 and 529, with any retry-after-ms /
+// retry-after hint); quota exhausted (a final 429); server error
+// (500/502/503/504); timeout; connection error; or final (other 4xx, passed
+// straight back). What a retry can fix is retried ahead
 // of fresh calls, after the provider's hint or an exponential backoff with
 // full jitter, until the budget is spent; then the provider's last answer
 // goes back with x-should-retry: false, so the official SDKs do not

@@ -31,10 +31,10 @@
 //
 //   - Retries cannot starve. A call that failed and is retried has already
 //     waited once and was already accepted: it goes ahead of the fresh calls
-//     of its urgency, of every tenant, and a few waiting places ([Config.RetryReserve]) are
-//     kept for retries only, as Phoenix's executor keeps room for requeued
-//     work, so a full queue of fresh calls does not turn an accepted call
-//     into a lost one.
+//     of its urgency, of every tenant, and a few waiting places
+//     ([Config.RetryReserve]) are kept for retries only, as Phoenix's
+//     executor keeps room for requeued work, so a full queue of fresh calls
+//     does not turn an accepted call into a lost one.
 //
 //   - A provider that says Retry-After is obeyed. [Queue.PauseUntil] stops
 //     all grants until the given time; when it comes, waiting calls are let
