@@ -39,7 +39,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
 	{"governor_lane_pauses_total", "counter", "Times a provider's Retry-After paused the lane."},
 	{"governor_lane_tokens_total", "counter", "Tokens the provider reported in usage, by lane and kind (prompt, completion); streams included."},
-	{"governor_lanes_evicted_total", "counter", "Idle lanes removed, with their series, to make room past GOVERNOR_MAX_LANES."},
+	{"governor_lanes_evicted_total", "counter", "Lanes removed (their key refused, or idle), with their series, to make room past GOVERNOR_MAX_LANES."},
 	{"governor_queue_wait_seconds", "histogram", "Time calls waited in the lane's queue, per wait."},
 	{"governor_lane_upstream_latency_seconds", "histogram", "The lane's upstream attempts: dispatch to response headers."},
 	{"governor_batches_total", "counter", "Batches accepted, by mode (sync, progress, async)."},
