@@ -140,11 +140,12 @@ func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
 // HandleAPI but served without the X-Governor-Token header that
 // Config.APIToken requires elsewhere: a browser cannot send a header when
 // it opens a page. h must serve only what needs no guarding, such as a
-// page's static files whose scripts call the API with the token.
+// page's static files whose scripts call the API with the token. The
+// match is exact even for a path ending in "/" (it prefixes nothing).
 // HandlePublic must be called before Serve.
 func (p *Proxy) HandlePublic(path string, h fasthttp.RequestHandler) {
-	if !strings.HasPrefix(path, APIPrefix) || strings.HasSuffix(path, "/") {
-		panic(fmt.Sprintf("proxy: public path %q is not an exact path under %s", path, APIPrefix))
+	if !strings.HasPrefix(path, APIPrefix) || path == APIPrefix {
+		panic(fmt.Sprintf("proxy: public path %q is not a path under %s", path, APIPrefix))
 	}
 	p.public[path] = h
 }

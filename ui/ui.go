@@ -49,7 +49,8 @@ type file struct {
 	etag        string
 }
 
-// Register serves the page on p: Path, and its files under Path + "/".
+// Register serves the page on p: Path, and its files under Path + "/";
+// Path + "/" itself redirects to Path.
 // It must be called before p serves.
 func Register(p *proxy.Proxy) {
 	files, err := load()
@@ -63,6 +64,15 @@ func Register(p *proxy.Proxy) {
 		}
 		p.HandlePublic(route, f.serve)
 	}
+	p.HandlePublic(Path+"/", toPage)
+}
+
+// toPage sends Path + "/", as a user may type it, to the page, whose
+// relative links hold only from Path. The Location is relative, so that it
+// holds behind a proxy that adds a path prefix too.
+func toPage(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(fasthttp.HeaderLocation, "../"+path.Base(Path))
+	ctx.SetStatusCode(fasthttp.StatusMovedPermanently)
 }
 
 // load reads the embedded files.

@@ -128,3 +128,19 @@ func TestPageMethods(t *testing.T) {
 	assert.Equal(t, fasthttp.StatusMethodNotAllowed, post.StatusCode())
 	assert.Equal(t, "GET, HEAD", string(post.Header.Peek(fasthttp.HeaderAllow)))
 }
+
+// The page's address typed with a slash at the end leads to the page, with
+// or without a token, by a relative redirect that a path prefix keeps.
+func TestTrailingSlashRedirectsToThePage(t *testing.T) {
+	c := serve(t, "s3cret")
+	resp := get(t, c, "GET", Path+"/")
+	assert.Equal(t, fasthttp.StatusMovedPermanently, resp.StatusCode())
+	loc := string(resp.Header.Peek(fasthttp.HeaderLocation))
+	ref, err := url.Parse(loc)
+	require.NoError(t, err)
+	for _, page := range []string{"http://governor" + Path, "https://example.com/prefix" + Path} {
+		base, err := url.Parse(page + "/")
+		require.NoError(t, err)
+		assert.Equal(t, page, base.ResolveReference(ref).String(), "Location %q from %s/", loc, page)
+	}
+}
