@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The goals of the "Benchmarks" issue, for the default preset. govbench
@@ -69,7 +70,7 @@ func evaluateGoals(res *results) *table {
 		switch r.coord {
 		case coordRedis:
 			add(fmt.Sprintf("S4 with Redis: aggregate ≥ %.2f, ≤ %d upstream 429 per 100 calls, Jain ≥ %.2f", goalGoodputCoord, goal429Coord, goalJainCoord),
-				fmt.Sprintf("%.3f, %.2f per 100, Jain %.3f", r.goodput(), r.tally.per100(), r.s4.fairness()),
+				fmt.Sprintf("%.3f, %.2f per 100, Jain %.3f (%v calls)", r.goodput(), r.tally.per100(), r.s4.fairness(), r.latency.Round(time.Millisecond)),
 				r.goodput() >= goalGoodputCoord && r.tally.per100() <= goal429Coord && r.s4.fairness() >= goalJainCoord)
 		case coordRedisKilled:
 			add("S4 with Redis killed mid-run: no call lost",

@@ -124,11 +124,15 @@ func runScenarios(ctx context.Context, w *workspace, o *options, res *results, l
 				coord  coordination
 			}
 			var vs []variant
-			for _, p := range o.presets {
-				vs = append(vs, variant{p, coordNone})
-			}
-			if w.redisBin != "" && slices.Contains(o.presets, "default") {
-				vs = append(vs, variant{"default", coordRedis}, variant{"default", coordRedisKilled})
+			for _, c := range o.s4Variants {
+				switch {
+				case c == coordNone:
+					for _, p := range o.presets {
+						vs = append(vs, variant{p, coordNone})
+					}
+				case w.redisBin != "" && slices.Contains(o.presets, "default"):
+					vs = append(vs, variant{"default", c})
+				}
 			}
 			for _, v := range vs {
 				r, err := runShared(ctx, w, o, v.preset, v.coord, log)

@@ -43,6 +43,9 @@ type options struct {
 	matrixRounds    int
 
 	tenantsDuration time.Duration
+
+	s4Latency  time.Duration // zero: the goodput scenarios' latency
+	s4Variants []coordination
 }
 
 // allScenarios is every scenario in the order govbench runs them.
@@ -103,6 +106,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&matrixKnees, "matrix-knees", "4,8,32", "matrix: knees of the servers that slow down instead of answering 429")
 	fs.IntVar(&o.matrixRounds, "matrix-rounds", 30, "matrix: round trips (seconds, for the token budgets) of each cell at the optimum")
 	fs.DurationVar(&o.tenantsDuration, "tenants-duration", 10*time.Second, "tenants: measured time of each run")
+	fs.DurationVar(&o.s4Latency, "s4-latency", 0, "s4: the provider's median latency (default: the goodput scenarios', -goodput-duration over ⌈-calls/16⌉); e.g. 100ms for embeddings")
+	var s4Variants string
+	fs.StringVar(&s4Variants, "s4-variants", "none,redis,killed", "s4: the rows to run, comma-separated: none (each Governor alone, every preset), redis (coordinated, default preset), killed (redis killed mid-run)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: govbench [flags]
 
@@ -155,6 +161,9 @@ Flags:
 	if len(o.matrixLatencies) == 0 || o.matrixRounds < 1 {
 		return nil, errors.New("-matrix-latencies must not be empty, -matrix-rounds at least 1")
 	}
+	if o.s4Variants, err = parseVariants(s4Variants); err != nil {
+		return nil, fmt.Errorf("-s4-variants: %w", err)
+	}
 	o.presets = splitList(presets)
 	for _, p := range o.presets {
 		if p != "default" && p != "phoenix" {
@@ -176,6 +185,8 @@ Flags:
 		return nil, errors.New("-memory-calls must be at least 2")
 	case o.tenantsDuration <= 0:
 		return nil, errors.New("-tenants-duration must be positive")
+	case o.s4Latency < 0:
+		return nil, errors.New("-s4-latency must not be negative")
 	}
 	return o, nil
 }
@@ -202,6 +213,29 @@ func parseScenarios(s string) ([]string, error) {
 	for _, name := range allScenarios {
 		if want[name] {
 			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// parseVariants parses S4's coordination variants, in run order.
+func parseVariants(s string) ([]coordination, error) {
+	names := map[string]coordination{"none": coordNone, "redis": coordRedis, "killed": coordRedisKilled}
+	want := map[coordination]bool{}
+	for _, f := range splitList(s) {
+		c, ok := names[f]
+		if !ok {
+			return nil, fmt.Errorf("unknown variant %q (want none, redis or killed)", f)
+		}
+		want[c] = true
+	}
+	if len(want) == 0 {
+		return nil, errors.New("empty")
+	}
+	var out []coordination
+	for _, c := range []coordination{coordNone, coordRedis, coordRedisKilled} {
+		if want[c] {
+			out = append(out, c)
 		}
 	}
 	return out, nil

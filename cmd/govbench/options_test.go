@@ -32,7 +32,17 @@ func TestParseOptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"GOVERNOR_MAX_PAUSE=1ms", "GOVERNOR_ROUTES=a=http://x,b=http://y"}, o.governorEnv)
 
+	assert.Equal(t, []coordination{coordNone, coordRedis, coordRedisKilled}, o.s4Variants, "every S4 row by default")
+	o, err = parseOptions([]string{"-scenarios", "s4", "-s4-latency", "100ms", "-s4-variants", "killed,redis"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 100*time.Millisecond, sharedLatency(o), "-s4-latency sets S4's latency")
+	assert.Equal(t, 480*time.Millisecond, goodputLatency(o), "and not the other scenarios'")
+	assert.Equal(t, []coordination{coordRedis, coordRedisKilled}, o.s4Variants, "run order, not flag order")
+
 	for _, args := range [][]string{
+		{"-s4-variants", "sometimes"},
+		{"-s4-variants", ""},
+		{"-s4-latency", "-1s"},
 		{"-scenarios", "s5"},
 		{"-presets", "aggressive"},
 		{"-concurrency", "0"},

@@ -119,7 +119,7 @@ func sharedChanges(spans [sharedProcs][2]time.Duration) []capChange {
 
 // runShared runs S4 with the AIMD preset and the coordination given.
 func runShared(ctx context.Context, w *workspace, o *options, preset string, coord coordination, log io.Writer) (run goodputRun, err error) {
-	d, l := o.goodputDuration, goodputLatency(o)
+	d, l := o.goodputDuration, sharedLatency(o)
 	spans := sharedSpans(d)
 	title := fmt.Sprintf("S4 %d processes, cap %d", sharedProcs, sharedCap)
 	name := "s4-" + preset + strings.ReplaceAll(strings.ReplaceAll(coord.suffix(), " + ", "-"), ", ", "-")
@@ -282,6 +282,15 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, coo
 		return float64(sum)
 	})
 	return run, nil
+}
+
+// sharedLatency is S4's median provider latency: -s4-latency, or else the
+// other goodput scenarios'.
+func sharedLatency(o *options) time.Duration {
+	if o.s4Latency > 0 {
+		return o.s4Latency
+	}
+	return goodputLatency(o)
 }
 
 // sleepUntil waits until t; it reports false if ctx ended first.
