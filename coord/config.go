@@ -23,7 +23,10 @@ type Config struct {
 	// switches the Coordinator to local mode. Default 50ms.
 	Timeout time.Duration
 	// SyncInterval is how often the caller syncs its lanes; it sets how
-	// often a Coordinator in local mode pings Redis. Default 50ms.
+	// often a Coordinator in local mode pings Redis, and is sent with
+	// every sync: the shared record waits that long for the other
+	// Governors to take up a change before it reads their silence as an
+	// answer. Default 50ms.
 	SyncInterval time.Duration
 	// LeaseTTL is how long a lane's lease lasts without a sync: a Governor
 	// that dies gives its share back after it. Default 3s.

@@ -53,12 +53,18 @@ type testCoord struct {
 
 func newCoord(t *testing.T, srv *redistest.Server, instance string, clk *clock) *testCoord {
 	t.Helper()
+	return newCoordSync(t, srv, instance, clk, 20*time.Millisecond)
+}
+
+// newCoordSync is newCoord for a caller that syncs every interval.
+func newCoordSync(t *testing.T, srv *redistest.Server, instance string, clk *clock, interval time.Duration) *testCoord {
+	t.Helper()
 	opts, err := redis.ParseURL(srv.URL())
 	require.NoError(t, err)
 	set := metrics.NewSet()
 	buf := &syncBuffer{}
 	cfg := Config{Options: opts, Instance: instance, Metrics: set, Logger: slog.New(slog.NewTextHandler(buf, nil)),
-		Timeout: 200 * time.Millisecond, SyncInterval: 20 * time.Millisecond, LeaseTTL: time.Second}
+		Timeout: 200 * time.Millisecond, SyncInterval: interval, LeaseTTL: max(time.Second, 2*interval)}
 	if clk != nil {
 		cfg.Now = clk.Now
 	}
@@ -424,6 +430,40 @@ func TestHoldBelowAStableCeiling(t *testing.T) {
 	s = sync1(t, b, Report{Decreased: true, DecreaseTarget: 15.4, DecreaseDispatched: drop3.Add(-time.Millisecond),
 		DecreaseAt: drop3, DecreaseLevel: 30, SeenDecrease: drop2, Demand: 100, InFlight: 50, Latency: rtt})
 	assert.Equal(t, 15.4, s.Target, "below the ceiling again: the reporter's halving")
+}
+
+// A probe is in use only once the Governor given its slot has synced and
+// the others have synced since (see Shares): when the Governors sync less
+// often than their calls take, two round trips at the ceiling without a
+// decrease do not show that the capacity grew; two round trips and two
+// sync intervals do.
+func TestProbeHoldsForTwoSyncs(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	every := 500 * time.Millisecond
+	a, b := newCoordSync(t, srv, "a", clk, every), newCoordSync(t, srv, "b", clk, every)
+	rtt := 100 * time.Millisecond
+	sync1(t, a, Report{Initial: 33, Demand: 100, InFlight: 50, Latency: rtt})
+	sync1(t, b, Report{Demand: 100, InFlight: 50, Latency: rtt})
+	s := sync1(t, a, Report{Decreased: true, DecreaseTarget: 29.7, DecreaseDispatched: t0.Add(-time.Millisecond),
+		DecreaseAt: t0, DecreaseLevel: 33, Demand: 100, InFlight: 50, Latency: rtt})
+	require.Equal(t, 29.7, s.Target, "33 is the ceiling")
+
+	// The probe is due after 4 round trips.
+	clk.Add(4*rtt + 10*time.Millisecond)
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
+	require.Equal(t, 33.0, s.Target, "probing: one slot more")
+
+	clk.Add(2*rtt + every)
+	s = sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
+	assert.Equal(t, 33.0, s.Target, "two round trips and one sync: the probe may not be in use yet")
+
+	clk.Add(every)
+	sync1(t, b, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
+	s = sync1(t, a, Report{Increase: 5, SeenDecrease: t0, Demand: 100, InFlight: 50, Latency: rtt})
+	assert.Equal(t, 34.0, s.Target, "two round trips and two syncs: the capacity grew, the ceiling rises")
 }
 
 // The target does not grow past what the Governors use: the sum of their

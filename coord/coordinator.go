@@ -326,7 +326,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced},
 			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), strconv.Itoa(max(r.Demand, 0))+","+strconv.Itoa(max(r.InFlight, 0)), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio))
+			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds())
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err

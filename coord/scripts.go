@@ -13,7 +13,8 @@ import "github.com/redis/go-redis/v9"
 // the last shared decrease the reporter knew of, when the pause was asked
 // for, the reporter's last success, 1 if the decrease is a collapse, the
 // reporter's round-trip time (ms, 0: unknown), the reporter's gentle
-// decrease ratio (0: unknown).
+// decrease ratio (0: unknown), the reporter's sync interval (ms; absent:
+// 0).
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
@@ -40,6 +41,7 @@ local tried = tonumber(st[14]) or 0
 local up = tonumber(st[15]) or 0
 if tonumber(ARGV[21]) > 0 then rtt = tonumber(ARGV[21]) end
 local round = math.max(rtt, 100)
+local sync = tonumber(ARGV[23]) or 0
 
 -- The members: expired leases go, this one is renewed.
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -137,12 +139,15 @@ elseif seen >= lastdec then
   elseif ceil > 0 then
     -- The probe: up to the ceiling, one slot more than the hold. If the
     -- target holds there for two round trips, the capacity grew: the
-    -- ceiling rises (by 1, 2, 4... slots) and is probed at once.
+    -- ceiling rises (by 1, 2, 4... slots) and is probed at once. The
+    -- probe's slot is in use only once the Governor given it has synced
+    -- and the others have synced since (they give it up): two sync
+    -- intervals, which may be longer than the round trips.
     grown = math.min(grown, math.max(target, ceil))
     if tried == 0 and grown >= ceil and want > ceil then
       -- (A probe is a test only if the Governors want more than it.)
       tried = now
-    elseif tried > 0 and now >= tried + 2 * round then
+    elseif tried > 0 and now >= tried + 2 * round + 2 * sync then
       up = math.max(1, 2 * up)
       ceil = ceil + up
       tried = 0
