@@ -65,8 +65,10 @@ type Config struct {
 	ClientIdleTimeout time.Duration
 	// MaxConnections bounds the client connections open on each listener
 	// given to Serve; beyond it a new connection is answered 503
-	// too_many_connections (Retry-After: 1) and closed at once, before any
-	// request is read from it. Default 262144 (fasthttp's). Whatever the bound, a listener
+	// too_many_connections (Retry-After: 1) and closed; no request is
+	// served from it, but what the client still sends is read and
+	// discarded for up to 2s, so that it reads the 503 rather than a
+	// reset. Default 262144 (fasthttp's). Whatever the bound, a listener
 	// that runs out of file descriptors pauses and accepts again once
 	// some are free.
 	MaxConnections int

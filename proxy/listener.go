@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -39,11 +40,29 @@ type drainListener struct {
 	onPause func(err error) // called when a shortage of descriptors begins
 
 	// maxConns bounds the connections open (0: no bound); a connection
-	// beyond it is answered refusal and closed at once.
+	// beyond it is answered refusal and closed, lingering (see refuse).
 	maxConns int64
 	open     atomic.Int64
 	refusal  []byte
+
+	// The refused connections lingering, each drained by a goroutine
+	// that Close stops and waits for.
+	lingerFor    time.Duration // how long one lingers at most
+	maxLingering int           // how many linger at once at most
+	lingerMu     sync.Mutex
+	lingering    map[*net.TCPConn]struct{} // nil once Close has begun
+	lingerers    sync.WaitGroup
 }
+
+// refusedLinger bounds how long a refused connection is drained before it
+// is closed, and maxRefusedLingering how many are drained at once, at most
+// one per refusedLingerShare connections of the cap: a refusal happens
+// when connections, so file descriptors, are scarce.
+const (
+	refusedLinger       = 2 * time.Second
+	maxRefusedLingering = 64
+	refusedLingerShare  = 16
+)
 
 // servedListener is a listener handed to fasthttp's Serve. Its accepting
 // channel closes on the first Accept, which fasthttp calls only once it has
@@ -70,17 +89,28 @@ func (l *servedListener) Accept() (net.Conn, error) {
 func listenerFor(ln net.Listener, onPause func(error), maxConns int, refusal []byte) net.Listener {
 	if tl, ok := ln.(*net.TCPListener); ok {
 		return &drainListener{TCPListener: tl, closed: make(chan struct{}), onPause: onPause,
-			maxConns: int64(maxConns), refusal: refusal}
+			maxConns: int64(maxConns), refusal: refusal,
+			lingerFor: refusedLinger, lingering: make(map[*net.TCPConn]struct{}),
+			maxLingering: min(max(maxConns/refusedLingerShare, 1), maxRefusedLingering)}
 	}
 	return fdlimit.Listener(ln, onPause)
 }
 
 // Close starts the grace period; Accept closes the socket when it ends.
+// It ends the lingering of refused connections and waits for it; those
+// refused from then on are closed at once.
 func (l *drainListener) Close() error {
 	if l.closing.Swap(true) {
 		return nil
 	}
 	close(l.closed)
+	l.lingerMu.Lock()
+	for c := range l.lingering {
+		_ = c.SetReadDeadline(time.Now()) // ends its drain
+	}
+	l.lingering = nil
+	l.lingerMu.Unlock()
+	l.lingerers.Wait()
 	return l.TCPListener.SetDeadline(time.Now().Add(acceptGrace))
 }
 
@@ -116,13 +146,51 @@ func (l *drainListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse answers a connection beyond maxConns with the refusal and closes
-// it, without reading from it.
+// refuse answers a connection beyond maxConns with the refusal, sends FIN,
+// and closes it after a lingering close like clientConn's, drained by a
+// goroutine of its own so that the accept loop goes on.
+//
+// The client has usually sent its request, or is sending it, when the
+// refusal is written, and refuse never reads it. Linux answers a close with
+// unread bytes in the socket, or bytes arriving after it, with a reset: a
+// client still writing its request gets "broken pipe" or "connection reset"
+// and never reads the 503 that tells it to retry later. Draining what the
+// client sends until it closes, or for at most lingerFor, lets it read the
+// answer. Beyond maxLingering drained at once, or once Close has
+// begun, a refused connection is closed at once.
 func (l *drainListener) refuse(c *net.TCPConn) {
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Write(l.refusal)
+	lingers := l.startLinger(c) // before FIN: the client may close on it
 	_ = c.CloseWrite()
-	_ = c.Close()
+	if !lingers {
+		_ = c.Close()
+		return
+	}
+	go func() {
+		defer l.lingerers.Done()
+		_, _ = io.Copy(io.Discard, c) // until the client closes, or the deadline
+		l.lingerMu.Lock()
+		delete(l.lingering, c)
+		l.lingerMu.Unlock()
+		_ = c.Close()
+	}()
+}
+
+// startLinger counts c among the connections lingering, with its read
+// deadline set, and reports whether there was room for it.
+func (l *drainListener) startLinger(c *net.TCPConn) bool {
+	l.lingerMu.Lock()
+	defer l.lingerMu.Unlock()
+	if l.lingering == nil || len(l.lingering) >= l.maxLingering {
+		return false
+	}
+	if c.SetReadDeadline(time.Now().Add(l.lingerFor)) != nil {
+		return false
+	}
+	l.lingering[c] = struct{}{}
+	l.lingerers.Add(1)
+	return true
 }
 
 // lingerTimeout bounds how long a connection closed on a request that was
