@@ -22,7 +22,8 @@
 //   - A sync batch whose client leaves is cancelled: its waiting items
 //     never run, its items in flight are cut. On Shutdown, sync batches
 //     drain with the proxy's calls; async jobs are cancelled, unless
-//     they are kept in a batch directory (Config.Dir).
+//     they are kept in a batch directory (Config.Dir): then they start no
+//     more items, and those started get until Shutdown's ctx ends.
 //   - Without a batch directory, the answers async jobs hold in memory
 //     are bounded by Config.MaxResultBytes: finished jobs are forgotten
 //     early to make room, and an answer that still does not fit is
@@ -30,8 +31,8 @@
 //   - With a batch directory, a job's results are recorded on disk as
 //     items finish and read back from there; after a restart on the same
 //     directory, unfinished jobs resume by themselves, and an item whose
-//     result was recorded is never sent again (one in flight at the stop
-//     is).
+//     result was recorded is never sent again (one still in flight at
+//     the stop is).
 //
 // The wire formats (JSON, OpenAI Batch JSONL, NDJSON progress, async jobs)
 // are described in API.md beside this file.

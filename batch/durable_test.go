@@ -1,6 +1,7 @@
 package batch_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -215,4 +216,32 @@ func TestDurableJobExpiredWhileDown(t *testing.T) {
 	mu.Unlock()
 	newEnv(t, opts)
 	assert.NoDirExists(t, filepath.Join(dir, "jobs", st.ID))
+}
+
+// Items of a job kept in a batch directory that are still in flight when
+// Shutdown's ctx ends are cut, not recorded: they stay pending and run
+// again after a restart.
+func TestDurableShutdownCutsItemsAtTheDeadline(t *testing.T) {
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.Dir = t.TempDir() }})
+	st := e.createJSONLJob(t, jsonlJob(4, "1h"))
+	require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, e.batches.Shutdown(ctx), context.DeadlineExceeded)
+	require.Eventually(t, func() bool { return e.mock.Stats().ClientGone == 2 }, 10*time.Second, time.Millisecond,
+		"the items in flight are cut at the deadline")
+	st = e.jobStatus(t, st.ID)
+	assert.Equal(t, map[string]int{"PENDING": 4}, nonZero(st.Counts), "nothing recorded, nothing DID_NOT_RUN")
+	assert.Equal(t, int64(2), e.mock.Stats().Received, "no item started after Shutdown")
+}
+
+func nonZero(m map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -40,6 +40,12 @@ func (r *Row) completed() bool {
 	return r.Status == proxy.StatusCompleted || r.Status == proxy.StatusCompletedWithRetries
 }
 
+// drained reports whether the proxy's drain cut the item: Governor shut
+// down before it was answered.
+func (r *Row) drained() bool {
+	return r.Err != nil && r.Err.Code == proxy.CodeDraining
+}
+
 // Output is an item's output in the JSON formats: the provider's answer,
 // its body as JSON when it is JSON, else as a string.
 type Output struct {

@@ -164,7 +164,7 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && !(e.resumable && s.pausing()) {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
@@ -173,7 +173,7 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 					continue
 				}
 				r := s.runItem(ctx, e, i)
-				if e.resumable && pausing(ctx) && !r.completed() {
+				if e.resumable && !r.completed() && (stopped(ctx) || r.drained()) {
 					continue // not recorded: it runs again after a restart
 				}
 				e.record(i, r)
@@ -184,16 +184,34 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 		})
 	}
 	wg.Wait()
-	if e.resumable && pausing(ctx) {
+	if e.resumable && !e.allDone() && (stopped(ctx) || ctx.Err() == nil && s.pausing()) {
 		return false
 	}
 	e.finish(ctx, s.cfg.Now())
 	return true
 }
 
-// pausing reports whether ctx ended because Governor is shutting down.
-func pausing(ctx context.Context) bool {
+// pausing reports whether Governor is shutting down: resumable runs start
+// no more items.
+func (s *Server) pausing() bool {
+	select {
+	case <-s.paused:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopped reports whether ctx ended because Governor is shutting down.
+func stopped(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), errShutdown)
+}
+
+// allDone reports whether every row is recorded.
+func (e *execution) allDone() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !slices.Contains(e.done, false)
 }
 
 // finish records DID_NOT_RUN for the items that never ran, and the end.

@@ -96,9 +96,13 @@ type Server struct {
 	// written before the endpoints serve, read-only afterwards.
 	lost map[string]string
 
-	// ctx ends at Shutdown: async jobs see it.
+	// ctx ends when async jobs are to stop at once: at Shutdown without
+	// a batch directory, at the end of its ctx with one.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// paused is closed at Shutdown: resumable jobs start no more items.
+	paused chan struct{}
+	pause  func()
 	wg     sync.WaitGroup // background runs: async jobs and progress streams
 }
 
@@ -137,6 +141,8 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 		live:   newLiveBatches(),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.paused = make(chan struct{})
+	s.pause = sync.OnceFunc(func() { close(s.paused) })
 	if cfg.Dir != "" {
 		dir, err := journal.Open(cfg.Dir)
 		if err != nil {
@@ -168,7 +174,7 @@ func (s *Server) sweep() {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.paused:
 			return
 		case <-t.C:
 			s.jobs.expire(s.cfg.Now())
@@ -211,25 +217,37 @@ func (s *Server) evictFinished() bool {
 
 // Shutdown stops the async jobs and waits for every background run,
 // progress streams included, to end or ctx to be done. Without a batch
-// directory, jobs are cancelled (nobody could fetch their results once
-// Governor is gone: what has not started becomes DID_NOT_RUN); with one,
-// they stop where they are, their items in flight cut and not recorded,
-// and resume when a Governor opens the directory again. Sync batches are
-// calls of the proxy's clients: the proxy's own Shutdown waits for them.
+// directory, jobs are cancelled at once (nobody could fetch their results
+// once Governor is gone: what has not started becomes DID_NOT_RUN). With
+// one, jobs start no more items; the items already started get until ctx
+// is done to finish and be recorded, and those still unfinished then are
+// cut, not recorded. What is not recorded runs when a Governor opens the
+// directory again. Sync batches are calls of the proxy's clients: the
+// proxy's own Shutdown waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.cancel(errShutdown)
-	s.jobs.cancelAll(errShutdown)
+	s.pause()
+	if s.dir == nil {
+		s.stopJobs()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.stopJobs()
 		if s.dir != nil {
 			return s.dir.Close()
 		}
 		return nil
 	case <-ctx.Done():
+		s.stopJobs()
 		return ctx.Err()
 	}
+}
+
+// stopJobs cuts every async job where it is.
+func (s *Server) stopJobs() {
+	s.cancel(errShutdown)
+	s.jobs.cancelAll(errShutdown)
 }
 
 // serveBatch answers POST /governor/batch: it runs the batch and answers

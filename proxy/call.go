@@ -106,6 +106,8 @@ func (p *Proxy) ValidatePath(path string) error {
 // error client_closed (499; draining once the proxy has stopped for good);
 // it is not retried, and the controller does not count the cut.
 func (p *Proxy) Do(ctx context.Context, c *Call) Result {
+	p.calls.add()
+	defer p.calls.done()
 	if err := p.ValidatePath(c.Path); err != nil {
 		return Result{Err: &Error{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()},
 			Details: Details{Status: StatusDidNotRun}}

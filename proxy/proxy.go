@@ -34,6 +34,7 @@ type Proxy struct {
 	budget  bodyBudget // request bodies held (MaxBufferedBytes)
 	conns   *connTracker
 	clients *clientWatch // the clients of calls under way
+	calls   callCount    // calls of Do in progress
 
 	// serving guards closed and listeners: Shutdown must stop every Serve,
 	// including one whose goroutine had not yet reached fasthttp.
@@ -197,9 +198,10 @@ func (p *Proxy) awaitListeners(ctx context.Context) {
 }
 
 // Shutdown stops accepting connections, closes idle ones and waits for the
-// calls in progress, queued ones included, to end or ctx to be done. When
-// ctx ends first, the calls still waiting get Governor's "draining" error
-// instead of a dropped connection.
+// calls in progress, queued ones and calls of Do included, to end or ctx
+// to be done. When ctx ends first, the calls still waiting get Governor's
+// "draining" error instead of a dropped connection, and those in flight
+// upstream are cut with the same error.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.awaitListeners(ctx)
 	done := make(chan error, 1)
@@ -207,15 +209,21 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	tick := time.NewTicker(acceptGrace)
 	defer tick.Stop()
 	lastReport := p.cfg.Now()
+	var serverErr error
+	var idle <-chan struct{} // once the server is done: the calls of Do
 wait:
 	for {
 		// Connections accepted during the listener's grace, and ones
 		// that never sent a request, must not hold the drain.
 		p.conns.nudgeSilent(silentConnGrace)
 		select {
-		case err := <-done:
+		case serverErr = <-done:
+			done = nil
+			idle = p.calls.idle()
+			continue
+		case <-idle:
 			p.stop()
-			return err
+			return serverErr
 		case <-ctx.Done():
 			break wait
 		case <-tick.C:
@@ -232,7 +240,9 @@ wait:
 	for _, up := range p.upstreams() {
 		up.cutConnections()
 	}
-	<-done
+	if done != nil {
+		<-done
+	}
 	return ctx.Err()
 }
 

@@ -145,6 +145,54 @@ func TestKilledMidJobResumesFromTheBatchDirectory(t *testing.T) {
 	t.Logf("%d items recorded before a kill, %d sends repeated after one", len(recorded), resent)
 }
 
+// SIGTERM while an async job's items are in flight: the job starts no more
+// items, the ones in flight finish and are recorded before Governor exits,
+// and after a restart on the same directory the job completes without
+// sending them again.
+func TestSIGTERMLetsJobItemsInFlightFinish(t *testing.T) {
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	dir := t.TempDir()
+	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_DRAIN_TIMEOUT=30s"}
+	const n = 6
+
+	g := startGovernor(t, env...)
+	resp, err := oneShot.Post("http://"+g.base+"/governor/batches?max_retries=0&concurrency=2", "application/jsonl",
+		strings.NewReader(durableJob(n)))
+	require.NoError(t, err)
+	var st struct{ ID string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.Eventually(t, func() bool { s := mock.Stats(); return s.InFlight == 2 && s.Received == 2 },
+		10*time.Second, time.Millisecond, "the job's first 2 items are at the provider")
+
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, g.exitCode(t, 30*time.Second))
+	after := mock.Stats()
+	assert.Equal(t, int64(2), after.Received, "no item started after the signal")
+	assert.Equal(t, 0, after.InFlight)
+	assert.Equal(t, int64(0), after.ClientGone, "the items in flight were not cut")
+	assert.Equal(t, int64(2), after.Answered[200], "the items in flight were answered before Governor exited")
+
+	g = startGovernor(t, env...)
+	require.Eventually(t, func() bool { _, s := durableJobState(t, g, st.ID); return s == "completed" },
+		30*time.Second, 10*time.Millisecond, "the job resumes by itself and completes")
+	lines := resultLines(t, g, st.ID, false)
+	require.Len(t, lines, n)
+	counts := mock.Stats().ByRequestID
+	for i, l := range lines {
+		want := fmt.Sprintf("item-%d", i)
+		require.Equal(t, want, l.CustomID, "results in input order")
+		require.NotNil(t, l.Response, "%s has its answer", want)
+		assert.Equal(t, 200, l.Response.StatusCode, want)
+		assert.Equal(t, int64(1), counts[want], "%s sent once", want)
+	}
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
+}
+
 // A Governor started on a batch directory whose files were cut at a random
 // byte starts, says what it found, and keeps what it can: a job whose
 // journal is cut resumes from the records before the cut; a job whose

@@ -196,7 +196,10 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		// Start-up failed after the proxy (the coordinator's sync loop)
 		// and perhaps the batch server began their work: stop them.
 		if batches != nil {
-			_ = batches.Shutdown(context.Background())
+			// Resumed jobs stop where they are: no drain for them.
+			now, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = batches.Shutdown(now)
 		}
 		_ = p.Shutdown(context.Background())
 	}()
@@ -280,8 +283,9 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		}
 	}()
 	// Async batch jobs are cancelled at once (nobody could fetch their
-	// results); sync batches and progress streams are calls of connected
-	// clients, which the proxy's drain lets finish.
+	// results), unless kept in GOVERNOR_BATCH_DIR: then they start no more
+	// items and the proxy's drain lets those in flight finish, as it does
+	// the calls of connected clients, sync batches and progress streams.
 	batchesDone := make(chan struct{})
 	go func() { _ = batches.Shutdown(ctx); close(batchesDone) }()
 	if err := p.Shutdown(ctx); err != nil {
