@@ -1,35 +1,21 @@
 package batch_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/internal/logtest"
 	"github.com/llmgovernor/governor/mockllm"
 )
-
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
 
 // The access log has one line per batch item, the failed one and the one
 // that never ran included, each with its batch, index, lane and outcome.
 func TestAccessLogOneLinePerItem(t *testing.T) {
-	var logs logBuffer
+	var logs logtest.Buffer
 	e := newEnv(t, envOptions{batch: func(c *batch.Config) {
 		c.AccessLog = slog.New(slog.NewJSONHandler(&logs, nil))
 	}})
@@ -44,16 +30,7 @@ func TestAccessLogOneLinePerItem(t *testing.T) {
 	}))
 	require.Len(t, doc.Details, 3)
 
-	var lines []map[string]any
-	logs.mu.Lock()
-	for line := range strings.Lines(logs.buf.String()) {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
-		if m["msg"] == "batch item" {
-			lines = append(lines, m)
-		}
-	}
-	logs.mu.Unlock()
+	lines := logs.Lines(t, "batch item")
 	require.Len(t, lines, 3)
 	byItem := map[float64]map[string]any{}
 	for _, l := range lines {

@@ -1,46 +1,16 @@
 package proxy
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmgovernor/governor/internal/logtest"
 	"github.com/llmgovernor/governor/mockllm"
 )
-
-// logBuffer collects JSON log lines written from any goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the lines logged so far whose msg is msg.
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // The access log has one line per forwarded call, with what an operator
 // looks for: a plain call, a call retried after a 429, a stream (logged
@@ -49,7 +19,7 @@ func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
 func TestAccessLogOneLinePerCall(t *testing.T) {
 	checkLeaks(t)
 	_, mock := startMock(t, mockllm.Config{ChunkDelay: time.Millisecond})
-	var logs logBuffer
+	var logs logtest.Buffer
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mock),
 		AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
 	c := client(t)
@@ -57,8 +27,8 @@ func TestAccessLogOneLinePerCall(t *testing.T) {
 	const plain = `{"model":"gpt-a","messages":[{"role":"user","content":"Hello"}]}`
 	resp, body := post(t, c, base+"/v1/chat/completions?key=sk-canary", plain)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Eventually(t, func() bool { return len(logs.lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond)
-	line := logs.lines(t, "call")[0]
+	require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond)
+	line := logs.Lines(t, "call")[0]
 	assert.Equal(t, "POST", line["method"])
 	assert.Equal(t, "/v1/chat/completions", line["path"])
 	assert.Contains(t, line["lane"], "gpt-a")
@@ -71,27 +41,27 @@ func TestAccessLogOneLinePerCall(t *testing.T) {
 	for _, k := range []string{"queue_ms", "upstream_ms", "duration_ms"} {
 		assert.Contains(t, line, k)
 	}
-	assert.NotContains(t, logs.buf.String(), "sk-canary")
+	assert.NotContains(t, logs.String(), "sk-canary")
 
 	// Retried after a 429.
 	_, _ = chat(t, c, base, map[string]string{mockllm.HeaderFault: "429,ok", mockllm.HeaderRequestID: "req-retried", mockllm.HeaderRetryAfterMs: "1"})
-	require.Eventually(t, func() bool { return len(logs.lines(t, "call")) == 2 }, 5*time.Second, time.Millisecond)
-	line = logs.lines(t, "call")[1]
+	require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 2 }, 5*time.Second, time.Millisecond)
+	line = logs.Lines(t, "call")[1]
 	assert.Equal(t, "COMPLETED_WITH_RETRIES", line["status"])
 	assert.EqualValues(t, 2, line["attempts"])
 
 	const stream = `{"model":"gpt-a","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hello"}]}`
 	resp, body = post(t, c, base+"/v1/chat/completions", stream)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Eventually(t, func() bool { return len(logs.lines(t, "call")) == 3 }, 5*time.Second, time.Millisecond)
-	line = logs.lines(t, "call")[2]
+	require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 3 }, 5*time.Second, time.Millisecond)
+	line = logs.Lines(t, "call")[2]
 	assert.EqualValues(t, len(body), line["bytes_out"], "a stream's bytes, counted as it ended")
 	assert.Equal(t, "COMPLETED", line["status"])
 
 	resp, _ = chat(t, c, base, map[string]string{HeaderMaxRetries: "many", "X-Request-Id": "req-refused"})
 	require.Equal(t, 400, resp.StatusCode)
-	require.Eventually(t, func() bool { return len(logs.lines(t, "call")) == 4 }, 5*time.Second, time.Millisecond)
-	line = logs.lines(t, "call")[3]
+	require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 4 }, 5*time.Second, time.Millisecond)
+	line = logs.Lines(t, "call")[3]
 	assert.EqualValues(t, 400, line["code"])
 	assert.Equal(t, "FAILED", line["status"])
 	assert.Equal(t, "", line["lane"])
@@ -102,9 +72,9 @@ func TestAccessLogOneLinePerCall(t *testing.T) {
 func TestNoAccessLogByDefault(t *testing.T) {
 	checkLeaks(t)
 	_, mock := startMock(t, mockllm.Config{})
-	var logs logBuffer
+	var logs logtest.Buffer
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mock), Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
 	resp, _ := chat(t, client(t), base, nil)
 	require.Equal(t, 200, resp.StatusCode)
-	assert.Empty(t, logs.lines(t, "call"))
+	assert.Empty(t, logs.Lines(t, "call"))
 }
