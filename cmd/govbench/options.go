@@ -38,6 +38,7 @@ type options struct {
 	memoryCalls int
 
 	matrixCaps      []int
+	matrixTokens    bool
 	matrixLatencies []time.Duration
 	matrixKnees     []int
 	matrixRounds    int
@@ -101,9 +102,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.timeoutFactor, "timeout-factor", 8, "goodput: a run is cut off after this many times its optimum (plus 10s)")
 	fs.IntVar(&o.memoryCalls, "memory-calls", 10000, "memory: calls waiting in the lane")
 	var matrixCaps, matrixLatencies, matrixKnees string
-	fs.StringVar(&matrixCaps, "matrix-caps", "1,2,4,8,16,64,256", "matrix: provider concurrency caps, comma-separated")
+	fs.StringVar(&matrixCaps, "matrix-caps", "1,2,4,8,16,64,256", "matrix: provider concurrency caps, comma-separated, or none")
 	fs.StringVar(&matrixLatencies, "matrix-latencies", "100ms,500ms,5s", "matrix: provider median latencies of the cap cells, comma-separated")
-	fs.StringVar(&matrixKnees, "matrix-knees", "4,8,32", "matrix: knees of the servers that slow down instead of answering 429")
+	fs.StringVar(&matrixKnees, "matrix-knees", "4,8,32", "matrix: knees of the servers that slow down instead of answering 429, comma-separated, or none")
+	fs.BoolVar(&o.matrixTokens, "matrix-tokens", true, "matrix: run the token budget cells")
 	fs.IntVar(&o.matrixRounds, "matrix-rounds", 30, "matrix: round trips (seconds, for the token budgets) of each cell at the optimum")
 	fs.DurationVar(&o.tenantsDuration, "tenants-duration", 10*time.Second, "tenants: measured time of each run")
 	fs.DurationVar(&o.s4Latency, "s4-latency", 0, "s4: the provider's median latency (default: the goodput scenarios', -goodput-duration over ⌈-calls/16⌉); e.g. 100ms for embeddings")
@@ -145,10 +147,10 @@ Flags:
 	if o.concurrency, err = parseInts(concurrency); err != nil {
 		return nil, fmt.Errorf("-concurrency: %w", err)
 	}
-	if o.matrixCaps, err = parseInts(matrixCaps); err != nil {
+	if o.matrixCaps, err = parseIntsOrNone(matrixCaps); err != nil {
 		return nil, fmt.Errorf("-matrix-caps: %w", err)
 	}
-	if o.matrixKnees, err = parseInts(matrixKnees); err != nil {
+	if o.matrixKnees, err = parseIntsOrNone(matrixKnees); err != nil {
 		return nil, fmt.Errorf("-matrix-knees: %w", err)
 	}
 	for _, f := range splitList(matrixLatencies) {
@@ -239,6 +241,14 @@ func parseVariants(s string) ([]coordination, error) {
 		}
 	}
 	return out, nil
+}
+
+// parseIntsOrNone is parseInts, except that "none" is the empty list.
+func parseIntsOrNone(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "none" {
+		return nil, nil
+	}
+	return parseInts(s)
 }
 
 func parseInts(s string) ([]int, error) {

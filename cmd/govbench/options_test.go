@@ -17,6 +17,7 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 4, 8, 16, 64, 256}, o.matrixCaps)
 	assert.Equal(t, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 5 * time.Second}, o.matrixLatencies)
 	assert.Equal(t, []int{4, 8, 32}, o.matrixKnees)
+	assert.True(t, o.matrixTokens)
 	assert.Equal(t, []int{1, 16, 64}, o.concurrency)
 	assert.Equal(t, []string{"default", "phoenix"}, o.presets)
 	assert.Equal(t, time.Minute, o.goodputDuration)
@@ -27,6 +28,18 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, []int{16}, o.concurrency, "smoke default")
 	assert.Equal(t, []string{"default"}, o.presets, "smoke default")
 	assert.Equal(t, 128, o.calls, "a flag given wins over the smoke default")
+
+	o, err = parseOptions([]string{"-scenarios", "matrix", "-matrix-caps", "8,2", "-matrix-knees", "none", "-matrix-tokens=false"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 8}, o.matrixCaps)
+	assert.Empty(t, o.matrixKnees, "none: no knee cells")
+	cells := matrixSpecs(o)
+	require.Len(t, cells, 6, "caps 2 and 8 at three latencies, no token or knee cells")
+	for _, c := range cells {
+		assert.Contains(t, c.name, "cap")
+	}
+	_, err = parseOptions([]string{"-matrix-caps", ""}, io.Discard)
+	assert.Error(t, err, "an empty list is a mistake; none says no cells")
 
 	o, err = parseOptions([]string{"-governor-env", "GOVERNOR_MAX_PAUSE=1ms", "-governor-env", "GOVERNOR_ROUTES=a=http://x,b=http://y"}, io.Discard)
 	require.NoError(t, err)

@@ -126,11 +126,13 @@ func matrixSpecs(o *options) []matrixSpec {
 		s.optimum = optimumBucket(n, burst, perSecond, meanLatency)
 		return s
 	}
-	out = append(out,
-		token("tpm-openai", "TPM, OpenAI, headers", false, true),
-		token("tpm-openai-noheaders", "TPM, OpenAI, no headers", false, false),
-		token("otpm-anthropic", "output TPM, Anthropic, headers", true, true),
-	)
+	if o.matrixTokens {
+		out = append(out,
+			token("tpm-openai", "TPM, OpenAI, headers", false, true),
+			token("tpm-openai-noheaders", "TPM, OpenAI, no headers", false, false),
+			token("otpm-anthropic", "output TPM, Anthropic, headers", true, true),
+		)
+	}
 
 	for _, k := range o.matrixKnees {
 		s := matrixSpec{goal: matrixGoal{goodput: 0.90, per100: 2}}
