@@ -18,8 +18,9 @@ import (
 // single-lane simulation leaves out:
 //
 //   - a 429 carries a Retry-After hint (Hint): the call waits it out before
-//     it is retried, and its lane pauses dispatching until the hint ends or
-//     one of its calls succeeds (package lane: Lane.Pause, Lane.Answered);
+//     it is retried, and its lane pauses dispatching, until the hint ends or
+//     one of the lane's calls succeeds (package lane: Lane.Pause,
+//     Lane.Answered, Lane.NextSuccess);
 //   - a 429 takes RejectLatency to come back;
 //   - a freed slot at the provider goes to whichever lane dispatches next:
 //     a lane dispatches only on its own events (an answer, a retry
@@ -94,6 +95,10 @@ type shEvent struct {
 	lane   int
 	reject bool
 	sent   time.Duration
+	// told: a shRetry that ends a 429'd call's wait for its hint, begun
+	// in the lane's era (unless a success ended it first).
+	told bool
+	era  int
 }
 
 func (e shEvent) when() (time.Duration, uint64) { return e.at, e.seq }
@@ -109,6 +114,9 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 		paused   time.Duration
 		calls    int
 		ok       [2]int // 2xx in All, in Window
+		// waiting 429'd calls wait out their hints, until the lane's
+		// next success (its successes count up to era).
+		waiting, era int
 	}
 	lanes := make([]lane, n)
 	var (
@@ -164,7 +172,12 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 				l.queue = p.Clients
 			}
 		case shRetry:
-			l.queue++
+			if !e.told {
+				l.queue++
+			} else if e.era == l.era {
+				l.waiting--
+				l.queue++
+			}
 		case shAnswer:
 			s := Sample{Outcome: Success, Latency: now - e.sent, InFlight: l.inFlight}
 			if e.reject {
@@ -182,7 +195,8 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 			l.inFlight--
 			if e.reject {
 				rejected++
-				push(shEvent{at: now + p.Hint, kind: shRetry, lane: e.lane})
+				l.waiting++
+				push(shEvent{at: now + p.Hint, kind: shRetry, lane: e.lane, told: true, era: l.era})
 				if until := now + p.Hint; until > l.paused {
 					l.paused = until
 					push(shEvent{at: until, kind: shWake, lane: e.lane})
@@ -193,6 +207,9 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 					res.Entry[e.lane] = now - p.Starts[e.lane]
 				}
 				l.paused = 0
+				l.queue += l.waiting
+				l.waiting = 0
+				l.era++
 				l.calls++
 				if now >= p.All[0] && now < p.All[1] {
 					l.ok[0]++

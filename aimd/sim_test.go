@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ type simParams struct {
 	Until []time.Duration
 	// Hint, if not zero, is the Retry-After of every 429, as the proxy
 	// honours it: the call waits it out before its retry, and the lane
-	// dispatches nothing until it ends or a call succeeds.
+	// dispatches nothing, until it ends or a call of the lane succeeds.
 	Hint time.Duration
 	// Knee, if not zero, makes the provider a server that queues instead
 	// of refusing (mockllm -knee): it answers no 429, and a call
@@ -187,6 +188,7 @@ func simulate(cfg Config, p simParams) simResult {
 		completed int
 		inFlight  int // governor's count; equals the provider's
 		paused    time.Duration
+		waiting   = map[int]uint64{} // calls answered 429 waiting out their hint: the seq of its end
 	)
 	submit := func() {
 		if submitted < p.Calls {
@@ -231,7 +233,8 @@ func simulate(cfg Config, p simParams) simResult {
 		e := heap.Pop(&events).(simEvent)
 		now = e.at
 		if e.retry || e.wake {
-			if e.retry {
+			if e.retry && waiting[e.call] == e.seq {
+				delete(waiting, e.call)
 				queue = append([]int{e.call}, queue...)
 			}
 			pump()
@@ -255,6 +258,7 @@ func simulate(cfg Config, p simParams) simResult {
 			if p.Hint > 0 {
 				seq++
 				heap.Push(&events, simEvent{at: now + p.Hint, seq: seq, call: e.call, retry: true})
+				waiting[e.call] = seq
 				if now+p.Hint > paused {
 					paused = now + p.Hint
 					seq++
@@ -266,6 +270,15 @@ func simulate(cfg Config, p simParams) simResult {
 		} else {
 			completed++
 			paused = 0
+			// The success ends the waits of the calls answered 429,
+			// oldest call first.
+			var back []int
+			for call := range waiting {
+				back = append(back, call)
+			}
+			slices.Sort(back)
+			clear(waiting)
+			queue = append(back, queue...)
 			res.Makespan = now
 			for i, b := range p.Bounds {
 				if completed == b {

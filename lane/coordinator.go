@@ -309,6 +309,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	}
 	if resume {
 		l.pausedUntil = time.Time{}
+		l.wakeRetriesLocked()
 	}
 	l.q.SetLimit(co.share)
 	// No share (the others use the whole limit): no call at all, rather

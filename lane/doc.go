@@ -21,7 +21,8 @@
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
 // with ReserveTokens before it is sent (see tokens.go). Pause holds the
 // lane's dispatches for a provider's Retry-After until a call succeeds
-// (Answered) or the time comes, whichever is first.
+// (Answered) or the time comes, whichever is first; NextSuccess lets a call
+// answered 429 wait the same way.
 // Every method of Lane and Registry is safe for concurrent use and takes
 // the time it acts at, so tests drive it with explicit instants.
 //

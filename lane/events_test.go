@@ -88,3 +88,34 @@ func promText(set *metrics.Set) string {
 	set.WritePrometheus(&b)
 	return b.String()
 }
+
+// NextSuccess's channel is closed by the lane's next success and by
+// nothing else; each success ends the waits begun before it.
+func TestNextSuccessIsClosedByTheNextSuccess(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 8}, Metrics: metrics.NewSet(), Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	first := l.NextSuccess()
+	assert.Equal(t, first, l.NextSuccess(), "waits before one success share its channel")
+	l.Pause(now.Add(30*time.Second), now)
+	l.Observe(lane.RateLimited, time.Millisecond, now, now)
+	assert.False(t, closed(first), "a 429 or a pause does not end the wait")
+	l.Answered(now)
+	assert.True(t, closed(first), "the success ends it")
+	second := l.NextSuccess()
+	assert.False(t, closed(second), "a wait begun after that success waits for the next")
+	l.Answered(now)
+	assert.True(t, closed(second))
+}

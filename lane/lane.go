@@ -31,12 +31,15 @@ type Lane struct {
 	mu   sync.Mutex // orders ObserveAt with the SetLimit that follows it
 	ctrl *aimd.Controller
 
-	pausedUntil time.Time  // guarded by mu; also kept by q
-	co          *laneCoord // guarded by mu; nil without a Coordinator
-	pace        pacer
-	tokens      tokenPacer
-	m           *laneMetrics
-	load        *connLoad // of the lane's upstream
+	pausedUntil time.Time // guarded by mu; also kept by q
+	// nextOK is closed when a call of the lane next succeeds (see
+	// NextSuccess); nil until a call asks for it. Guarded by mu.
+	nextOK chan struct{}
+	co     *laneCoord // guarded by mu; nil without a Coordinator
+	pace   pacer
+	tokens tokenPacer
+	m      *laneMetrics
+	load   *connLoad // of the lane's upstream
 
 	// lastUsed is when a call last took the lane or finished an attempt
 	// in it (Unix nanoseconds), and rejected and accepted whether the
@@ -204,7 +207,8 @@ func (l *Lane) Pause(t, now time.Time) {
 	}
 }
 
-// Answered lifts a pause when a call of the lane has just succeeded.
+// Answered lifts a pause when a call of the lane has just succeeded, and
+// wakes the calls waiting for that (NextSuccess).
 //
 // A Retry-After says when the provider expects to take that call again;
 // whether it speaks for the whole lane depends on the limit behind it. Under
@@ -213,8 +217,8 @@ func (l *Lane) Pause(t, now time.Time) {
 // completes frees a slot at once, and holding the lane for the rest of the
 // hint (a whole second, typically) would leave that slot idle: the
 // controller's decrease is the right answer to a cap. So a pause holds only
-// while nothing succeeds; the call that was told to wait still waits out its
-// own hint.
+// while nothing succeeds, and so does the wait of a call told to come back
+// later.
 func (l *Lane) Answered(now time.Time) {
 	l.mu.Lock()
 	lifted := l.pausedUntil.After(now)
@@ -224,10 +228,33 @@ func (l *Lane) Answered(now time.Time) {
 	if l.co != nil {
 		l.co.lastOK = now
 	}
+	l.wakeRetriesLocked()
 	l.mu.Unlock()
 	if lifted {
 		l.q.Resume()
 		l.log.Debug("lane resumed: a call succeeded", "lane", l.id)
+	}
+}
+
+// NextSuccess returns a channel that is closed when a call of the lane next
+// succeeds (Answered), here or, for a coordinated lane, in another Governor
+// (as its pause ends then). A call answered 429 waits for its Retry-After
+// or for that, whichever comes first, as the lane's pause does.
+func (l *Lane) NextSuccess() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nextOK == nil {
+		l.nextOK = make(chan struct{})
+	}
+	return l.nextOK
+}
+
+// wakeRetriesLocked ends the waits NextSuccess gave out. It requires l.mu
+// to be held.
+func (l *Lane) wakeRetriesLocked() {
+	if l.nextOK != nil {
+		close(l.nextOK)
+		l.nextOK = nil
 	}
 }
 

@@ -61,8 +61,9 @@
 // CONNECT or PRI, gets 400 or 405; one framed by both Content-Length and
 // Transfer-Encoding is served, and its connection closed after the answer.
 //
-// A Retry-After also pauses the lane, until the hint or until a call of the
-// lane succeeds, whichever is first: under a request budget the lane waits
+// A call answered 429 or 529 waits for its hint, and a Retry-After also
+// pauses the lane, until the hint or until a call of the lane succeeds,
+// whichever is first: under a request budget the lane waits
 // (and the lane's pacer spaces dispatches so that the budget is met by
 // waiting rather than by 429s); under a concurrency cap a completed call
 // frees a slot at once.

@@ -253,8 +253,7 @@ func TestRetriesUntilSuccessOrBudget(t *testing.T) {
 }
 
 // Under a concurrency cap a call that completes frees a slot: a success
-// ends a Retry-After pause of the lane at once, while the call that was told
-// to wait still waits.
+// ends a Retry-After pause of the lane at once.
 func TestASuccessEndsALanePause(t *testing.T) {
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
@@ -288,6 +287,34 @@ func TestASuccessEndsALanePause(t *testing.T) {
 	require.NoError(t, err)
 	assert.Less(t, ms, 10_000, "dispatched when the slow call succeeded, not 30s later")
 	assert.Nil(t, lanesOf(t, c, base)[0].PausedUntil, "the pause is over")
+}
+
+// A call answered 429 waits out its Retry-After only while nothing of its
+// lane succeeds: under a concurrency cap the success freed a slot, and the
+// retry takes it ahead of fresh calls.
+func TestASuccessEndsTheWaitOfARateLimitedCall(t *testing.T) {
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
+	c := client(t)
+
+	// The slow call must still be in flight when the other call has been
+	// answered 429: its 3 s leave room for a loaded machine.
+	slow := make(chan *http.Response, 1)
+	go func() {
+		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "3s"})
+		slow <- resp
+	}()
+	require.Eventually(t, func() bool { return mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+	start := time.Now()
+	resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "told-to-wait", "X-Mock-Fault": "429", "X-Mock-Retry-After": "30"})
+	took := time.Since(start)
+	assert.Equal(t, 200, resp.StatusCode, body)
+	assert.Equal(t, "COMPLETED_WITH_RETRIES", resp.Header.Get(HeaderStatus))
+	assert.Equal(t, "2", resp.Header.Get(HeaderAttempts))
+	assert.Equal(t, 200, (<-slow).StatusCode)
+	assert.Less(t, took, 20*time.Second, "retried when the slow call succeeded, not 30 s after its 429")
+	assert.Equal(t, int64(2), mock.Stats().ByRequestID["told-to-wait"])
 }
 
 func TestAPIKeysGetIndependentLanes(t *testing.T) {

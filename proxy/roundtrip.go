@@ -99,6 +99,10 @@ type governedCall struct {
 	costed bool
 	mark   lane.TokenMark
 	hint   time.Duration // the provider's wait before the next attempt, 0 for none
+	// freed, after a 429, is closed when a call of the lane next
+	// succeeds: the retry need not wait out the rest of hint (or the
+	// backoff) then. Nil after any other failure.
+	freed <-chan struct{}
 	// granted is when the attempt's slot was granted: the limit it was
 	// let out under is the one the controller had then (see
 	// aimd.Sample.Dispatched).
@@ -137,7 +141,7 @@ func (c *governedCall) run(ctx context.Context) {
 			return
 		}
 		ctx = c.own(ctx)
-		if err := c.p.backoff(ctx, attempt, c.hint); err != nil {
+		if err := c.p.backoff(ctx, attempt, c.hint, c.freed); err != nil {
 			c.giveUp(ctx, c.p.waitError(ctx, err))
 			return
 		}
@@ -284,7 +288,7 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	}
 	if delay > 0 {
 		ctx = c.own(ctx)
-		if err := sleepCtx(ctx, delay); err != nil {
+		if err := sleepCtx(ctx, delay, nil); err != nil {
 			l.Queue().ReleaseTenant(c.o.tenant)
 			return ctx, p.waitError(ctx, err)
 		}
@@ -385,12 +389,15 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 
 	// A failed attempt.
 	d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
-	c.hint = 0
+	c.hint, c.freed = 0, nil
 	if err == nil {
 		c.hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
 		if oc == lane.RateLimited && c.hint > 0 {
 			l.Pause(now.Add(c.hint), now)
 		}
+	}
+	if oc == lane.RateLimited {
+		c.freed = l.NextSuccess()
 	}
 	l.Queue().ReleaseTenant(c.o.tenant)
 	if err != nil {
@@ -484,10 +491,13 @@ func (p *Proxy) waitError(ctx context.Context, err error) *apiError {
 // Nobody reads it; it shows in metrics.
 const statusClientClosed = 499
 
-// backoff waits before a retry: the provider's hint when it gave one (the
-// lane may resume earlier, see lane.Lane.Answered, but the call that was told to
-// wait does), else exponential backoff with full jitter.
-func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration) error {
+// backoff waits before a retry: the provider's hint when it gave one, else
+// exponential backoff with full jitter. After a 429 (freed not nil) the
+// wait also ends when a call of the lane succeeds, as the lane's pause does
+// (see lane.Lane.Answered): under a concurrency cap that success freed a
+// slot, and the retry, which goes ahead of fresh calls, takes it instead of
+// waiting out a hint that fresh calls do not.
+func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration, freed <-chan struct{}) error {
 	d := hint
 	if d == 0 {
 		ceiling := p.cfg.BackoffBase << min(attempt-1, 30)
@@ -496,11 +506,12 @@ func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration) er
 		}
 		d = rand.N(ceiling + 1)
 	}
-	return sleepCtx(ctx, d)
+	return sleepCtx(ctx, d, freed)
 }
 
-// sleepCtx waits for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// sleepCtx waits for d, until ctx ends, or until early is closed (nil:
+// never).
+func sleepCtx(ctx context.Context, d time.Duration, early <-chan struct{}) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -508,6 +519,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-early:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
