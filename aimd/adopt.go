@@ -41,6 +41,7 @@ func (c *Controller) Adopt(target float64, lastDecrease time.Time, level float64
 		d.confirmed = false
 		d.skipHold = false
 		d.reachedAt = time.Time{} // the level is new: not reached yet
+		d.countFind(false)        // others decide too: no back-off
 	}
 	if c.collapsed && c.target >= d.recoverTo {
 		c.collapsed = false

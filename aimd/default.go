@@ -57,6 +57,13 @@ type defaultState struct {
 	// that stays put (prevLevel is the last one's level).
 	stable    bool
 	prevLevel float64
+	// finds counts the confirmed 429s in a row that found the ceiling of
+	// the decrease before them again, at a small level (at most Initial/2
+	// held); backoff is how many times the probe hold has doubled since
+	// finds reached backoffFinds (probeHoldLocked). Any other decrease, a
+	// collapse or an adopted decrease sets both to zero.
+	finds   int
+	backoff int
 	// peak is the most calls in flight at a fresh in-use success, at
 	// peakAt; it fades with time (recentPeakLocked).
 	peak   float64
@@ -86,17 +93,34 @@ const (
 	// to the usual hold within about a minute of round trips.
 	recallRatio = 0.7
 	peakMemory  = 64
+	// A lane that holds at most Initial/2 and has found the ceiling of its
+	// last decrease again backoffFinds times in a row, each 429 a
+	// confirmed cut, doubles its probe hold from then on at every find, up
+	// to backoffCalls calls (backoffCalls/limit round trips): at most one
+	// probe's 429 per 64 calls, against one per 1.5 to 12 calls at caps of
+	// 1 to 4 with the hold of 1+limit/3.
+	backoffFinds = 3
+	backoffCalls = 64
+	// maxBackoff bounds the doublings (the hold reaches backoffCalls long
+	// before).
+	maxBackoff = 16
 )
 
 // probeHoldLocked is the number of clean round trips held just below the
-// decrease level before probing above it: 1 + limit/3, at most ProbeHold;
-// 1 while the limit is below recallRatio of the lane's recent peak. It
-// requires c.mu to be held.
+// decrease level before probing above it: 1 + limit/3, at most ProbeHold,
+// doubled backoff times but not beyond backoffCalls calls; 1 while the
+// limit is below recallRatio of the lane's recent peak. It requires c.mu
+// to be held.
 func (c *Controller) probeHoldLocked(now time.Time) int {
-	if float64(c.limitLocked()) < recallRatio*c.recentPeakLocked(now) {
+	limit := c.limitLocked()
+	if float64(limit) < recallRatio*c.recentPeakLocked(now) {
 		return 1
 	}
-	return min(c.cfg.ProbeHold, 1+c.limitLocked()/3)
+	hold := min(c.cfg.ProbeHold, 1+limit/3)
+	if b := c.defaultRule.backoff; b > 0 {
+		hold = max(hold, min(hold<<min(b, maxBackoff), (backoffCalls+limit-1)/limit))
+	}
+	return hold
 }
 
 // recentPeakLocked is the most calls the lane has had in flight at a
@@ -151,7 +175,11 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// A call sent after the share clock's round began is back.
 			d.quiet++
 			d.rtStart = now
-			if d.quiet >= yieldRounds && now.Sub(d.quietSince) >= yieldGap {
+			// A lane backed off at a small ceiling (see backoffFinds)
+			// does not yield: as far as it can tell it is alone, and at
+			// a limit of 2 to 4 a yield gives back one call in two to
+			// four for a round trip, 5% of its calls.
+			if d.quiet >= yieldRounds && now.Sub(d.quietSince) >= yieldGap && d.backoff == 0 {
 				if ev := c.yieldDefaultLocked(s, now); ev != None {
 					return ev
 				}
@@ -344,6 +372,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	taken := d.prevLevel > 0 && level < d.prevLevel
 	d.stable = level == d.prevLevel
 	d.prevLevel = level
+	d.countFind(s.Outcome == RateLimited && d.stable && !unconfirmed && !repeat && level-1 <= c.cfg.Initial/2)
 	c.decrLevel = level
 	c.collapsed = false // a decrease is a new operating point
 	c.decreases++
@@ -377,6 +406,13 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 			// overshootSlack slots.
 			c.target = math.Max(c.target, level-overshootSlack)
 			c.target = c.shareAboveInitialLocked(level, taken)
+			if d.backoff > 0 {
+				// A probe of a backed-off lane found the ceiling once
+				// more: back below it at once, or a cut of 10% that
+				// leaves the limit at the level (2.3 × 0.9 = 2.07)
+				// costs a second 429.
+				c.target = math.Max(1, math.Min(c.target, level-1))
+			}
 		}
 		d.ss = math.Max(c.target, level-1)
 		d.skipHold = false
@@ -395,6 +431,7 @@ func (c *Controller) collapseLocked(level float64) Event {
 	d.recoverTo = d.ss
 	d.skipHold = false
 	d.streak = 0
+	d.countFind(false)
 	c.collapsed = true
 	c.collapses++
 	return Collapsed
@@ -417,6 +454,21 @@ func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 
 		give = 1.5
 	}
 	return math.Max(1, math.Min(c.target, held-give))
+}
+
+// countFind notes a decrease: found is whether it found the ceiling of
+// the previous one again (a confirmed 429 at the same small level).
+// backoffFinds finds in a row start the probe hold's doubling; anything
+// else, a sign that capacity changed or that others share it, stops it.
+func (d *defaultState) countFind(found bool) {
+	if !found {
+		d.finds, d.backoff = 0, 0
+		return
+	}
+	d.finds++
+	if d.finds >= backoffFinds {
+		d.backoff = min(d.backoff+1, maxBackoff)
+	}
 }
 
 // restartShareClock counts the quiet round trips before the next yield

@@ -1,6 +1,7 @@
 package aimd
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -565,6 +566,106 @@ func TestDefaultProbeHoldRecallsRecentPeak(t *testing.T) {
 	// Near the peak (at least 0.7 of it), the usual hold.
 	assert.Equal(t, 4, hold(23, 2))
 	assert.Equal(t, 1, hold(22, 2))
+}
+
+// underCap runs a lane alone under a hard cap for n probes, from *sec
+// on, in round trips of 1 s: the calls the limit lets out at the start of
+// a round trip, of which those beyond cap draw a 429 at once and the
+// others succeed a second later. It returns the clean round trips before
+// each round trip with 429s (a probe), and every event seen.
+func underCap(t *testing.T, c *Controller, cap, n int, sec *float64) (gaps []int, events []Event) {
+	t.Helper()
+	gap := 0
+	for len(gaps) < n {
+		require.Less(t, gap, 1000, "the lane never probes")
+		sent := at(*sec)
+		calls := c.Limit()
+		inFlight := calls
+		for k := range calls - min(calls, cap) {
+			s := limited(0, inFlight)
+			s.Dispatched = sent
+			events = append(events, c.ObserveAt(s, at(*sec+0.0001*float64(k+1))))
+			inFlight--
+		}
+		for i := range inFlight {
+			s := ok(1, inFlight-i)
+			s.Dispatched = sent
+			events = append(events, c.ObserveAt(s, at(*sec+1+0.001*float64(i))))
+		}
+		if calls > cap {
+			gaps = append(gaps, gap)
+			gap = 0
+		} else {
+			gap++
+		}
+		*sec += 1.1
+	}
+	return gaps, events
+}
+
+// smallLane returns a lane past its newcomer phase whose target is
+// target, with no decrease yet.
+func smallLane(t *testing.T, target float64) *Controller {
+	c := New(Config{Max: 64}, t0) // Initial 8
+	warm(t, c)
+	c.mu.Lock()
+	c.target = target
+	c.mu.Unlock()
+	return c
+}
+
+func TestDefaultProbeBackoff(t *testing.T) {
+	// A lane alone under a cap of 1, 2 or 4: each probe asks for one call
+	// more than the cap and draws a 429, at the same ceiling every time.
+	for _, cap := range []int{1, 2, 4} {
+		c := smallLane(t, float64(cap))
+		sec := 10.0
+		gaps, events := underCap(t, c, cap, 14, &sec)
+		t.Logf("cap %d: clean round trips before each probe: %v", cap, gaps)
+		// Once the ceiling has been found again 3 times in a row, the
+		// hold doubles at every find, up to 64 calls: 64/cap round trips
+		// (and the round trip of the probe).
+		most := 64/cap + 1
+		assert.LessOrEqual(t, slices.Min(gaps), 3, "cap %d: probing at the usual pace at first: %v", cap, gaps)
+		tail := gaps[len(gaps)-5:]
+		for i := 1; i < len(tail); i++ {
+			assert.GreaterOrEqual(t, tail[i], min(2*tail[i-1]-1, most), "cap %d: the hold doubles: %v", cap, gaps)
+		}
+		assert.Equal(t, most, gaps[len(gaps)-1], "cap %d: at most 64 calls between probes: %v", cap, gaps)
+		// A backed-off lane does not yield, however quiet it is.
+		assert.NotContains(t, events, Yielded, "cap %d", cap)
+		assert.Equal(t, cap, c.Limit(), "cap %d: back below the ceiling after a probe", cap)
+	}
+}
+
+func TestDefaultProbeBackoffStopsWhenTheCeilingMoves(t *testing.T) {
+	c := smallLane(t, 4)
+	sec := 10.0
+	gaps, _ := underCap(t, c, 4, 10, &sec)
+	require.GreaterOrEqual(t, gaps[len(gaps)-1], 9, "backed off: %v", gaps)
+	// The cap falls to 3 (someone else took a slot, or the provider
+	// lowered it): a 429 at a lower level. Back to the usual pace.
+	gaps, _ = underCap(t, c, 3, 3, &sec)
+	assert.LessOrEqual(t, slices.Max(gaps), 4, "a new ceiling, the usual hold of 1 + 3/3 round trips: %v", gaps)
+	// Another Governor sharing the lane decreased (coordination): the
+	// lane is not alone either.
+	gaps, _ = underCap(t, c, 3, 6, &sec)
+	require.GreaterOrEqual(t, gaps[len(gaps)-1], 5, "backed off: %v", gaps)
+	c.Adopt(3, at(sec), 4)
+	sec += 1.1
+	gaps, _ = underCap(t, c, 3, 1, &sec)
+	assert.LessOrEqual(t, gaps[0], 3, "after an adopted decrease, the usual hold: %v", gaps)
+}
+
+func TestDefaultProbeBackoffOnlyAtSmallLimits(t *testing.T) {
+	// Above Initial/2 (4 calls held) a lane's probes are how a cap shared
+	// among processes gets split (S4): no back-off, however often the
+	// same ceiling is found. A cap of 6: the hold is 1 + 6/3 round trips.
+	c := smallLane(t, 6)
+	sec := 10.0
+	gaps, events := underCap(t, c, 6, 14, &sec)
+	assert.LessOrEqual(t, slices.Max(gaps[4:]), 4, "the usual hold: %v", gaps)
+	assert.NotContains(t, events, Yielded)
 }
 
 func TestDecreaseCause(t *testing.T) {

@@ -30,7 +30,11 @@
 // level at which congestion came and probing above it, a collapse to 1
 // only when nothing at all succeeds across decreases, and, after ten quiet
 // round trips, 30% of the calls in flight given back for a round trip so
-// that other processes sharing the provider can grow. It also reads
+// that other processes sharing the provider can grow. A lane that holds at
+// most Initial/2 calls and keeps finding the same ceiling probes above it
+// less and less often, down to once per 64 calls, and gives nothing back
+// meanwhile, until a 429 at another level (or a decrease adopted from
+// other processes) says that the ceiling moved or is shared. It also reads
 // latency, for providers that slow down instead of answering 429: a
 // success that took many times the lane's usual latency does not grow the
 // limit, and a timeout while latency has exploded collapses the lane even

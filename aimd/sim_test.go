@@ -444,3 +444,30 @@ func BenchmarkSimulation(b *testing.B) {
 		}
 	}
 }
+
+// TestSimulationSmallCaps checks the goal of few 429s at every cap: a lane
+// alone under a cap of 1, 2 or 4 (64 clients, mockllm's latency and
+// Retry-After) draws at most 2 429s per 100 calls once it has found the
+// cap, counted between its 2,000th and 6,000th call (8 to 65 per 100 when
+// it probed every 1 + limit/3 round trips), and loses no goodput for it.
+func TestSimulationSmallCaps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many simulations")
+	}
+	const seeds = 10
+	for _, cap := range []int{1, 2, 4} {
+		var steady, goodput float64
+		for seed := uint64(1); seed <= seeds; seed++ {
+			p := scenario("cap16", 480*time.Millisecond, seed)
+			p.Caps, p.Hint = []int{cap}, time.Second
+			first := simulate(simConfig(Default), p)
+			p.Calls = 6000
+			all := simulate(simConfig(Default), p)
+			steady += 100 * float64(all.Rejected-first.Rejected) / 4000 / seeds
+			goodput += first.Goodput / seeds
+		}
+		t.Logf("cap %d: goodput %.3f, 429s per 100 calls from the 2,000th call on %.2f", cap, goodput, steady)
+		assert.LessOrEqual(t, steady, 2.0, "cap %d: 429s per 100 calls once the cap is found", cap)
+		assert.GreaterOrEqual(t, goodput, 0.97, "cap %d", cap)
+	}
+}
