@@ -106,9 +106,11 @@ func (b *tokenBucket) level(now time.Time) float64 {
 type tokenPacer struct {
 	mu      sync.Mutex
 	buckets [numTokenKinds]tokenBucket
-	// bytesPerToken is learned from the answers' usage: the prompt
-	// tokens a request body of n bytes holds are about n/bytesPerToken.
-	bytesPerToken float64
+	// bodyBytes and promptTokens are the means of the answered calls'
+	// body sizes and prompt tokens (0 until one reports usage): the
+	// prompt tokens a body of n bytes holds are about
+	// n*promptTokens/bodyBytes.
+	bodyBytes, promptTokens float64
 	// output is the mean output tokens of the lane's answers, the
 	// estimate for a call that sets no max_tokens (0 until one answers).
 	output float64
@@ -138,9 +140,9 @@ const usageWeight = 0.1
 func (p *tokenPacer) estimate(bodyBytes, maxTokens int) Cost {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	bpt := p.bytesPerToken
-	if bpt == 0 {
-		bpt = defaultBytesPerToken
+	bpt := float64(defaultBytesPerToken)
+	if p.promptTokens > 0 {
+		bpt = p.bodyBytes / p.promptTokens
 	}
 	c := Cost{Prompt: int(math.Ceil(float64(bodyBytes) / bpt)), Output: maxTokens}
 	if maxTokens <= 0 {
@@ -220,11 +222,15 @@ func (p *tokenPacer) observeUsage(est Cost, bodyBytes int, prompt, completion in
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if prompt > 0 && bodyBytes > 0 {
-		bpt := float64(bodyBytes) / float64(prompt)
-		if p.bytesPerToken == 0 {
-			p.bytesPerToken = bpt
+		// The ratio of the means, not the mean of the ratios: a budget
+		// spends sums of tokens, and a body's JSON around its prompt
+		// makes small bodies hold fewer tokens a byte than large ones,
+		// so that the mean ratio underestimates the large calls.
+		if p.promptTokens == 0 {
+			p.bodyBytes, p.promptTokens = float64(bodyBytes), float64(prompt)
 		} else {
-			p.bytesPerToken += usageWeight * (bpt - p.bytesPerToken)
+			p.bodyBytes += usageWeight * (float64(bodyBytes) - p.bodyBytes)
+			p.promptTokens += usageWeight * (float64(prompt) - p.promptTokens)
 		}
 	}
 	if p.output == 0 {

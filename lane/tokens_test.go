@@ -80,3 +80,25 @@ func TestTokenReportValidity(t *testing.T) {
 	}
 	assert.True(t, TokenReport{Kind: OutputTokens, Limit: 10}.Valid())
 }
+
+func TestPromptEstimateHoldsForMixedSizes(t *testing.T) {
+	// Bodies of three sizes whose JSON adds 78 bytes around prompts of
+	// 200, 2,000 and 8,000 bytes (52, 502 and 2,002 tokens): what a lane
+	// books for the three together must be what they use together.
+	bodies, prompts := []int{278, 2078, 8078}, []int64{52, 502, 2002}
+	var p tokenPacer
+	for i := range 300 {
+		k := i % 3
+		p.observeUsage(p.estimate(bodies[k], 10), bodies[k], prompts[k], 10, t0)
+	}
+	for phase := range 3 {
+		var booked, used float64
+		for j := range 3 {
+			k := (phase + j) % 3
+			booked += float64(p.estimate(bodies[k], 10).Prompt)
+			used += float64(prompts[k])
+			p.observeUsage(p.estimate(bodies[k], 10), bodies[k], prompts[k], 10, t0)
+		}
+		assert.InDelta(t, 1, booked/used, 0.02, "booked %.0f prompt tokens for %.0f used, phase %d", booked, used, phase)
+	}
+}
