@@ -559,7 +559,9 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	body := bufferedBody(resp)
 	if oc == lane.RateLimited && n == 0 {
 		if r, ok := tokensFrom429(body); ok {
-			l.ObserveTokens(r, lane.TokenMark{}, now)
+			// Used counts the calls the provider took before this one,
+			// not those booked after it: the mark subtracts them.
+			l.ObserveTokens(r, c.mark, now)
 		}
 	}
 	if oc == lane.Answered {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -168,4 +169,68 @@ func TestStreamUsageCorrectsTokenEstimate(t *testing.T) {
 	after := l.EstimateCost(len(body), 10)
 	assert.Less(t, after.Prompt, before.Prompt, "the stream said the prompt was 500 tokens")
 	assert.GreaterOrEqual(t, after.Prompt, 500)
+}
+
+// A 429 that states a token budget counts the calls booked after the
+// refused one as still to be charged, as a header report does: taken as
+// is, it would forget them and let new calls spend their tokens again.
+func TestTokens429CountsCallsBookedSince(t *testing.T) {
+	checkLeaks(t)
+	arrived := make(chan string, 3)
+	refuse, finish := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		body := string(b)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.Contains(body, "refused"):
+			arrived <- "refused"
+			<-refuse
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"error":{"message":"Rate limit reached for gpt-test in organization org-x on tokens per min (TPM): Limit 60000, Used 50000, Requested 101. Please try again in 1s.","type":"tokens","code":"rate_limit_exceeded"}}`)
+			return
+		case strings.Contains(body, "held"):
+			arrived <- "held"
+			<-finish
+		default:
+			w.Header().Set("X-Ratelimit-Limit-Tokens", "60000")
+			w.Header().Set("X-Ratelimit-Remaining-Tokens", "60000")
+		}
+		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
+	}))
+	t.Cleanup(up.Close)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+	c := client(t)
+	post := func(content string, maxTokens int) (int, error) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(fmt.Sprintf(`{"model":"gpt-test","max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)))
+		req.Header.Set(HeaderMaxRetries, "0")
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+
+	status, err := post("first", 1)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status, "the budget is known from its headers")
+
+	refused, held := make(chan int, 1), make(chan int, 1)
+	go func() { s, _ := post("refused", 100); refused <- s }()
+	require.Equal(t, "refused", <-arrived)
+	go func() { s, _ := post("held", 20000); held <- s }()
+	require.Equal(t, "held", <-arrived, "booked after the refused call")
+	close(refuse)
+	assert.Equal(t, http.StatusTooManyRequests, <-refused)
+
+	// 10,000 left when the refused call came, less the 20,000-odd booked
+	// by the held call since (the refill of a few milliseconds aside).
+	budgets := lanesOf(t, c, base)[0].TokenBudgets
+	require.Len(t, budgets, 1)
+	assert.InDelta(t, -10000, budgets[0].Remaining, 500, "the held call's tokens are still to be charged")
+	close(finish)
+	assert.Equal(t, http.StatusOK, <-held)
 }
