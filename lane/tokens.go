@@ -170,12 +170,14 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 		if c > b.limit {
 			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
 		}
-		// Spend at paceMargin of the refill rate, as the request pacer
-		// does, for the jitter between dispatch and arrival, and keep
-		// tokenSlack of the budget unspent (see there).
+		// Spend at the refill rate, keeping tokenSlack of the budget
+		// unspent (see there). Unlike the request pacer's, the rate is
+		// not an estimate (the limit is per minute), and a call that
+		// reaches the provider later than planned finds more tokens,
+		// not fewer: spending less than the rate would only lose it.
 		lvl := b.level(now) - tokenSlack*b.limit
 		if lvl < c {
-			w := time.Duration((c - lvl) / (b.limit / 60 * paceMargin) * float64(time.Second))
+			w := time.Duration((c - lvl) / (b.limit / 60) * float64(time.Second))
 			wait = max(wait, min(w, maxWait))
 		}
 	}
