@@ -62,7 +62,7 @@ const (
 	DefaultDecreaseRatio       = 0.9  // Default preset: cut on a fresh congestion signal
 	DefaultRepeatDecreaseRatio = 0.5  // Default preset: cut when the previous cut did not help
 	DefaultProbeHold           = 4    // Default preset: most round trips held below the decrease level before probing
-	DefaultLatencyTolerance    = 1.25 // Default preset: least ratio of a cohort's fastest call to the baseline that is congestion
+	DefaultLatencyTolerance    = 1.25 // Default preset: least ratio of a level's latency to the lowest level's that is congestion
 )
 
 // Config configures a Controller. The zero value of every field but Max
@@ -120,14 +120,16 @@ type Config struct {
 	// LatencyAlpha is the weight of a new success's latency in the
 	// latency EWMA (default 0.2). Must be in (0, 1].
 	LatencyAlpha float64
-	// LatencyTolerance (Default preset only) is the least ratio to the
-	// lane's latency baseline at which the fastest calls of a cohort
-	// (calls sent together) count as queued by the provider; more where
-	// they vary more by chance. A success that took twice the threshold
-	// times the baseline does not grow the limit, and a timeout while the
-	// last cohort's fastest call took 4 times the baseline collapses the
-	// lane (default 1.25; negative turns the latency signal off). See
-	// DESIGN.md.
+	// LatencyTolerance (Default preset only) is the least ratio of the
+	// typical latency of calls sent under one limit to that of calls
+	// sent under the lowest limit the lane recently used at which the
+	// provider counts as queueing calls; more where latency varies more
+	// by chance. Calls that slow down that much as the limit rises cut
+	// the limit back to the highest level whose calls did not; a success
+	// that took twice the threshold times the lane's fastest calls does
+	// not grow the limit, and a timeout while the fastest calls take 4
+	// times what they did collapses the lane (default 1.25; negative
+	// turns the latency signal off). See DESIGN.md.
 	LatencyTolerance float64
 }
 

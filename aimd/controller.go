@@ -27,7 +27,10 @@ type State struct {
 	// decrease or collapse.
 	DecreaseLevel float64
 	// DecreaseCause is the congestion signal behind the last decrease or
-	// collapse: RateLimited or Timeout (Success if none yet). For Phoenix,
+	// collapse: RateLimited or Timeout, or Success for a Default lane
+	// whose calls succeeded but slowed down as its limit rose (see
+	// Config.LatencyTolerance). It is Success too before any decrease
+	// (LastDecrease is then zero). For Phoenix,
 	// whose decreases happen when a window ends (often on a success), it
 	// says what the window held: Timeout if only timeouts, else
 	// RateLimited.
@@ -80,6 +83,9 @@ func New(cfg Config, now time.Time) *Controller {
 		c.phoenix.init(cfg, now)
 	default:
 		c.defaultRule.init(cfg, now)
+		if c.latencyOn() {
+			c.recordLimitLocked(now)
+		}
 	}
 	return c
 }

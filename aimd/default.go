@@ -69,7 +69,11 @@ type defaultState struct {
 	peak   float64
 	peakAt time.Time
 	// lat is the latency signal (latency.go).
-	lat latencyState
+	lat  latencyState
+	prof profile
+	// prof is the latency profile (profile.go); latencyCut: the last
+	// decrease came from it; latencySeen: one has since New.
+	latencyCut, latencySeen bool
 }
 
 // Constants of the Default preset that are not in Config, chosen with the
@@ -164,6 +168,13 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if d.newcomer(c.cfg) {
 			d.answers++
 		}
+		if c.latencyOn() {
+			// Answered, but slower than chance explains at a level the
+			// lane still uses: the provider queues (profile.go).
+			if to := c.profileLocked(s, dispatched, now); to > 0 {
+				return c.latencyDecreaseLocked(to, now)
+			}
+		}
 		if !fresh {
 			return None
 		}
@@ -198,6 +209,11 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		}
 		return c.growDefaultLocked(s, dispatched, now)
 	case RateLimited, Timeout:
+		if s.Outcome == Timeout && c.latencyOn() {
+			if to := c.profileLocked(s, dispatched, now); to > 0 && !c.latencyExplodedLocked() {
+				return c.latencyDecreaseLocked(to, now)
+			}
+		}
 		if !fresh {
 			return None // explained by the last decrease or yield
 		}
@@ -225,10 +241,11 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 // the last decrease. It requires c.mu to be held.
 func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Event {
 	d := &c.defaultRule
+	before := c.target
 	if in := float64(s.InFlight); in >= c.recentPeakLocked(now) {
 		d.peak, d.peakAt = in, now
 	}
-	if c.decrLevel > 0 && !d.reachedAt.IsZero() && !dispatched.Before(d.reachedAt) && float64(s.InFlight) >= c.decrLevel {
+	if c.decrLevel > 0 && !d.latencyCut && !d.reachedAt.IsZero() && !dispatched.Before(d.reachedAt) && float64(s.InFlight) >= c.decrLevel {
 		// A call sent once the limit was back at the level that failed
 		// has succeeded with that many calls in flight: the provider
 		// takes that level now. Capacity has grown: forget the level and
@@ -264,7 +281,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 			d.rounds++
 			d.roundStart = now
 			switch {
-			case c.decrLevel > 0 && float64(d.roundLimit) >= c.decrLevel:
+			case c.decrLevel > 0 && !d.latencyCut && float64(d.roundLimit) >= c.decrLevel:
 				// A whole round trip ran at the level that failed, without
 				// congestion: capacity has grown. Forget that level and
 				// slow start again (from the next success).
@@ -299,6 +316,11 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 	}
 	// Nothing accumulates above Max.
 	c.target = math.Min(c.target, float64(c.cfg.Max))
+	if g := c.latencyGateLocked(now); c.latencyOn() && c.target > g {
+		// The profile does not know the level below flat yet: wait for
+		// it (never lowers the target).
+		c.target = math.Max(before, g)
+	}
 	if c.decrLevel > 0 && d.reachedAt.IsZero() && float64(c.limitLocked()) >= c.decrLevel {
 		d.reachedAt = now
 	}
@@ -357,6 +379,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	}
 	c.lastDecr = now
 	c.decrCause = s.Outcome
+	d.latencyCut = false
 	d.confirmed = false
 	d.probing, d.gain = false, 0
 	d.reachedAt = time.Time{}
@@ -427,6 +450,7 @@ func (c *Controller) collapseLocked(level float64) Event {
 	d := &c.defaultRule
 	c.target = 1
 	c.decrLevel = level
+	d.latencyCut = false
 	d.ss = math.Max(1, math.Min(c.cfg.RepeatDecreaseRatio*level, float64(c.cfg.Max)))
 	d.recoverTo = d.ss
 	d.skipHold = false

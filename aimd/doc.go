@@ -35,10 +35,18 @@
 // less and less often, down to once per 64 calls, and gives nothing back
 // meanwhile, until a 429 at another level (or a decrease adopted from
 // other processes) says that the ceiling moved or is shared. It also reads
-// latency, for providers that slow down instead of answering 429: a
-// success that took many times the lane's usual latency does not grow the
-// limit, and a timeout while latency has exploded collapses the lane even
-// if some calls still succeed (Config.LatencyTolerance). Config.Initial is
+// latency, for providers that slow down instead of answering 429: it
+// keeps how long calls take at each level of concurrency it has used, and
+// when calls sent under a higher limit take longer than those sent under
+// the lowest by more than Config.LatencyTolerance and than chance
+// explains, it cuts the limit back to the highest level whose calls did
+// not slow down (the event is Decreased, State.DecreaseCause Success),
+// and from then on rises a level only once the level below it is known
+// not to slow calls down. Latency that varies as much at every level
+// (output lengths, a heavy tail) changes nothing. A success that took
+// many times the lane's usual latency does not grow the limit, and a
+// timeout while latency has exploded collapses the lane even if some
+// calls still succeed. Config.Initial is
 // where a lane starts and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated
 // processes sharing one account settle near Initial each when Initial is

@@ -62,7 +62,7 @@ type config struct {
 	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
 	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
-	AIMDLatencyTolerance    float64       `env:"GOVERNOR_AIMD_LATENCY_TOLERANCE" envDefault:"0" help:"default preset: latency over this many times the lane's usual (more if it varies more) means the provider is queueing calls; 0 = 1.25, negative = ignore latency"`
+	AIMDLatencyTolerance    float64       `env:"GOVERNOR_AIMD_LATENCY_TOLERANCE" envDefault:"0" help:"default preset: calls sent at a higher concurrency taking over this many times as long as at the lowest (more if latency varies more) mean the provider is queueing them; 0 = 1.25, negative = ignore latency"`
 	RedisURL                string        `env:"GOVERNOR_REDIS_URL" secret:"true" help:"redis:// or rediss:// URL: share every lane with the other Governors using the same Redis (see README, Running many replicas); empty = govern alone"`
 	RedisTimeout            time.Duration `env:"GOVERNOR_REDIS_TIMEOUT" envDefault:"50ms" help:"longest wait for Redis; slower means governing locally until it answers again"`
 	RedisSyncInterval       time.Duration `env:"GOVERNOR_REDIS_SYNC_INTERVAL" envDefault:"50ms" help:"how often lanes are synced with the other Governors (each sync: one Redis script per lane)"`

@@ -1,0 +1,227 @@
+package aimd
+
+import (
+	"math"
+	"time"
+)
+
+// This file holds the Default preset's latency profile: how long calls
+// take at each level of concurrency the lane has used. It tells latency
+// that climbs with the lane's own concurrency (a provider that queues
+// calls: vLLM, Ollama, a saturated gateway, which answer no 429) from
+// latency that varies by itself (output length, a heavy tail), and finds
+// the highest level at which latency stays flat. aimd/DESIGN.md has the
+// measurements behind it.
+//
+// Every success and every timeout is filed under the limit its call was
+// dispatched under, in bins a quarter of an octave wide (8, 9.5, 11.3,
+// 13.5, 16, ...). A bin keeps the mean and the variance of the log of its
+// calls' latencies. The baseline is the lowest bin known (the least
+// concurrency recently used), once its slow calls are back. A bin is
+// congested when its mean lies above the baseline's by more than
+// LatencyTolerance and by more than profileZ standard errors of the
+// difference: the test asks more of a heavy tail or of a mix of output
+// lengths than of latency that hardly varies, and so reads no knee into
+// them.
+//
+// A congested answer from a bin at or below the lane's limit cuts the
+// limit to the highest bin known flat (one bin below the baseline if none
+// is above it: the baseline itself may be past the knee, and only a lower
+// level tells). From the first such cut on, the limit grows into a bin
+// only once the bin below it is known flat: probing above the knee costs
+// at most a bin of calls, for as long as it takes to fill it.
+
+const (
+	// binsPerOctave: bins are a quarter of an octave (19%) wide;
+	// profileBins of them cover levels 1 to 2^16.
+	binsPerOctave = 4
+	profileBins   = 64
+	// profileMin calls in a bin make its mean known.
+	profileMin = 8
+	// profileZ standard errors of the difference of two bins' means:
+	// less is chance, even tested at every answer (3.5 let a lone
+	// chance cut through in 2 seeds of 200 of the shared simulation).
+	profileZ = 4
+	// profileSettle latency EWMAs after its last call was dispatched, a
+	// bin can be the baseline: its slow calls are back by then, so its
+	// mean is not that of its fast calls only.
+	profileSettle = 2
+	// profileMemory latency EWMAs after its last call was dispatched, a
+	// bin is forgotten: a level the lane no longer uses says nothing of
+	// the provider now.
+	profileMemory = 64
+)
+
+// profile is the latency profile (see above).
+type profile struct {
+	bins [profileBins]profileBin
+}
+
+// profileBin holds what is known of the calls dispatched under the limits
+// of one bin.
+type profileBin struct {
+	n        int
+	mean, m2 float64   // of log latency in seconds (Welford)
+	levels   float64   // sum of the limits its calls were sent under
+	last     time.Time // the latest dispatch of its calls
+}
+
+// binOf returns the bin of the calls dispatched under limit level.
+func binOf(level float64) int {
+	b := int(math.Floor(math.Log2(math.Max(level, 1)) * binsPerOctave))
+	return min(b, profileBins-1)
+}
+
+// level is the mean limit of b's calls.
+func (b *profileBin) level() float64 { return b.levels / float64(b.n) }
+
+func (b *profileBin) variance() float64 {
+	if b.n < 2 {
+		return 0
+	}
+	return b.m2 / float64(b.n-1)
+}
+
+// known reports whether b's mean is known and recent at now.
+func (b *profileBin) known(now time.Time, memory time.Duration) bool {
+	return b.n >= profileMin && now.Sub(b.last) <= memory
+}
+
+// add files a call dispatched at dispatched under limit level that took
+// latency, forgetting what its bin knew if older than memory.
+func (p *profile) add(level int, latency time.Duration, dispatched time.Time, memory time.Duration) *profileBin {
+	b := &p.bins[binOf(float64(level))]
+	if b.n > 0 && dispatched.Sub(b.last) > memory {
+		*b = profileBin{}
+	}
+	x := math.Log(math.Max(latency.Seconds(), 1e-9))
+	b.n++
+	d := x - b.mean
+	b.mean += d / float64(b.n)
+	b.m2 += d * (x - b.mean)
+	b.levels += float64(level)
+	if dispatched.After(b.last) {
+		b.last = dispatched
+	}
+	return b
+}
+
+// congested reports whether b is slower than base by more than tolerance
+// and than chance explains.
+func congested(b, base *profileBin, tolerance float64) bool {
+	d := b.mean - base.mean
+	// The spread of latencies is about the same at every level; the
+	// larger of the two estimates guards against one small by chance.
+	v := math.Max(b.variance(), base.variance())
+	se := math.Sqrt(v/float64(b.n) + v/float64(base.n))
+	return d > math.Log(tolerance) && d > profileZ*se
+}
+
+// baseline returns the lowest known bin, or nil if there is none or if
+// its slow calls may not be back (its last dispatch is less than settle
+// before now).
+func (p *profile) baseline(now time.Time, memory, settle time.Duration) *profileBin {
+	for i := range p.bins {
+		if b := &p.bins[i]; b.known(now, memory) {
+			if now.Sub(b.last) < settle {
+				return nil
+			}
+			return b
+		}
+	}
+	return nil
+}
+
+// flatTop returns the index of the highest known bin below bin limit
+// that is not congested against the lowest known bin (that bin's own
+// index if none), and -1 if no bin is known.
+func (p *profile) flatTop(limit int, tolerance float64, now time.Time, memory time.Duration) int {
+	var base *profileBin
+	top := -1
+	for i := range p.bins[:limit] {
+		b := &p.bins[i]
+		if !b.known(now, memory) {
+			continue
+		}
+		if base == nil {
+			base, top = b, i
+		} else if !congested(b, base, tolerance) {
+			top = i
+		}
+	}
+	return top
+}
+
+// profileMemoryLocked and profileSettleLocked are profileMemory and
+// profileSettle latency EWMAs. They require c.mu to be held.
+func (c *Controller) profileMemoryLocked() time.Duration {
+	return time.Duration(profileMemory * c.latency * float64(time.Second))
+}
+
+func (c *Controller) profileSettleLocked() time.Duration {
+	return time.Duration(profileSettle * c.latency * float64(time.Second))
+}
+
+// profileLocked files a success or a timeout in the lane's profile. If
+// the call's bin is congested and the lane's limit is still in that bin
+// or above, it returns the level to cut to (see above); else 0. It
+// requires c.mu to be held.
+func (c *Controller) profileLocked(s Sample, dispatched, now time.Time) float64 {
+	d := &c.defaultRule
+	if !c.hasLatency {
+		return 0
+	}
+	memory := c.profileMemoryLocked()
+	level := c.limitAtLocked(dispatched)
+	bin := binOf(float64(level))
+	b := d.prof.add(level, s.Latency, dispatched, memory)
+	if b.n < profileMin || binOf(float64(c.limitLocked())) < bin {
+		return 0
+	}
+	base := d.prof.baseline(now, memory, c.profileSettleLocked())
+	if base == nil || base == b || !congested(b, base, c.cfg.LatencyTolerance) {
+		return 0
+	}
+	top := d.prof.flatTop(bin, c.cfg.LatencyTolerance, now, memory)
+	if top > binOf(base.level()) {
+		return d.prof.bins[top].level()
+	}
+	// Nothing above the baseline is flat, and nothing below it is
+	// known: measure a bin lower.
+	return base.level() * math.Exp2(-1.0/binsPerOctave)
+}
+
+// latencyGateLocked is the most the target may grow to once the lane has
+// cut on latency: the top of the bin above the highest bin known flat.
+// It requires c.mu to be held.
+func (c *Controller) latencyGateLocked(now time.Time) float64 {
+	if !c.defaultRule.latencySeen || !c.hasLatency {
+		return math.Inf(1)
+	}
+	top := c.defaultRule.prof.flatTop(profileBins, c.cfg.LatencyTolerance, now, c.profileMemoryLocked())
+	if top < 0 {
+		return math.Inf(1)
+	}
+	return math.Exp2(float64(top+2) / binsPerOctave)
+}
+
+// latencyDecreaseLocked cuts the target to level, the highest the profile
+// knows flat, and probes from there after the usual hold. It requires
+// c.mu to be held.
+func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
+	d := &c.defaultRule
+	c.decrLevel = float64(c.limitLocked())
+	c.target = math.Max(1, math.Min(c.target, level))
+	c.lastDecr, c.decrCause = now, Success
+	d.latencyCut, d.latencySeen = true, true
+	d.confirmed, d.probing, d.gain, d.reachedAt = false, false, 0, time.Time{}
+	d.ss = c.target
+	d.skipHold = false
+	// The level the lane came down from was too much, not capacity to
+	// recall.
+	d.peak = 0
+	c.collapsed = false
+	c.decreases++
+	d.restartShareClock(now)
+	return Decreased
+}

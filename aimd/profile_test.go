@@ -1,0 +1,126 @@
+package aimd
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// answer feeds c one success per latency, all dispatched at sent, with
+// the lane's limit in flight, answered in order of latency after a
+// millisecond apart at least. It returns the last event and instant.
+func answer(c *Controller, sent time.Time, lats ...float64) (Event, time.Time) {
+	var ev Event
+	var now time.Time
+	for i, l := range lats {
+		now = sent.Add(secs(l)).Add(time.Duration(i) * time.Millisecond)
+		ev = c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(sent), InFlight: c.Limit(), Dispatched: sent}, now)
+		if ev == Decreased || ev == Collapsed {
+			return ev, now
+		}
+	}
+	return ev, now
+}
+
+// flat is 8 latencies of about 1 s (a 5% spread).
+var flat = []float64{0.95, 1.05, 1, 0.97, 1.03, 0.99, 1.01, 1}
+
+func scaled(lats []float64, f float64) []float64 {
+	out := make([]float64, len(lats))
+	for i, l := range lats {
+		out[i] = l * f
+	}
+	return out
+}
+
+// Calls sent under a higher limit take three times as long as those sent
+// under a lower one: the provider queues them. The limit comes back to
+// the highest level whose calls took the usual time.
+func TestLatencyThatClimbsWithTheLimitCutsToTheFlatLevel(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	answer(c, t0, flat...) // sent under 8
+	sent := at(1.1)
+	l24 := c.Limit()
+	require.Equal(t, 24, l24, "slow start: +2 per success")
+	answer(c, sent, flat...) // sent under 24, as fast
+	l40 := c.Limit()
+	require.Greater(t, l40, 32)
+
+	ev, _ := answer(c, at(6), scaled(flat, 3)...) // sent under 40: 3 s
+	assert.Equal(t, Decreased, ev)
+	st := c.State()
+	assert.Equal(t, l24, st.Limit, "back to the level whose calls took 1 s")
+	assert.Equal(t, Success, st.DecreaseCause, "a latency cut: the calls succeeded, slowly")
+	assert.GreaterOrEqual(t, st.DecreaseLevel, float64(l40), "the level it came down from")
+
+	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	answer(off, t0, flat...)
+	answer(off, sent, flat...)
+	ev, _ = answer(off, at(6), scaled(flat, 3)...)
+	assert.NotEqual(t, Decreased, ev, "without the latency signal, slow answers cut nothing")
+}
+
+// When every level the lane knows is slower than the lowest, the lowest
+// may be past the knee too: the cut goes a bin below it, so that the
+// profile learns what a lower level gives.
+func TestLatencyCutBelowTheBaselineWhenNothingIsFlat(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	answer(c, t0, flat...) // sent under 8
+	require.Equal(t, 24, c.Limit())
+	ev, _ := answer(c, at(6), scaled(flat, 3)...) // sent under 24
+	require.Equal(t, Decreased, ev)
+	assert.Equal(t, 6, c.Limit(), "8 × 2^-¼ = 6.7: a bin below the baseline")
+}
+
+// Latency that varies 25 times over from one call to the next (output
+// lengths, a heavy tail) but as much at every level is no congestion,
+// though a higher level happened to draw more slow calls.
+func TestLatencyThatVariesByItselfCutsNothing(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	answer(c, t0, 0.2, 1, 5, 0.2, 1, 5, 0.2, 1) // sent under 8
+	require.Greater(t, c.Limit(), 16, "a level two octaves up")
+	ev, _ := answer(c, at(12), 1, 5, 0.2, 1, 5, 0.2, 1, 5, 5) // sent under 24
+	assert.NotEqual(t, Decreased, ev)
+	assert.Zero(t, c.State().Decreases)
+
+	// The same means with no spread are 1.5 times apart: congestion.
+	steady := New(Config{Max: 64}, t0)
+	answer(steady, t0, flat...)
+	ev, _ = answer(steady, at(12), scaled(flat, 1.5)...)
+	assert.Equal(t, Decreased, ev, "1.5 times the latency with a 5%% spread is queueing")
+}
+
+// Once the lane has cut on latency, it grows into a bin of levels only
+// when the bin below it is known flat: a probe above the knee costs at
+// most a bin's worth of calls.
+func TestLatencyCutGatesGrowthBinByBin(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	answer(c, t0, flat...)
+	answer(c, at(1.1), flat...)
+	ev, now := answer(c, at(6), scaled(flat, 3)...)
+	require.Equal(t, Decreased, ev)
+	require.Equal(t, 24, c.Limit())
+
+	gate := func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.latencyGateLocked(now)
+	}
+	// 24 is in the bin of 22.6 to 26.9; the next one ends at 32.
+	assert.InDelta(t, 32, gate(), 1e-9, "up to the top of the bin above the flat one")
+	// Calls sent under the limit after the cut (24), fast: nothing new.
+	answer(c, now.Add(time.Millisecond), flat...)
+	assert.InDelta(t, 32, gate(), 1e-9)
+
+	// Drive the limit to 28 and answer 8 calls sent under it at the
+	// usual latency: the gate opens a bin further.
+	c.mu.Lock()
+	c.target = 28
+	c.recordLimitLocked(now.Add(3 * time.Second))
+	c.mu.Unlock()
+	answer(c, now.Add(3*time.Second), flat...)
+	assert.InDelta(t, math.Exp2(21.0/4), gate(), 1e-9, "bin 26.9-32 is flat: up to 38")
+}
