@@ -119,3 +119,29 @@ func TestNextSuccessIsClosedByTheNextSuccess(t *testing.T) {
 	l.Answered(now)
 	assert.True(t, closed(second))
 }
+
+// A lane whose calls succeed but take three times as long once its limit
+// has risen (a server that queues instead of answering 429) shows
+// "latency" as the reason of its last decrease.
+func TestLatencyDecreaseIsShownAsLatency(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet(), Now: func() time.Time { return start }})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+
+	// 8 calls sent at the start take 1 s; 8 sent later, under the limit
+	// they raised, take 3 s.
+	for i, lat := range []float64{1, 3} {
+		sent := start.Add(time.Duration(6*i) * time.Second)
+		for j := range 8 {
+			d := time.Duration((lat + 0.01*float64(j%3)) * float64(time.Second))
+			l.Observe(lane.Answered, d, sent, sent.Add(d).Add(time.Duration(j)*time.Millisecond))
+		}
+	}
+	info := r.Info(start.Add(10 * time.Second))
+	require.Len(t, info, 1)
+	assert.Equal(t, "latency", info[0].LastDecreaseReason)
+	assert.Less(t, info[0].Limit, 24, "cut back from the level the calls slowed at")
+}

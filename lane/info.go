@@ -3,8 +3,6 @@ package lane
 import (
 	"fmt"
 	"time"
-
-	"github.com/llmgovernor/governor/aimd"
 )
 
 // Info is one lane as GET /governor/lanes shows it.
@@ -25,8 +23,9 @@ type Info struct {
 	Collapses       uint64         `json:"collapses"`
 	PausedUntil     *time.Time     `json:"paused_until"`
 	// LastDecreaseReason is the congestion signal behind this Governor's
-	// last decrease or collapse: "rate_limited" (429 or 529) or "timeout";
-	// empty if there was none.
+	// last decrease or collapse: "rate_limited" (429 or 529), "timeout",
+	// or "latency" (calls succeeded, but slowed down as the limit rose: a
+	// provider that queues calls); empty if there was none.
 	LastDecreaseReason string `json:"last_decrease_reason"`
 	// RateLimited counts the lane's 429 and 529 answers, and Pauses the
 	// times a provider's Retry-After paused it, since the lane was made.
@@ -120,9 +119,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	if !st.LastDecrease.IsZero() {
 		t := st.LastDecrease
 		li.LastDecrease = &t
-		if c := st.DecreaseCause; c == aimd.RateLimited || c == aimd.Timeout {
-			li.LastDecreaseReason = c.String()
-		}
+		li.LastDecreaseReason = decreaseReason(st.DecreaseCause)
 	}
 	if qs.PausedUntil.After(now) {
 		t := qs.PausedUntil

@@ -172,12 +172,22 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 func (l *Lane) decreaseCause() string {
 	c := l.ctrl.State().DecreaseCause
 	if l.ctrl.Config().Preset != aimd.Phoenix {
-		return c.String()
+		return decreaseReason(c)
 	}
 	if c == aimd.Timeout {
 		return "window had timeouts"
 	}
 	return "window had rate limits"
+}
+
+// decreaseReason names the signal behind a Default controller's decrease:
+// rate_limited, timeout, or latency (calls succeeded, but slowed down as
+// the limit rose).
+func decreaseReason(c aimd.Outcome) string {
+	if c == aimd.Success {
+		return "latency"
+	}
+	return c.String()
 }
 
 // Pause holds the lane's dispatches until t (the provider said
