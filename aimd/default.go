@@ -103,7 +103,7 @@ const (
 	// to backoffCalls calls (backoffCalls/limit round trips): at most one
 	// probe's 429 per 64 calls, against one per 1.5 to 12 calls at caps of
 	// 1 to 4 with the hold of 1+limit/3.
-	backoffFinds = 3
+	backoffFinds = 5
 	backoffCalls = 64
 	// maxBackoff bounds the doublings (the hold reaches backoffCalls long
 	// before).

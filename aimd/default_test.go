@@ -620,16 +620,17 @@ func TestDefaultProbeBackoff(t *testing.T) {
 	for _, cap := range []int{1, 2, 4} {
 		c := smallLane(t, float64(cap))
 		sec := 10.0
-		gaps, events := underCap(t, c, cap, 14, &sec)
+		gaps, events := underCap(t, c, cap, 20, &sec)
 		t.Logf("cap %d: clean round trips before each probe: %v", cap, gaps)
-		// Once the ceiling has been found again 3 times in a row, the
+		// Once the ceiling has been found again 5 times in a row, the
 		// hold doubles at every find, up to 64 calls: 64/cap round trips
 		// (and the round trip of the probe).
 		most := 64/cap + 1
 		assert.LessOrEqual(t, slices.Min(gaps), 3, "cap %d: probing at the usual pace at first: %v", cap, gaps)
-		tail := gaps[len(gaps)-5:]
-		for i := 1; i < len(tail); i++ {
-			assert.GreaterOrEqual(t, tail[i], min(2*tail[i-1]-1, most), "cap %d: the hold doubles: %v", cap, gaps)
+		from := slices.Index(gaps, 5)
+		require.GreaterOrEqual(t, from, 0, "cap %d: the hold doubles: %v", cap, gaps)
+		for i := from + 1; i < len(gaps); i++ {
+			assert.Equal(t, min(2*gaps[i-1]-1, most), gaps[i], "cap %d: the hold doubles: %v", cap, gaps)
 		}
 		assert.Equal(t, most, gaps[len(gaps)-1], "cap %d: at most 64 calls between probes: %v", cap, gaps)
 		// A backed-off lane does not yield, however quiet it is.
