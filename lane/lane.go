@@ -37,6 +37,7 @@ type Lane struct {
 	nextOK chan struct{}
 	co     *laneCoord // guarded by mu; nil without a Coordinator
 	pace   pacer
+	att    attempts // in flight, and successes: see Contended
 	tokens tokenPacer
 	m      *laneMetrics
 	load   *connLoad // of the lane's upstream
@@ -217,8 +218,9 @@ func (l *Lane) Pause(t, now time.Time) {
 	}
 }
 
-// Answered lifts a pause when a call of the lane has just succeeded, and
-// wakes the calls waiting for that (NextSuccess).
+// Answered counts a call of the lane that has just succeeded (see
+// Contended), lifts a pause, and wakes the calls waiting for that
+// (NextSuccess).
 //
 // A Retry-After says when the provider expects to take that call again;
 // whether it speaks for the whole lane depends on the limit behind it. Under
@@ -230,6 +232,7 @@ func (l *Lane) Pause(t, now time.Time) {
 // while nothing succeeds, and so does the wait of a call told to come back
 // later.
 func (l *Lane) Answered(now time.Time) {
+	l.att.served.Add(1)
 	l.mu.Lock()
 	lifted := l.pausedUntil.After(now)
 	if lifted {
