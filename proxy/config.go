@@ -73,8 +73,11 @@ type Config struct {
 	// some are free.
 	MaxConnections int
 
-	// MaxRetries is the retry budget of a call after its first attempt;
-	// a call may lower or raise it with X-Governor-Max-Retries (0 to
+	// MaxRetries is the retry budget of a call: how many failed attempts
+	// it retries. A 429 or 529 that came while the lane's other calls
+	// were being served costs nothing, for QueueTimeout at most (see the
+	// package doc), so a call can make more attempts than this. A call
+	// may lower or raise it with X-Governor-Max-Retries (0 to
 	// MaxRetriesCeiling; any other value is refused with 400). Zero means
 	// the default, 10; negative means no retries.
 	MaxRetries int

@@ -40,11 +40,14 @@
 // classified: success; rate-limited (429 and 529, with any retry-after-ms /
 // retry-after hint); quota exhausted (a final 429); server error
 // (500/502/503/504); timeout; connection error; or final (other 4xx, passed
-// straight back). What a retry can fix is retried ahead
-// of fresh calls, after the provider's hint or an exponential backoff with
-// full jitter, until the budget is spent; then the provider's last answer
-// goes back with x-should-retry: false, so the official SDKs do not
-// multiply retries Governor already made. A streamed answer (an event
+// straight back). What a retry can fix is retried ahead of fresh calls,
+// after the provider's hint or an exponential backoff with full jitter,
+// until the budget is spent; then the provider's last answer goes back
+// with x-should-retry: false, so the official SDKs do not multiply retries
+// Governor already made. A 429 that came while the lane's other calls were
+// being served does not spend the budget: under a concurrency cap the call
+// lost the race for a slot the lane holds, and waits for its turn again
+// (for Config.QueueTimeout at most). A streamed answer (an event
 // stream, or NDJSON) is returned as soon as its headers arrive and is never
 // retried after its first byte; any other answer, however framed, is read
 // whole inside its attempt (up to Config.MaxResponseBytes), so a cut one is

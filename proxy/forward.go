@@ -212,7 +212,7 @@ var pathChar = func() (t [256]bool) {
 }()
 
 // respond copies an upstream answer to the client. It takes ownership of
-// res.resp and res.slot: a buffered answer is copied and released here;
+// res.resp and res.lane's slot: a buffered answer is copied and released here;
 // a streamed one is handed to fasthttp, which closes it after writing it,
 // and closing it releases the response and the lane's slot.
 func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, res callResult) {
@@ -239,7 +239,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	up.metrics.countRequest(resp.StatusCode())
 	up.metrics.countCall(res.details.Status)
-	slot, tenant, cost := res.slot, res.tenant, res.usage // the closure captures these, not res, which stays on the stack
+	ln, at, tenant, cost := res.lane, res.attempt, res.tenant, res.usage // the closure captures these, not res, which stays on the stack
 	var rec *accessRecord
 	if p.cfg.AccessLog != nil {
 		rec = newAccessRecord(ctx, l.ID(), &res.details)
@@ -254,8 +254,9 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		countTokens: streamCountsTokens(resp),
 	}
 	body.done = func() {
-		if slot != nil {
-			slot.ReleaseTenant(tenant)
+		if ln != nil {
+			ln.Done(at)
+			ln.Queue().ReleaseTenant(tenant)
 		}
 		if t, ok := body.tokens.Tokens(); ok {
 			l.CountTokens(t)

@@ -36,11 +36,12 @@ type callOptions struct {
 // it is written) or an error of Governor's own.
 type callResult struct {
 	resp *fasthttp.Response
-	// slot is the queue whose slot the call holds until release; nil when
-	// none is held. (A method value such as q.Release would cost an
-	// allocation per call.)
-	slot    *queue.Queue
-	tenant  string // whose slot it is
+	// lane is the lane whose slot the answer's attempt holds until
+	// release; nil when none is held. (A method value such as q.Release
+	// would cost an allocation per call.)
+	lane    *lane.Lane
+	attempt lane.Attempt // the attempt whose answer it is
+	tenant  string       // whose slot it is
 	err     *apiError
 	details Details
 	// usage corrects the lane's token estimates with the usage of a
@@ -63,10 +64,12 @@ func (cc *costCorrection) observe(l *lane.Lane, t usage.Tokens, now time.Time) {
 	}
 }
 
-// release gives the lane's slot back, if the call holds one.
+// release ends the answer's attempt and gives the lane's slot back, if
+// the call holds one.
 func (r *callResult) release() {
-	if r.slot != nil {
-		r.slot.ReleaseTenant(r.tenant)
+	if r.lane != nil {
+		r.lane.Done(r.attempt)
+		r.lane.Queue().ReleaseTenant(r.tenant)
 	}
 }
 
@@ -93,6 +96,10 @@ type governedCall struct {
 
 	last *fasthttp.Response // the previous failed answer, returned if we give up
 	seq  uint64             // the pacer's sequence number of the attempt
+	// attempt is the attempt in flight, as the lane registered it, and
+	// budget what the failed ones have cost.
+	attempt lane.Attempt
+	budget  retryBudget
 	// cost is the call's estimated token cost (set once the lane knows a
 	// token budget; costed then), and mark its booking's.
 	cost   lane.Cost
@@ -116,8 +123,9 @@ type governedCall struct {
 // in the lane's queue until the controller's limit lets it out, classifies
 // the answer, feeds the outcome to the controller, and retries what a retry
 // can fix, ahead of fresh calls, after the provider's hint or a jittered
-// backoff, until the budget is spent. A streamed answer is returned as soon
-// as its headers arrive; it is never retried after that.
+// backoff, until the budget is spent (see retryBudget). A streamed answer
+// is returned as soon as its headers arrive; it is never retried after
+// that.
 //
 // It builds the upstream request from c.req when it first needs it, and
 // releases it before it returns. Its frame stays on the stack while the
@@ -309,6 +317,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if c.watched != nil {
 		c.watched.carryBody(out, resp)
 	}
+	c.attempt = l.Dispatch()
 	start := p.cfg.Now()
 	err := c.req.up.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
 	oc := lane.Answered
@@ -337,6 +346,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// retry for.
 		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
 		l.Observe(lane.ClientGone, latency, c.granted, now)
+		l.Done(c.attempt)
 		l.Queue().ReleaseTenant(c.o.tenant)
 		d.Attempts++
 		d.Execution += latency
@@ -371,13 +381,14 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		case attempt > 1:
 			d.Status = StatusCompletedWithRetries
 		}
-		c.res.resp, c.res.slot, c.res.tenant = resp, l.Queue(), o.tenant
+		c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, c.attempt, o.tenant
 		if c.costed && resp.BodyStream() != nil {
 			c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
 		}
 		return true
 	}
 	if err != nil && oc == lane.Answered { // response too large
+		l.Done(c.attempt)
 		l.Queue().ReleaseTenant(c.o.tenant)
 		fasthttp.ReleaseResponse(resp)
 		d.Status = StatusFailed
@@ -399,6 +410,8 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if oc == lane.RateLimited {
 		c.freed = l.NextSuccess()
 	}
+	spent := c.budget.fail(l, c.attempt, oc, now, p.cfg.QueueTimeout, o.maxRetries)
+	l.Done(c.attempt)
 	l.Queue().ReleaseTenant(c.o.tenant)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -414,7 +427,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			Message: "Governor shut down before the provider answered"})
 		return true
 	}
-	if attempt > o.maxRetries || ctx.Err() != nil {
+	if spent || ctx.Err() != nil {
 		if err != nil {
 			e := upstreamError(c.req.up, err)
 			c.giveUp(ctx, &e)

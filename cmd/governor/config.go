@@ -34,7 +34,7 @@ type config struct {
 	DrainTimeout      time.Duration `env:"GOVERNOR_DRAIN_TIMEOUT" envDefault:"30s" help:"after SIGTERM/SIGINT, time to finish queued and in-flight work"`
 	MaxConcurrency    int           `env:"GOVERNOR_MAX_CONCURRENCY" envDefault:"64" help:"upper bound of each lane's concurrency target"`
 	MaxConnsPerUp     int           `env:"GOVERNOR_MAX_CONNS_PER_UPSTREAM" envDefault:"1024" help:"connections to one upstream, shared by its lanes; calls beyond it wait for a connection (at most GOVERNOR_CONNECT_TIMEOUT)"`
-	MaxRetries        int           `env:"GOVERNOR_MAX_RETRIES" envDefault:"10" help:"retries after the first attempt (per call: X-Governor-Max-Retries)"`
+	MaxRetries        int           `env:"GOVERNOR_MAX_RETRIES" envDefault:"10" help:"failed attempts a call retries; a 429 while the lane's other calls are being served does not count (per call: X-Governor-Max-Retries)"`
 	QueueTimeout      time.Duration `env:"GOVERNOR_QUEUE_TIMEOUT" envDefault:"10m" help:"longest wait in a lane's queue before a 504"`
 	QueueCapacity     int           `env:"GOVERNOR_QUEUE_CAPACITY" envDefault:"10000" help:"waiting calls per lane; beyond it, 503 with Retry-After"`
 	MaxPause          time.Duration `env:"GOVERNOR_MAX_PAUSE" envDefault:"60s" help:"longest lane pause a provider's Retry-After can impose"`
