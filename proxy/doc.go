@@ -47,11 +47,13 @@
 // Governor already made. A 429 that came while the lane's other calls were
 // being served does not spend the budget: under a concurrency cap the call
 // lost the race for a slot the lane holds, and waits for its turn again
-// (for Config.QueueTimeout at most). A streamed answer (an event
-// stream, or NDJSON) is returned as soon as its headers arrive and is never
-// retried after its first byte; any other answer, however framed, is read
-// whole inside its attempt (up to Config.MaxResponseBytes), so a cut one is
-// retried, never passed on short.
+// (for Config.QueueTimeout at most). A timed-out attempt is abandoned, its
+// connection closed; HTTP cannot cancel it at the provider, which may serve
+// it as well as its retry. A streamed answer (an event stream, or NDJSON)
+// is returned as soon as its headers arrive and is never retried after its
+// first byte; any other answer, however framed, is read whole inside its
+// attempt (up to Config.MaxResponseBytes), so a cut one is retried, never
+// passed on short.
 //
 // # Bounds
 //
