@@ -70,6 +70,16 @@ func matrixScenarios() []matrixScenario {
 			return p
 		}}
 	}
+	// govbench's knee cell: max(64, 30·knee) calls from 64 clients,
+	// 500 ms calls, a 10 s attempt timeout: 30 round trips at the
+	// optimum, so the first seconds weigh.
+	kneeCell := func(n int) matrixScenario {
+		return matrixScenario{name: fmt.Sprintf("knee cell %d", n), p: func(seed uint64) simParams {
+			p := knee(n, 0.2).p(seed)
+			p.Latency, p.Calls = 500*time.Millisecond, max(64, 30*n)
+			return p
+		}}
+	}
 	out := []matrixScenario{
 		capped("cap 1 σ0.2", []int{1}, 0.2),
 		capped("cap 2 σ0.2", []int{2}, 0.2),
@@ -97,6 +107,7 @@ func matrixScenarios() []matrixScenario {
 			return p
 		}},
 		knee(4, 0.2), knee(8, 0.2), knee(32, 0.2), knee(8, 0.8),
+		kneeCell(4), kneeCell(8), kneeCell(32),
 		{name: "knee 8 mix", p: func(seed uint64) simParams {
 			p := knee(8, 0.2).p(seed)
 			p.Mix = mix
