@@ -74,6 +74,11 @@ type defaultState struct {
 	// prof is the latency profile (profile.go); latencyCut: the last
 	// decrease came from it; latencySeen: one has since New.
 	latencyCut, latencySeen bool
+	// latBin is the profile bin the last latency cut went to (-1 if
+	// none, or after any other decrease), latCuts the latency cuts in a
+	// row to that bin, and latBackoff how many times the probe hold has
+	// doubled since they reached latencyBackoffCuts.
+	latBin, latCuts, latBackoff int
 }
 
 // Constants of the Default preset that are not in Config, chosen with the
@@ -112,9 +117,10 @@ const (
 
 // probeHoldLocked is the number of clean round trips held just below the
 // decrease level before probing above it: 1 + limit/3, at most ProbeHold,
-// doubled backoff times but not beyond backoffCalls calls; 1 while the
-// limit is below recallRatio of the lane's recent peak. It requires c.mu
-// to be held.
+// doubled backoff times but not beyond backoffCalls calls, and latBackoff
+// times but not beyond latencyHoldMax round trips; 1 while the limit is
+// below recallRatio of the lane's recent peak. It requires c.mu to be
+// held.
 func (c *Controller) probeHoldLocked(now time.Time) int {
 	limit := c.limitLocked()
 	if float64(limit) < recallRatio*c.recentPeakLocked(now) {
@@ -123,6 +129,9 @@ func (c *Controller) probeHoldLocked(now time.Time) int {
 	hold := min(c.cfg.ProbeHold, 1+limit/3)
 	if b := c.defaultRule.backoff; b > 0 {
 		hold = max(hold, min(hold<<min(b, maxBackoff), (backoffCalls+limit-1)/limit))
+	}
+	if b := c.defaultRule.latBackoff; b > 0 {
+		hold = max(hold, min(hold<<min(b, maxBackoff), latencyHoldMax))
 	}
 	return hold
 }
@@ -144,6 +153,7 @@ func (d *defaultState) newcomer(cfg Config) bool { return float64(d.answers) < c
 
 func (d *defaultState) init(cfg Config, now time.Time) {
 	d.quietSince = now
+	d.latBin = -1
 	d.ss = float64(cfg.Max) // no decrease yet: slow start up to Max
 	d.confirmed = true
 }
@@ -485,6 +495,7 @@ func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 
 // backoffFinds finds in a row start the probe hold's doubling; anything
 // else, a sign that capacity changed or that others share it, stops it.
 func (d *defaultState) countFind(found bool) {
+	d.latBin, d.latCuts, d.latBackoff = -1, 0, 0
 	if !found {
 		d.finds, d.backoff = 0, 0
 		return

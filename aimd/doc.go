@@ -42,7 +42,8 @@
 // explains, it cuts the limit back to the highest level whose calls did
 // not slow down (the event is Decreased, State.DecreaseCause Success),
 // and from then on rises a level only once the level below it is known
-// not to slow calls down. Latency that varies as much at every level
+// not to slow calls down; cut back to the same level again and again, it
+// probes above it less and less often. Latency that varies as much at every level
 // (output lengths, a heavy tail) changes nothing. A success that took
 // many times the lane's usual latency does not grow the limit, and a
 // timeout while latency has exploded collapses the lane even if some

@@ -46,6 +46,10 @@ const (
 	// bin can be the baseline: its slow calls are back by then, so its
 	// mean is not that of its fast calls only.
 	profileSettle = 2
+	// latencyBackoffCuts latency cuts in a row to one bin double the
+	// probe hold at every further one, up to latencyHoldMax round trips.
+	latencyBackoffCuts = 2
+	latencyHoldMax     = 32
 	// profileMemory latency EWMAs after its last call was dispatched, a
 	// bin is forgotten: a level the lane no longer uses says nothing of
 	// the provider now.
@@ -212,6 +216,21 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 	d := &c.defaultRule
 	c.decrLevel = float64(c.limitLocked())
 	c.target = math.Max(1, math.Min(c.target, level))
+	// A cut to the bin of the last one: the knee stays put, and probing
+	// above it again and again costs a bin's worth of slow calls each
+	// time. latencyBackoffCuts such cuts in a row double the probe hold
+	// at every further one (probeHoldLocked). This ends a back-off at a
+	// 429 ceiling, as any other decrease does.
+	bin, latBin, cuts, backoff := binOf(c.target), d.latBin, d.latCuts, d.latBackoff
+	d.countFind(false)
+	if bin == latBin {
+		if cuts++; cuts >= latencyBackoffCuts {
+			backoff = min(backoff+1, maxBackoff)
+		}
+	} else {
+		cuts, backoff = 0, 0
+	}
+	d.latBin, d.latCuts, d.latBackoff = bin, cuts, backoff
 	c.lastDecr, c.decrCause = now, Success
 	d.latencyCut, d.latencySeen = true, true
 	d.confirmed, d.probing, d.gain, d.reachedAt = false, false, 0, time.Time{}

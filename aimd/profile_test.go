@@ -124,3 +124,37 @@ func TestLatencyCutGatesGrowthBinByBin(t *testing.T) {
 	answer(c, now.Add(3*time.Second), flat...)
 	assert.InDelta(t, math.Exp2(21.0/4), gate(), 1e-9, "bin 26.9-32 is flat: up to 38")
 }
+
+// A lane cut back to the same level by its latency again and again (a
+// knee that stays put) probes above it less and less often; a cut to
+// another level, or any other decrease, ends that.
+func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	for i := range 8 {
+		c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i)))
+	}
+	cut := func(level float64, sec float64) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.target = 12
+		c.latencyDecreaseLocked(level, at(sec))
+		return c.probeHoldLocked(at(sec))
+	}
+	hold := cut(8, 2)
+	require.Equal(t, 1+8/3, hold, "the usual hold at 8")
+	assert.Equal(t, hold, cut(8, 3), "the second cut to 8: still the usual hold")
+	assert.Equal(t, 2*hold, cut(8, 4), "the third: doubled")
+	assert.Equal(t, 4*hold, cut(8, 5))
+	assert.Equal(t, 8*hold, cut(8, 5.5))
+	assert.Equal(t, latencyHoldMax, cut(8, 6), "at most latencyHoldMax round trips")
+	assert.Equal(t, 1+5/3, cut(5.5, 7), "a cut to another level: the usual hold there")
+
+	cut(8, 8)
+	cut(8, 9)
+	require.Equal(t, 2*hold, cut(8, 10))
+	c.ObserveAt(Sample{Outcome: Success, Latency: secs(0.2), InFlight: 8, Dispatched: at(10.2)}, at(10.4))
+	require.Equal(t, Decreased, c.ObserveAt(Sample{Outcome: RateLimited, Latency: time.Millisecond, InFlight: 9, Dispatched: at(10.5)}, at(11)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.Zero(t, c.defaultRule.latBackoff, "a 429 ends the back-off")
+}
