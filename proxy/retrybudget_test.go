@@ -7,14 +7,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/mockllm"
 )
 
 // cappedProvider has one slot: the call that finds it free holds it until
@@ -277,4 +280,48 @@ func TestWaitingForATurnEndsAtTheQueueTimeout(t *testing.T) {
 	assert.GreaterOrEqual(t, n, 5+maxRetries, "it waited for its turn first (its fifth 429 may come after the queue timeout)")
 	prov.release <- struct{}{}
 	assert.Equal(t, 200, (<-held).StatusCode)
+}
+
+// Every attempt ends its hold on the lane: answers read whole, streams
+// read to their end or cut by their client, batch items. Were one left
+// behind, a later 429 would seem to come while another call was in flight
+// and would not be charged: the call alone after them is charged each of
+// its 429s.
+func TestEveryAttemptEndsItsHoldOnTheLane(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{StreamChunks: 50, ChunkDelay: 2 * time.Millisecond})
+	cfg := fastRetries(Config{Upstream: mustURL(t, mockURL)})
+	cfg.QueueTimeout = 2 * time.Second // bounds the retries should a hold be left behind
+	px, base := startProxy(t, cfg)
+	c := client(t)
+
+	resp, _ := chat(t, c, base, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	res := px.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"model":"gpt-test"}`)})
+	require.Equal(t, 200, res.StatusCode)
+	stream := func() *http.Response {
+		resp, err := c.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		return resp
+	}
+	resp = stream()
+	_, err := io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	resp = stream()
+	_, err = resp.Body.Read(make([]byte, 1))
+	require.NoError(t, err)
+	resp.Body.Close() // the client leaves mid-stream
+	c.CloseIdleConnections()
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].InFlight == 0 }, 10*time.Second, 5*time.Millisecond)
+
+	const maxRetries = 2
+	resp, _ = chat(t, c, base, map[string]string{"X-Request-Id": "alone", "X-Mock-Fault": "429,429,429,429,429",
+		HeaderMaxRetries: strconv.Itoa(maxRetries)})
+	assert.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, strconv.Itoa(maxRetries+1), resp.Header.Get(HeaderAttempts))
+	assert.Equal(t, int64(maxRetries+1), mock.Stats().ByRequestID["alone"])
 }
