@@ -3,8 +3,21 @@ package proxy
 import (
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llmgovernor/governor/lane"
 )
+
+// retrying is what a call carries once one of its attempts has failed.
+type retrying struct {
+	budget retryBudget
+	last   *fasthttp.Response // the previous failed answer, returned if we give up
+	hint   time.Duration      // the provider's wait before the next attempt, 0 for none
+	// freed, after a 429, is closed when a call of the lane next
+	// succeeds: the retry need not wait out the rest of hint (or the
+	// backoff) then. Nil after any other failure.
+	freed <-chan struct{}
+}
 
 // retryBudget is what a call's failed attempts have cost it.
 //

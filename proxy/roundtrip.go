@@ -94,22 +94,16 @@ type governedCall struct {
 	cancel  context.CancelCauseFunc
 	timer   *time.Timer
 
-	last *fasthttp.Response // the previous failed answer, returned if we give up
-	seq  uint64             // the pacer's sequence number of the attempt
-	// attempt is the attempt in flight, as the lane registered it, and
-	// budget what the failed ones have cost.
-	attempt lane.Attempt
-	budget  retryBudget
+	seq uint64 // the pacer's sequence number of the attempt
+	// retry is what the call carries once an attempt has failed; nil
+	// until then, which keeps the frame of a waiting call small (see
+	// forward).
+	retry *retrying
 	// cost is the call's estimated token cost (set once the lane knows a
 	// token budget; costed then), and mark its booking's.
 	cost   lane.Cost
 	costed bool
 	mark   lane.TokenMark
-	hint   time.Duration // the provider's wait before the next attempt, 0 for none
-	// freed, after a 429, is closed when a call of the lane next
-	// succeeds: the retry need not wait out the rest of hint (or the
-	// backoff) then. Nil after any other failure.
-	freed <-chan struct{}
 	// granted is when the attempt's slot was granted: the limit it was
 	// let out under is the one the controller had then (see
 	// aimd.Sample.Dispatched).
@@ -149,7 +143,7 @@ func (c *governedCall) run(ctx context.Context) {
 			return
 		}
 		ctx = c.own(ctx)
-		if err := c.p.backoff(ctx, attempt, c.hint, c.freed); err != nil {
+		if err := c.p.backoff(ctx, attempt, c.retry.hint, c.retry.freed); err != nil {
 			c.giveUp(ctx, c.p.waitError(ctx, err))
 			return
 		}
@@ -192,12 +186,16 @@ func (c *governedCall) end() {
 func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
 	c.res.details.Status = StatusFailed
 	clientLeft := errors.Is(context.Cause(ctx), errClientLeft) || c.o.client != nil && c.watched.left()
-	if c.last != nil && !clientLeft {
-		c.res.resp = c.last
+	var last *fasthttp.Response
+	if c.retry != nil {
+		last, c.retry.last = c.retry.last, nil
+	}
+	if last != nil && !clientLeft {
+		c.res.resp = last
 		return
 	}
-	if c.last != nil {
-		fasthttp.ReleaseResponse(c.last)
+	if last != nil {
+		fasthttp.ReleaseResponse(last)
 	}
 	if e == nil {
 		e = c.p.waitError(ctx, context.Cause(ctx))
@@ -307,7 +305,7 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 
 // try makes one attempt with the slot held. It reports done, with c.res
 // set, when the call ends; otherwise the slot is given back and the call
-// retries after c.hint (or a backoff).
+// retries after c.retry.hint (or a backoff).
 //
 //go:noinline
 func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
@@ -317,7 +315,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if c.watched != nil {
 		c.watched.carryBody(out, resp)
 	}
-	c.attempt = l.Dispatch()
+	at := l.Dispatch()
 	start := p.cfg.Now()
 	err := c.req.up.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
 	oc := lane.Answered
@@ -346,7 +344,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// retry for.
 		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
 		l.Observe(lane.ClientGone, latency, c.granted, now)
-		l.Done(c.attempt)
+		l.Done(at)
 		l.Queue().ReleaseTenant(c.o.tenant)
 		d.Attempts++
 		d.Execution += latency
@@ -369,9 +367,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		if resp.StatusCode() < 400 {
 			l.Answered(now)
 		}
-		if c.last != nil {
-			fasthttp.ReleaseResponse(c.last)
-			c.last = nil
+		if c.retry != nil && c.retry.last != nil {
+			fasthttp.ReleaseResponse(c.retry.last)
+			c.retry.last = nil
 		}
 		d.Status = StatusCompleted
 		switch {
@@ -381,14 +379,14 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		case attempt > 1:
 			d.Status = StatusCompletedWithRetries
 		}
-		c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, c.attempt, o.tenant
+		c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, at, o.tenant
 		if c.costed && resp.BodyStream() != nil {
 			c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
 		}
 		return true
 	}
 	if err != nil && oc == lane.Answered { // response too large
-		l.Done(c.attempt)
+		l.Done(at)
 		l.Queue().ReleaseTenant(c.o.tenant)
 		fasthttp.ReleaseResponse(resp)
 		d.Status = StatusFailed
@@ -400,26 +398,30 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 
 	// A failed attempt.
 	d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
-	c.hint, c.freed = 0, nil
+	if c.retry == nil {
+		c.retry = new(retrying)
+	}
+	r := c.retry
+	r.hint, r.freed = 0, nil
 	if err == nil {
-		c.hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
-		if oc == lane.RateLimited && c.hint > 0 {
-			l.Pause(now.Add(c.hint), now)
+		r.hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
+		if oc == lane.RateLimited && r.hint > 0 {
+			l.Pause(now.Add(r.hint), now)
 		}
 	}
 	if oc == lane.RateLimited {
-		c.freed = l.NextSuccess()
+		r.freed = l.NextSuccess()
 	}
-	spent := c.budget.fail(l, c.attempt, oc, now, p.cfg.QueueTimeout, o.maxRetries)
-	l.Done(c.attempt)
+	spent := r.budget.fail(l, at, oc, now, p.cfg.QueueTimeout, o.maxRetries)
+	l.Done(at)
 	l.Queue().ReleaseTenant(c.o.tenant)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 	} else {
-		if c.last != nil {
-			fasthttp.ReleaseResponse(c.last)
+		if r.last != nil {
+			fasthttp.ReleaseResponse(r.last)
 		}
-		c.last = resp
+		r.last = resp
 	}
 	if p.ctx.Err() != nil && err != nil {
 		// Cut at the end of a drain (resp is already released).
