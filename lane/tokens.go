@@ -114,7 +114,15 @@ type tokenPacer struct {
 	// output is the mean output tokens of the lane's answers, the
 	// estimate for a call that sets no max_tokens (0 until one answers).
 	output float64
+	// fastest is the shortest time from dispatch to answer of the calls
+	// that reported a budget within fastestMemory of fastestAt (0: none).
+	fastest   time.Duration
+	fastestAt time.Time
 }
+
+// fastestMemory is how long the shortest answer time stands, so that it
+// follows a provider (or a network) that slows down.
+const fastestMemory = 10 * time.Second
 
 // tokenSlack is the share of a token budget the pacer leaves unspent.
 // With many calls in flight, answers report the budget out of the order
@@ -195,15 +203,16 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 	return wait, mark, nil
 }
 
-// observe takes a budget reported by the answer to the call booked at
-// mark, as of at: what remained then, less what the calls booked since
-// are to cost.
-func (p *tokenPacer) observe(r TokenReport, mark TokenMark, at time.Time) {
+// observe takes a budget reported by the answer, at answered, to the
+// call booked at mark and dispatched at dispatched: what remained when the
+// provider counted the call, less what the calls booked since are to cost.
+func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
 	if !r.Valid() {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	at := p.countedLocked(dispatched, answered)
 	b := &p.buckets[r.Kind]
 	b.limit = r.Limit
 	since := 0.0
@@ -212,6 +221,25 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, at time.Time) {
 	}
 	b.tokens = math.Min(r.Remaining, r.Limit) - since
 	b.at = at
+}
+
+// countedLocked returns the latest instant at which the provider can have
+// counted a call dispatched at dispatched and answered at answered, and
+// learns from its answer time. The provider counts a call when it arrives,
+// before it answers: no later than the fastest answer of the lane after
+// the dispatch, however long this one took to generate. (Taking the
+// answer's arrival instead would forget the refill while the call ran,
+// up to a second's worth or more of the budget, on every report.) It
+// requires p.mu to be held.
+func (p *tokenPacer) countedLocked(dispatched, answered time.Time) time.Time {
+	took := answered.Sub(dispatched)
+	if took < 0 || dispatched.IsZero() {
+		return answered
+	}
+	if p.fastest == 0 || took <= p.fastest || answered.Sub(p.fastestAt) > fastestMemory {
+		p.fastest, p.fastestAt = max(took, time.Nanosecond), answered
+	}
+	return dispatched.Add(min(took, p.fastest))
 }
 
 // observeUsage corrects the estimates with the usage an answer reported:
@@ -305,12 +333,14 @@ func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark
 }
 
 // ObserveTokens takes a token budget that the answer to the call booked at
-// mark reported, from its headers or from the numbers of a 429, as of at:
-// the answer's arrival is safe (the provider counted the call somewhere
-// between its dispatch and then; assuming the later instant never
-// overestimates the refill).
-func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, at time.Time) {
-	l.tokens.observe(r, mark, at)
+// mark and dispatched at dispatched reported, at answered, from its
+// headers or from the numbers of a 429. The provider counted the call
+// somewhere between its dispatch and its answer; the lane takes the report
+// as of the dispatch plus the shortest answer time it has seen lately
+// (at most answered), so that a long answer's report does not forget the
+// refill while it was generated, nor credit more than the network's delay.
+func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
+	l.tokens.observe(r, mark, dispatched, answered)
 }
 
 // ObserveUsage corrects the lane's estimates with the usage an answer

@@ -18,7 +18,7 @@ func TestTokenPacerSpendsReportedBudget(t *testing.T) {
 	// The answer reports 6000 a minute (100 a second), 360 left after it:
 	// 300 to spend and the slack of 1% (60) kept.
 	slack := tokenSlack * 6000
-	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300 + slack}, mark, t0)
+	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300 + slack}, mark, t0, t0)
 	w, _, err = p.reserve(cost, t0, time.Minute)
 	require.NoError(t, err)
 	assert.Zero(t, w, "300 to spend: the call fits")
@@ -36,7 +36,7 @@ func TestTokenPacerSpendsReportedBudget(t *testing.T) {
 
 func TestTokenReportCountsCallsBookedSince(t *testing.T) {
 	var p tokenPacer
-	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 60000}, TokenMark{}, t0)
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 60000}, TokenMark{}, t0, t0)
 	cost := Cost{Prompt: 1000}
 	_, first, _ := p.reserve(cost, t0, 0)
 	for range 4 {
@@ -44,13 +44,13 @@ func TestTokenReportCountsCallsBookedSince(t *testing.T) {
 	}
 	// The first call's answer says 59000 are left: the four booked after
 	// it are still to be charged.
-	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 59000}, first, t0)
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 59000}, first, t0, t0)
 	assert.Equal(t, 55000.0, p.info(t0)[0].Remaining)
 }
 
 func TestCallLargerThanBudgetFailsAtOnce(t *testing.T) {
 	var p tokenPacer
-	p.observe(TokenReport{Kind: OutputTokens, Limit: 8000, Remaining: 8000}, TokenMark{}, t0)
+	p.observe(TokenReport{Kind: OutputTokens, Limit: 8000, Remaining: 8000}, TokenMark{}, t0, t0)
 	_, _, err := p.reserve(Cost{Prompt: 100, Output: 10000}, t0, time.Minute)
 	require.ErrorIs(t, err, ErrCostExceedsBudget)
 	assert.Contains(t, err.Error(), "10000 output_tokens, the budget is 8000 a minute")
@@ -61,8 +61,8 @@ func TestCallLargerThanBudgetFailsAtOnce(t *testing.T) {
 func TestUsageCorrectsEstimates(t *testing.T) {
 	var p tokenPacer
 	assert.Equal(t, Cost{Prompt: 100, Output: 0}, p.estimate(400, 0), "4 bytes a token, no output known")
-	p.observe(TokenReport{Kind: InputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0)
-	p.observe(TokenReport{Kind: OutputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0)
+	p.observe(TokenReport{Kind: InputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0, t0)
+	p.observe(TokenReport{Kind: OutputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0, t0)
 	est := p.estimate(400, 500)
 	_, _, err := p.reserve(est, t0, 0)
 	require.NoError(t, err)
@@ -101,4 +101,21 @@ func TestPromptEstimateHoldsForMixedSizes(t *testing.T) {
 		}
 		assert.InDelta(t, 1, booked/used, 0.02, "booked %.0f prompt tokens for %.0f used, phase %d", booked, used, phase)
 	}
+}
+
+func TestTokenReportIsAsOfTheProviderCount(t *testing.T) {
+	var p tokenPacer
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	report := func(remaining float64, dispatched, answered time.Duration) float64 {
+		p.observe(TokenReport{Kind: OutputTokens, Limit: 60000, Remaining: remaining}, TokenMark{}, at(dispatched), at(answered))
+		return p.info(at(answered))[0].Remaining
+	}
+	assert.Equal(t, 30000.0, report(30000, 0, 500*time.Millisecond), "the first answer: as of its arrival")
+	assert.Equal(t, 30000.0, report(30000, time.Second, 1100*time.Millisecond), "a faster one: as of its arrival")
+	// Dispatched at 2 s, answered at 4 s: the provider counted it by
+	// 2.1 s, and 1.9 s of refill (1,000 a second) came since.
+	assert.Equal(t, 21900.0, report(20000, 2*time.Second, 4*time.Second), "a long answer: as of its dispatch plus the fastest answer")
+	// The fastest answer is forgotten after a while: a provider that
+	// slows down is followed.
+	assert.Equal(t, 20000.0, report(20000, 20*time.Second, 22*time.Second), "no fast answer lately: as of its arrival")
 }

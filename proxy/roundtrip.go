@@ -569,14 +569,14 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	}
 	reports, n := tokenBudgets(&resp.Header)
 	for _, r := range reports[:n] {
-		l.ObserveTokens(r, c.mark, now) // as of the answer: the provider counted it after the dispatch
+		l.ObserveTokens(r, c.mark, start, now)
 	}
 	body := bufferedBody(resp)
 	if oc == lane.RateLimited && n == 0 {
 		if r, ok := tokensFrom429(body); ok {
 			// Used counts the calls the provider took before this one,
 			// not those booked after it: the mark subtracts them.
-			l.ObserveTokens(r, c.mark, now)
+			l.ObserveTokens(r, c.mark, start, now)
 		}
 	}
 	if oc == lane.Answered {
