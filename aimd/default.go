@@ -212,9 +212,9 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if s.InFlight > 0 && s.InFlight < c.limitLocked() {
 			return None
 		}
-		if c.latencyOn() && c.slowedLocked(s.Latency) {
+		if c.latencyOn() && (c.slowedLocked(s.Latency) || c.slowerThanChanceLocked(s.Latency, now)) {
 			// Answered, but so slowly that the provider is queueing
-			// calls: no growth on that (see latency.go).
+			// calls: no growth on that (latency.go, profile.go).
 			return None
 		}
 		return c.growDefaultLocked(s, dispatched, now)

@@ -117,7 +117,7 @@ func TestDefaultConfirmedDecreaseIsGentle(t *testing.T) {
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	// A call sent after the decrease succeeds: the new level works, and the
 	// target slow-starts back to just below the level that failed.
-	assert.Equal(t, Increased, c.ObserveAt(ok(1, 18), at(11.5)))
+	assert.Equal(t, Increased, c.ObserveAt(ok(0.4, 18), at(11.5)))
 	assert.InDelta(t, 19, c.State().Target, 1e-9, "min(18+1, 20-1)")
 	// The next fresh congestion signal is a new overshoot: gentle again.
 	assert.Equal(t, Decreased, c.ObserveAt(limited(0.001, 19), at(12)))

@@ -44,10 +44,10 @@
 // and from then on rises a level only once the level below it is known
 // not to slow calls down; cut back to the same level again and again, it
 // probes above it less and less often. Latency that varies as much at every level
-// (output lengths, a heavy tail) changes nothing. A success that took
-// many times the lane's usual latency does not grow the limit, and a
-// timeout while latency has exploded collapses the lane even if some
-// calls still succeed. Config.Initial is
+// (output lengths, a heavy tail) changes nothing. A success slower than
+// chance explains against the calls sent with the fewest in flight does
+// not grow the limit, and a timeout while latency has exploded collapses
+// the lane even if some calls still succeed. Config.Initial is
 // where a lane starts and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated
 // processes sharing one account settle near Initial each when Initial is

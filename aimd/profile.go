@@ -50,6 +50,9 @@ const (
 	// probe hold at every further one, up to latencyHoldMax round trips.
 	latencyBackoffCuts = 2
 	latencyHoldMax     = 32
+	// growthSpreads standard deviations of a call's log latency above the
+	// lowest bin's mean, a success does not grow the limit.
+	growthSpreads = 3
 	// profileMemory latency EWMAs after its last call was dispatched, a
 	// bin is forgotten: a level the lane no longer uses says nothing of
 	// the provider now.
@@ -243,4 +246,32 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 	c.decreases++
 	d.restartShareClock(now)
 	return Decreased
+}
+
+// slowerThanChanceLocked reports whether a success took longer than the
+// calls of the lowest known bin by more than LatencyTolerance and by more
+// than growthSpreads standard deviations of a call's log latency (the
+// larger of that bin's and the one pooled over every bin): the provider
+// has started to queue the calls the lane just added. It requires c.mu to
+// be held.
+func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time) bool {
+	if !c.hasLatency {
+		return false
+	}
+	p := &c.defaultRule.prof
+	base := p.baseline(now, c.profileMemoryLocked(), 0)
+	if base == nil {
+		return false
+	}
+	var m2 float64
+	var df int
+	for i := range p.bins {
+		if b := &p.bins[i]; b.n >= 2 {
+			m2 += b.m2
+			df += b.n - 1
+		}
+	}
+	v := math.Max(base.variance(), m2/float64(df))
+	x := math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean
+	return x > math.Log(c.cfg.LatencyTolerance) && x > growthSpreads*math.Sqrt(v)
 }

@@ -158,3 +158,31 @@ func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
 	defer c.mu.Unlock()
 	assert.Zero(t, c.defaultRule.latBackoff, "a 429 ends the back-off")
 }
+
+// A success slower than the calls sent with the fewest in flight by more
+// than chance explains does not grow the limit: the provider has started
+// to queue the calls the lane just added. Where latency varies a lot by
+// itself, the same answer does.
+func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	answer(c, t0, flat...) // sent under 8, about 1 s
+	before := c.Limit()
+	sent := at(2)
+	ev := c.ObserveAt(Sample{Outcome: Success, Latency: secs(1.5), InFlight: before, Dispatched: sent}, sent.Add(secs(1.5)))
+	assert.Equal(t, None, ev)
+	assert.Equal(t, before, c.Limit(), "1.5 s against calls of 1 s ± 5%%: no growth")
+	c.ObserveAt(Sample{Outcome: Success, Latency: secs(1.1), InFlight: before, Dispatched: sent}, sent.Add(secs(1.6)))
+	assert.Greater(t, c.Limit(), before, "1.1 s: within the tolerance, slow start goes on")
+
+	spread := New(Config{Max: 64}, t0)
+	answer(spread, t0, 1, 2, 5, 1, 2, 5, 1, 2) // 1 to 5 s
+	before = spread.Limit()
+	spread.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: before, Dispatched: at(6)}, at(10))
+	assert.Greater(t, spread.Limit(), before, "4 s is nothing unusual where calls take 1 to 5 s")
+
+	steady := New(Config{Max: 64}, t0)
+	answer(steady, t0, flat...)
+	before = steady.Limit()
+	steady.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: before, Dispatched: at(6)}, at(10))
+	assert.Equal(t, before, steady.Limit(), "4 s where calls take 1 s: no growth")
+}
