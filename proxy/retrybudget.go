@@ -42,7 +42,8 @@ type retrying struct {
 // A call waits for its turn this way for the queue timeout at most, from
 // its first 429 that was not charged; after that every failed attempt
 // costs a retry, so that no call is retried for ever. A call with no
-// retries at all (a budget of 0) is never retried.
+// retries at all (a budget of 0) is never retried. DESIGN.md says why this
+// rule and not a simpler one.
 type retryBudget struct {
 	spent   int32 // failed attempts charged
 	pending int32 // 429s neither charged nor forgiven yet
