@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -17,11 +18,25 @@ import (
 var tokenHeaders = [...]struct {
 	kind             lane.TokenKind
 	limit, remaining string
+	// rounded is set for Anthropic's headers, whose remaining is
+	// documented as rounded to the nearest thousand.
+	rounded bool
 }{
-	{lane.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens"},
-	{lane.InputTokens, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining"},
-	{lane.OutputTokens, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining"},
-	{lane.Tokens, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining"},
+	{lane.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", false},
+	{lane.InputTokens, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", true},
+	{lane.OutputTokens, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", true},
+	{lane.Tokens, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", true},
+}
+
+// roundedRemaining is what a remaining count rounded to the nearest
+// thousand can stand for at least: a multiple of 1,000 may be up to 500
+// more than what is left, and a budget that a lane spends to the last
+// token must not count those. Other counts were not rounded.
+func roundedRemaining(remaining float64) float64 {
+	if remaining > 0 && math.Mod(remaining, 1000) == 0 {
+		return remaining - 500
+	}
+	return remaining
 }
 
 // tokenBudgets reads the token budgets an answer reports, for the lane's
@@ -40,6 +55,9 @@ func tokenBudgets(h *fasthttp.ResponseHeader) (out [len(tokenHeaders)]lane.Token
 		}
 		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
 		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
+		if th.rounded {
+			remaining = roundedRemaining(remaining)
+		}
 		rep := lane.TokenReport{Kind: th.kind, Limit: limit, Remaining: min(remaining, limit)}
 		if err1 != nil || err2 != nil || !rep.Valid() {
 			continue

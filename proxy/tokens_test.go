@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/mockllm"
@@ -107,6 +108,23 @@ func TestTokenHeadersAndMessagesParse(t *testing.T) {
 		_, ok := tokensFrom429([]byte(body))
 		assert.False(t, ok, body)
 	}
+	// Anthropic rounds remaining to the nearest thousand: 8,000 left may
+	// be 7,500. A count that is no multiple of a thousand was not
+	// rounded; OpenAI's counts are exact.
+	var h fasthttp.ResponseHeader
+	h.Set("Anthropic-Ratelimit-Output-Tokens-Limit", "8000")
+	h.Set("Anthropic-Ratelimit-Output-Tokens-Remaining", "8000")
+	h.Set("Anthropic-Ratelimit-Input-Tokens-Limit", "40000")
+	h.Set("Anthropic-Ratelimit-Input-Tokens-Remaining", "31234")
+	h.Set("X-Ratelimit-Limit-Tokens", "30000")
+	h.Set("X-Ratelimit-Remaining-Tokens", "2000")
+	reports, n := tokenBudgets(&h)
+	assert.Equal(t, []lane.TokenReport{
+		{Kind: lane.Tokens, Limit: 30000, Remaining: 2000},
+		{Kind: lane.InputTokens, Limit: 40000, Remaining: 31234},
+		{Kind: lane.OutputTokens, Limit: 8000, Remaining: 7500},
+	}, reports[:n])
+
 	assert.Equal(t, 64, maxTokensOf([]byte(`{"max_tokens":64}`)))
 	assert.Equal(t, 32, maxTokensOf([]byte(`{"max_tokens":64,"max_completion_tokens":32}`)))
 	assert.Zero(t, maxTokensOf([]byte(`{"max_tokens":-1}`)))
