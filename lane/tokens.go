@@ -14,7 +14,10 @@ import (
 // lane learns each budget from what the provider reports (TokenReport,
 // from its headers or from the numbers of a 429) and spends it by each
 // call's estimated cost (Cost), so that the budget is met by waiting in
-// Governor rather than by collecting 429s.
+// Governor rather than by collecting 429s. It spends a budget at its
+// refill rate (limit/60 a second) less tokenSlack; each report resets the
+// estimate as of when the provider counted its call (ObserveTokens), and
+// each answer's usage corrects its call's cost (ObserveUsage).
 
 // TokenKind names one of a provider's token budgets.
 type TokenKind uint8
