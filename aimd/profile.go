@@ -29,7 +29,11 @@ import (
 // is above it: the baseline itself may be past the knee, and only a lower
 // level tells). From the first such cut on, the limit grows into a bin
 // only once the bin below it is known flat: probing above the knee costs
-// at most a bin of calls, for as long as it takes to fill it.
+// at most a bin of calls, for as long as it takes to fill it; cuts to
+// the same bin again and again lengthen the probe hold. And a success
+// slower than the lowest bin's calls by more than chance explains (a
+// bin needs 8 calls before it is tested, and slow start puts 2 or 3 in
+// each on its way up) does not grow the limit.
 
 const (
 	// binsPerOctave: bins are a quarter of an octave (19%) wide;
