@@ -15,9 +15,10 @@ import (
 // from its headers or from the numbers of a 429) and spends it by each
 // call's estimated cost (Cost), so that the budget is met by waiting in
 // Governor rather than by collecting 429s. It spends a budget at its
-// refill rate (limit/60 a second) less tokenSlack; each report resets the
-// estimate as of when the provider counted its call (ObserveTokens), and
-// each answer's usage corrects its call's cost (ObserveUsage).
+// refill rate (limit/60 a second), keeping tokenSlack of it unspent; each
+// report resets the estimate as of when the provider counted its call
+// (ObserveTokens), and each answer's usage corrects its call's cost
+// (ObserveUsage).
 
 // TokenKind names one of a provider's token budgets.
 type TokenKind uint8
@@ -131,11 +132,11 @@ const fastestMemory = 10 * time.Second
 // With many calls in flight, answers report the budget out of the order
 // the calls were booked in: a call booked before the reported one but
 // counted by the provider after it is in neither the report nor the
-// bookings since, and the estimate runs a call or two ahead (2.2 429s
-// per 100 calls in govbench's TPM cell with 64 clients; none with 1% kept,
-// goodput 0.981 then 0.955 in a run of 31 s; 3% cost 6 to 8% of such a
-// run). The slack costs the first minute that much, and nothing after:
-// once the lane waits for the refill it spends the refill rate.
+// bookings since, and the estimate can run a call or two ahead; estimates
+// of prompt tokens err by a few percent too. The slack costs the first
+// minute that share of its budget, and nothing after: once the lane waits
+// for the refill it spends the refill rate. BENCHMARKS.md has the figures
+// behind the 1%.
 const tokenSlack = 0.01
 
 // defaultBytesPerToken is the usual rule of thumb: about four bytes a
