@@ -89,15 +89,23 @@ func promText(set *metrics.Set) string {
 	return b.String()
 }
 
+// oneLane returns a registry of its own and its one lane, with a limit of
+// at most max, on the clock now; the registry closes when the test ends.
+func oneLane(t *testing.T, max int, now func() time.Time) (*lane.Registry, *lane.Lane) {
+	t.Helper()
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: max}, Metrics: metrics.NewSet(), Now: now})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+	return r, l
+}
+
 // NextSuccess's channel is closed by the lane's next success and by
 // nothing else; each success ends the waits begun before it.
 func TestNextSuccessIsClosedByTheNextSuccess(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 8}, Metrics: metrics.NewSet(), Now: func() time.Time { return now }})
-	require.NoError(t, err)
-	defer r.Close()
-	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
-	require.NoError(t, err)
+	_, l := oneLane(t, 8, func() time.Time { return now })
 
 	closed := func(ch <-chan struct{}) bool {
 		select {
@@ -125,11 +133,7 @@ func TestNextSuccessIsClosedByTheNextSuccess(t *testing.T) {
 // "latency" as the reason of its last decrease.
 func TestLatencyDecreaseIsShownAsLatency(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet(), Now: func() time.Time { return start }})
-	require.NoError(t, err)
-	defer r.Close()
-	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
-	require.NoError(t, err)
+	r, l := oneLane(t, 64, func() time.Time { return start })
 
 	// 8 calls sent at the start take 1 s; 8 sent later, under the limit
 	// they raised, take 3 s.
