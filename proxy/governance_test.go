@@ -252,6 +252,20 @@ func TestRetriesUntilSuccessOrBudget(t *testing.T) {
 	assert.Empty(t, mock.Stats().LastHeaders["x-governor-max-retries"], "Governor's own headers stay with Governor")
 }
 
+// slowCallInFlight sends a call that takes 3 s (room for a loaded
+// machine) and returns once mock is running it; its answer comes on the
+// channel.
+func slowCallInFlight(t *testing.T, c *http.Client, base string, mock *mockllm.Server) <-chan *http.Response {
+	t.Helper()
+	slow := make(chan *http.Response, 1)
+	go func() {
+		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "3s"})
+		slow <- resp
+	}()
+	require.Eventually(t, func() bool { return mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+	return slow
+}
+
 // Under a concurrency cap a call that completes frees a slot: a success
 // ends a Retry-After pause of the lane at once.
 func TestASuccessEndsALanePause(t *testing.T) {
@@ -261,13 +275,8 @@ func TestASuccessEndsALanePause(t *testing.T) {
 	c := client(t)
 
 	// The slow call must still be in flight when the queued call has
-	// queued behind the pause: its 3 s leave room for a loaded machine.
-	slow := make(chan *http.Response, 1)
-	go func() {
-		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "3s"})
-		slow <- resp
-	}()
-	require.Eventually(t, func() bool { return mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+	// queued behind the pause.
+	slow := slowCallInFlight(t, c, base, mock)
 	resp, _ := chat(t, c, base, map[string]string{"X-Mock-Fault": "429", "X-Mock-Retry-After": "30", "X-Governor-Max-Retries": "0"})
 	require.Equal(t, 429, resp.StatusCode)
 	lanes := lanesOf(t, c, base)
@@ -299,13 +308,8 @@ func TestASuccessEndsTheWaitOfARateLimitedCall(t *testing.T) {
 	c := client(t)
 
 	// The slow call must still be in flight when the other call has been
-	// answered 429: its 3 s leave room for a loaded machine.
-	slow := make(chan *http.Response, 1)
-	go func() {
-		resp, _ := chat(t, c, base, map[string]string{"X-Mock-Latency": "3s"})
-		slow <- resp
-	}()
-	require.Eventually(t, func() bool { return mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+	// answered 429.
+	slow := slowCallInFlight(t, c, base, mock)
 	start := time.Now()
 	resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "told-to-wait", "X-Mock-Fault": "429", "X-Mock-Retry-After": "30"})
 	took := time.Since(start)
