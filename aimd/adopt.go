@@ -40,8 +40,8 @@ func (c *Controller) Adopt(target float64, lastDecrease time.Time, level float64
 		d.probing, d.gain = false, 0
 		d.confirmed = false
 		d.skipHold = false
-		d.reachedAt = time.Time{} // the level is new: not reached yet
-		d.countFind(false)        // others decide too: no back-off
+		d.reachedAt = time.Time{}    // the level is new: not reached yet
+		d.backoff = ceilingBackoff{} // others decide too: no back-off
 	}
 	if c.collapsed && c.target >= d.recoverTo {
 		c.collapsed = false

@@ -57,13 +57,9 @@ type defaultState struct {
 	// that stays put (prevLevel is the last one's level).
 	stable    bool
 	prevLevel float64
-	// finds counts the confirmed 429s in a row that found the ceiling of
-	// the decrease before them again, at a small level (at most Initial/2
-	// held); backoff is how many times the probe hold has doubled since
-	// finds reached backoffFinds (probeHoldLocked). Any other decrease, a
-	// collapse or an adopted decrease sets both to zero.
-	finds   int
-	backoff int
+	// backoff makes the probe rarer at a ceiling found again and again:
+	// a small 429 ceiling or a latency knee (probeHoldLocked).
+	backoff ceilingBackoff
 	// peak is the most calls in flight at a fresh in-use success, at
 	// peakAt; it fades with time (recentPeakLocked).
 	peak   float64
@@ -74,11 +70,54 @@ type defaultState struct {
 	// prof is the latency profile (profile.go); latencyCut: the last
 	// decrease came from it; latencySeen: one has since New.
 	latencyCut, latencySeen bool
-	// latBin is the profile bin the last latency cut went to (-1 if
-	// none, or after any other decrease), latCuts the latency cuts in a
-	// row to that bin, and latBackoff how many times the probe hold has
-	// doubled since they reached latencyBackoffCuts.
-	latBin, latCuts, latBackoff int
+}
+
+// A ceilingKind is what found the ceiling a ceilingBackoff counts.
+type ceilingKind uint8
+
+const (
+	noCeiling      ceilingKind = iota
+	rateCeiling                // confirmed 429s at the same small level
+	latencyCeiling             // latency cuts to the same profile bin
+)
+
+// A ceilingBackoff counts the decreases in a row that found one ceiling
+// again: a confirmed 429 at the small level of the decrease before it
+// (after backoffFinds of them), or a latency cut to the profile bin of
+// the one before it (after latencyBackoffCuts). From then on every
+// further find doubles the probe hold (probeHoldLocked). Any other
+// decrease, a collapse or an adopted decrease ends it: one ceiling, of
+// one kind, at a time.
+type ceilingBackoff struct {
+	kind      ceilingKind
+	bin       int // the profile bin of a latencyCeiling
+	finds     int // finds in a row after the first
+	doublings int // of the probe hold
+}
+
+// find notes a find of the ceiling of kind k (in profile bin bin, for a
+// latencyCeiling) that starts the doubling after `after` finds in a row.
+func (b *ceilingBackoff) find(k ceilingKind, bin, after int) {
+	if b.kind != k || b.bin != bin {
+		*b = ceilingBackoff{kind: k, bin: bin}
+		if k == rateCeiling {
+			b.finds = 1 // found again: the level of the decrease before
+		}
+	} else {
+		b.finds++
+	}
+	if b.finds >= after {
+		b.doublings = min(b.doublings+1, maxBackoff)
+	}
+}
+
+// doubled returns how many times the probe hold has doubled at a ceiling
+// of kind k.
+func (b *ceilingBackoff) doubled(k ceilingKind) int {
+	if b.kind != k {
+		return 0
+	}
+	return b.doublings
 }
 
 // Constants of the Default preset that are not in Config, chosen with the
@@ -117,8 +156,9 @@ const (
 
 // probeHoldLocked is the number of clean round trips held just below the
 // decrease level before probing above it: 1 + limit/3, at most ProbeHold,
-// doubled backoff times but not beyond backoffCalls calls, and latBackoff
-// times but not beyond latencyHoldMax round trips; 1 while the limit is
+// doubled at a ceiling found again and again (ceilingBackoff), but not
+// beyond backoffCalls calls at a 429 ceiling or latencyHoldMax round trips
+// at a latency knee; 1 while the limit is
 // below recallRatio of the lane's recent peak. It requires c.mu to be
 // held.
 func (c *Controller) probeHoldLocked(now time.Time) int {
@@ -127,11 +167,12 @@ func (c *Controller) probeHoldLocked(now time.Time) int {
 		return 1
 	}
 	hold := min(c.cfg.ProbeHold, 1+limit/3)
-	if b := c.defaultRule.backoff; b > 0 {
-		hold = max(hold, min(hold<<min(b, maxBackoff), (backoffCalls+limit-1)/limit))
+	b := &c.defaultRule.backoff
+	if n := b.doubled(rateCeiling); n > 0 {
+		hold = max(hold, min(hold<<n, (backoffCalls+limit-1)/limit))
 	}
-	if b := c.defaultRule.latBackoff; b > 0 {
-		hold = max(hold, min(hold<<min(b, maxBackoff), latencyHoldMax))
+	if n := b.doubled(latencyCeiling); n > 0 {
+		hold = max(hold, min(hold<<n, latencyHoldMax))
 	}
 	return hold
 }
@@ -153,7 +194,6 @@ func (d *defaultState) newcomer(cfg Config) bool { return float64(d.answers) < c
 
 func (d *defaultState) init(cfg Config, now time.Time) {
 	d.quietSince = now
-	d.latBin = -1
 	d.ss = float64(cfg.Max) // no decrease yet: slow start up to Max
 	d.confirmed = true
 }
@@ -200,7 +240,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// does not yield: as far as it can tell it is alone, and at
 			// a limit of 2 to 4 a yield gives back one call in two to
 			// four for a round trip, 5% of its calls.
-			if d.quiet >= yieldRounds && now.Sub(d.quietSince) >= yieldGap && d.backoff == 0 {
+			if d.quiet >= yieldRounds && now.Sub(d.quietSince) >= yieldGap && d.backoff.doubled(rateCeiling) == 0 {
 				if ev := c.yieldDefaultLocked(s, now); ev != None {
 					return ev
 				}
@@ -405,7 +445,12 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	taken := d.prevLevel > 0 && level < d.prevLevel
 	d.stable = level == d.prevLevel
 	d.prevLevel = level
-	d.countFind(s.Outcome == RateLimited && d.stable && !unconfirmed && !repeat && level-1 <= c.cfg.Initial/2)
+	if s.Outcome == RateLimited && d.stable && !unconfirmed && !repeat && level-1 <= c.cfg.Initial/2 {
+		// The ceiling of the last decrease, found once more by a probe.
+		d.backoff.find(rateCeiling, 0, backoffFinds)
+	} else {
+		d.backoff = ceilingBackoff{}
+	}
 	c.decrLevel = level
 	c.collapsed = false // a decrease is a new operating point
 	c.decreases++
@@ -439,7 +484,7 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 			// overshootSlack slots.
 			c.target = math.Max(c.target, level-overshootSlack)
 			c.target = c.shareAboveInitialLocked(level, taken)
-			if d.backoff > 0 {
+			if d.backoff.doubled(rateCeiling) > 0 {
 				// A probe of a backed-off lane found the ceiling once
 				// more: back below it at once, or a cut of 10% that
 				// leaves the limit at the level (2.3 × 0.9 = 2.07)
@@ -465,7 +510,7 @@ func (c *Controller) collapseLocked(level float64) Event {
 	d.recoverTo = d.ss
 	d.skipHold = false
 	d.streak = 0
-	d.countFind(false)
+	d.backoff = ceilingBackoff{}
 	c.collapsed = true
 	c.collapses++
 	return Collapsed
@@ -488,22 +533,6 @@ func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 
 		give = 1.5
 	}
 	return math.Max(1, math.Min(c.target, held-give))
-}
-
-// countFind notes a decrease: found is whether it found the ceiling of
-// the previous one again (a confirmed 429 at the same small level).
-// backoffFinds finds in a row start the probe hold's doubling; anything
-// else, a sign that capacity changed or that others share it, stops it.
-func (d *defaultState) countFind(found bool) {
-	d.latBin, d.latCuts, d.latBackoff = -1, 0, 0
-	if !found {
-		d.finds, d.backoff = 0, 0
-		return
-	}
-	d.finds++
-	if d.finds >= backoffFinds {
-		d.backoff = min(d.backoff+1, maxBackoff)
-	}
 }
 
 // restartShareClock counts the quiet round trips before the next yield

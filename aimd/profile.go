@@ -228,16 +228,7 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 	// time. latencyBackoffCuts such cuts in a row double the probe hold
 	// at every further one (probeHoldLocked). This ends a back-off at a
 	// 429 ceiling, as any other decrease does.
-	bin, latBin, cuts, backoff := binOf(c.target), d.latBin, d.latCuts, d.latBackoff
-	d.countFind(false)
-	if bin == latBin {
-		if cuts++; cuts >= latencyBackoffCuts {
-			backoff = min(backoff+1, maxBackoff)
-		}
-	} else {
-		cuts, backoff = 0, 0
-	}
-	d.latBin, d.latCuts, d.latBackoff = bin, cuts, backoff
+	d.backoff.find(latencyCeiling, binOf(c.target), latencyBackoffCuts)
 	c.lastDecr, c.decrCause = now, Success
 	d.latencyCut, d.latencySeen = true, true
 	d.confirmed, d.probing, d.gain, d.reachedAt = false, false, 0, time.Time{}

@@ -156,7 +156,7 @@ func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
 	require.Equal(t, Decreased, c.ObserveAt(Sample{Outcome: RateLimited, Latency: time.Millisecond, InFlight: 9, Dispatched: at(10.5)}, at(11)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	assert.Zero(t, c.defaultRule.latBackoff, "a 429 ends the back-off")
+	assert.Zero(t, c.defaultRule.backoff.doubled(latencyCeiling), "a 429 ends the back-off")
 }
 
 // A success slower than the calls sent with the fewest in flight by more
