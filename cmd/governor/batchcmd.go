@@ -35,8 +35,8 @@ Credentials are sent as the official SDKs send them: OPENAI_API_KEY as
 set, is sent as X-Governor-Token.
 
 Exit status: 0 every item completed; 1 some item failed or did not run,
-or the job could not be followed to its end; 2 usage error, or an input
-Governor rejects.
+or the job could not be followed to its end; 2 usage error, an input
+Governor rejects, or a -job ID Governor does not have.
 
 Flags:
   -url URL          Governor's address (default http://127.0.0.1:8080)

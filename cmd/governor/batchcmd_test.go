@@ -423,6 +423,25 @@ func TestBatchCommandSurvivesGovernorRestart(t *testing.T) {
 	}
 }
 
+// A -job id Governor does not have is a bad argument: the command says
+// so, names the id, and exits 2 at once, as for a mistyped flag.
+func TestBatchCommandUnknownJob(t *testing.T) {
+	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	defer stop()
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+
+	var stdout, stderr bytes.Buffer
+	code := runBatchCommand([]string{"-url", "http://" + g.base, "-o", out, "-job", "batch_nope"}, noKeys,
+		strings.NewReader(""), &stdout, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), "-job batch_nope: Governor at http://"+g.base+" has no such job")
+	assert.Contains(t, stderr.String(), `no batch job "batch_nope"`, "Governor's own reason")
+	assert.Empty(t, stdout.String())
+	assert.NoFileExists(t, out)
+}
+
 // Without a batch directory a restart loses the job: the command says so
 // and why, and exits 1.
 func TestBatchCommandJobLostInRestart(t *testing.T) {

@@ -18,5 +18,7 @@
 // [Run] returns the command's exit status: 0 when every item completed,
 // 1 when any failed or did not run (or the job could not be followed to
 // its end), 2 for a usage error, which includes an input Governor rejects
-// as malformed.
+// as malformed and a Config.JobID Governor does not have (never
+// submitted there, expired, or lost in a restart without a batch
+// directory).
 package batchcli

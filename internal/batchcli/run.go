@@ -22,7 +22,7 @@ import (
 const (
 	ExitCompleted  = 0 // every item completed
 	ExitIncomplete = 1 // some item failed or did not run, or the job could not be followed
-	ExitUsage      = 2 // bad arguments, or input Governor rejects
+	ExitUsage      = 2 // bad arguments, input Governor rejects, or a -job id it does not have
 )
 
 // Config is one run of `governor batch`. The zero value of each optional
@@ -194,10 +194,12 @@ func (r *runner) wait(ctx context.Context) (*jobStatus, int) {
 	r.p.id = r.id
 	var lostSince time.Time
 	var lostErr error
+	seen := r.cfg.JobID == "" // a job this run submitted exists
 	for {
 		st, err := r.c.status(ctx, r.id, requestTimeout)
 		switch {
 		case err == nil:
+			seen = true
 			if !lostSince.IsZero() {
 				r.p.say("reattached to job %s", r.id)
 				lostSince = time.Time{}
@@ -207,6 +209,11 @@ func (r *runner) wait(ctx context.Context) (*jobStatus, int) {
 				r.p.endLine()
 				return st, 0
 			}
+		case gone(err) && !seen:
+			// -job names a job Governor does not have: a mistyped or
+			// expired id, or the wrong -url. Nothing was followed.
+			r.p.say("governor batch: -job %s: Governor at %s has no such job: %v", r.id, r.cfg.URL, err)
+			return nil, ExitUsage
 		case gone(err):
 			r.p.say("governor batch: job %s: %v", r.id, err)
 			if !lostSince.IsZero() {
