@@ -46,8 +46,10 @@
 // probes above it less and less often. Latency that varies as much at every level
 // (output lengths, a heavy tail) changes nothing. A success slower than
 // chance explains against the calls sent with the fewest in flight does
-// not grow the limit, and a timeout while latency has exploded collapses
-// the lane even if some calls still succeed. Config.Initial is
+// not grow the limit (while the lane slow-starts with no ceiling to stop
+// at, one far slower than that cuts it back to the highest level whose
+// calls did not slow down), and a timeout while latency has exploded
+// collapses the lane even if some calls still succeed. Config.Initial is
 // where a lane starts and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated
 // processes sharing one account settle near Initial each when Initial is

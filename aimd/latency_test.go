@@ -58,6 +58,7 @@ func TestTimeoutWhileLatencyExplodedCollapses(t *testing.T) {
 
 	c := New(Config{Max: 64}, t0)
 	now = baseline(t, c)
+	ceiling(t, c, at(1.5)) // a slow start that a rise does not end
 	// A cohort sent at 2 s, whose fastest call took 5 s: five times the
 	// baseline.
 	sent := at(2)
@@ -66,7 +67,7 @@ func TestTimeoutWhileLatencyExplodedCollapses(t *testing.T) {
 		c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(sent), InFlight: c.Limit(), Dispatched: sent}, now)
 	}
 	require.InDelta(t, 5, c.defaultRule.lat.last, 0.01)
-	ev = c.ObserveAt(Sample{Outcome: Timeout, Latency: secs(10), InFlight: c.Limit(), Dispatched: now.Add(-secs(10))}, now)
+	ev = c.ObserveAt(Sample{Outcome: Timeout, Latency: now.Sub(sent), InFlight: c.Limit(), Dispatched: sent}, now)
 	assert.Equal(t, Collapsed, ev)
 	st := c.State()
 	assert.Equal(t, 1, st.Limit)

@@ -33,7 +33,9 @@ import (
 // the same bin again and again lengthen the probe hold. And a success
 // slower than the lowest bin's calls by more than chance explains (a
 // bin needs 8 calls before it is tested, and slow start puts 2 or 3 in
-// each on its way up) does not grow the limit.
+// each on its way up) does not grow the limit; in a slow start that has
+// no ceiling to stop at, one slower by far ends it, with a cut to the
+// highest bin known flat.
 
 const (
 	// binsPerOctave: bins are a quarter of an octave (19%) wide;
@@ -55,8 +57,10 @@ const (
 	latencyBackoffCuts = 2
 	latencyHoldMax     = 32
 	// growthSpreads standard deviations of a call's log latency above the
-	// lowest bin's mean, a success does not grow the limit.
+	// lowest bin's mean, a success does not grow the limit; startSpreads
+	// of them end a slow start that has no ceiling to stop it.
 	growthSpreads = 3
+	startSpreads  = 4
 	// profileMemory latency EWMAs after its last call was dispatched, a
 	// bin is forgotten: a level the lane no longer uses says nothing of
 	// the provider now.
@@ -243,13 +247,33 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 	return Decreased
 }
 
+// startExitLocked returns, for a success that ends the lane's slow start,
+// the level to cut to; else 0. A slow start with no ceiling to stop it
+// (the lane's start, or after capacity grew) ends at a success slower
+// than the lowest known bin's calls by more than startSpreads standard
+// deviations, sent under a limit above that bin: the provider queues
+// the calls slow start added, and every round trip more would triple the
+// calls it queues. The level is the highest bin known flat below the
+// call's (at least the lowest known). It requires c.mu to be held.
+func (c *Controller) startExitLocked(latency time.Duration, dispatched, now time.Time) float64 {
+	d := &c.defaultRule
+	if d.ss < float64(c.cfg.Max) || !c.slowerThanChanceLocked(latency, now, startSpreads) {
+		return 0
+	}
+	bin := binOf(float64(c.limitAtLocked(dispatched)))
+	top := d.prof.flatTop(bin, c.cfg.LatencyTolerance, now, c.profileMemoryLocked())
+	if top < 0 || d.prof.bins[top].level() >= c.target {
+		return 0
+	}
+	return d.prof.bins[top].level()
+}
+
 // slowerThanChanceLocked reports whether a success took longer than the
 // calls of the lowest known bin by more than LatencyTolerance and by more
-// than growthSpreads standard deviations of a call's log latency (the
-// larger of that bin's and the one pooled over every bin): the provider
-// has started to queue the calls the lane just added. It requires c.mu to
-// be held.
-func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time) bool {
+// than spreads standard deviations of a call's log latency (the larger of
+// that bin's and the one pooled over every bin): the provider has started
+// to queue the calls the lane just added. It requires c.mu to be held.
+func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time, spreads float64) bool {
 	if !c.hasLatency {
 		return false
 	}
@@ -268,5 +292,5 @@ func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time
 	}
 	v := math.Max(base.variance(), m2/float64(df))
 	x := math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean
-	return x > math.Log(c.cfg.LatencyTolerance) && x > growthSpreads*math.Sqrt(v)
+	return x > math.Log(c.cfg.LatencyTolerance) && x > spreads*math.Sqrt(v)
 }

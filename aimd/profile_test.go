@@ -25,6 +25,15 @@ func answer(c *Controller, sent time.Time, lats ...float64) (Event, time.Time) {
 	return ev, now
 }
 
+// ceiling gives c a 429 at its limit at now: a level for its slow starts
+// to stop below, so that a rise in latency on the way there stops growth
+// but does not end them (startExitLocked).
+func ceiling(t *testing.T, c *Controller, now time.Time) {
+	t.Helper()
+	ev := c.ObserveAt(Sample{Outcome: RateLimited, Latency: time.Millisecond, InFlight: c.Limit(), Dispatched: now.Add(-time.Millisecond)}, now)
+	require.Equal(t, Decreased, ev)
+}
+
 // flat is 8 latencies of about 1 s (a 5% spread).
 var flat = []float64{0.95, 1.05, 1, 0.97, 1.03, 0.99, 1.01, 1}
 
@@ -70,7 +79,8 @@ func TestLatencyCutBelowTheBaselineWhenNothingIsFlat(t *testing.T) {
 	c := New(Config{Max: 64}, t0)
 	answer(c, t0, flat...) // sent under 8
 	require.Equal(t, 24, c.Limit())
-	ev, _ := answer(c, at(6), scaled(flat, 3)...) // sent under 24
+	ceiling(t, c, at(1.5))
+	ev, _ := answer(c, at(6), scaled(flat, 3)...) // sent under 22
 	require.Equal(t, Decreased, ev)
 	assert.Equal(t, 6, c.Limit(), "8 × 2^-¼ = 6.7: a bin below the baseline")
 }
@@ -159,6 +169,46 @@ func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
 	assert.Zero(t, c.defaultRule.backoff.doubled(latencyCeiling), "a 429 ends the back-off")
 }
 
+// A lane in its first slow start, whose call sent under a higher limit
+// takes three times as long as those sent under its first, ends slow
+// start at that answer: the provider queues what slow start added, and
+// every round trip more would triple what it queues. The limit comes back
+// to the level whose calls took the usual time. Where latency varies as
+// much by itself, the same answer ends nothing; and a slow start back to
+// a ceiling that a 429 found stops there anyway: the answer only stops
+// its growth.
+func TestSlowStartEndsAtARiseInLatency(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	answer(c, t0, flat...) // sent under 8, about 1 s
+	require.Equal(t, 24, c.Limit())
+	sent := at(1.1) // under 24
+	ev := c.ObserveAt(Sample{Outcome: Success, Latency: secs(3), InFlight: 24, Dispatched: sent}, sent.Add(secs(3)))
+	assert.Equal(t, Decreased, ev)
+	st := c.State()
+	assert.Equal(t, 8, st.Limit, "back to the level whose calls took 1 s")
+	assert.Equal(t, Success, st.DecreaseCause, "a latency cut: the call succeeded, slowly")
+
+	spread := New(Config{Max: 64}, t0)
+	answer(spread, t0, 1, 2, 5, 1, 2, 5, 1, 2) // 1 to 5 s
+	require.Equal(t, 24, spread.Limit())
+	ev = spread.ObserveAt(Sample{Outcome: Success, Latency: secs(5), InFlight: 24, Dispatched: at(6)}, at(11))
+	assert.NotEqual(t, Decreased, ev, "5 s is nothing unusual where calls take 1 to 5 s")
+	assert.GreaterOrEqual(t, spread.Limit(), 24)
+
+	capped := New(Config{Max: 64}, t0)
+	answer(capped, t0, flat...)
+	ceiling(t, capped, at(1.05))
+	before := capped.Limit()
+	ev = capped.ObserveAt(Sample{Outcome: Success, Latency: secs(3), InFlight: before, Dispatched: sent}, sent.Add(secs(3)))
+	assert.Equal(t, None, ev, "slow start back below a 429's level: no growth, no exit")
+	assert.Equal(t, before, capped.Limit())
+
+	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	answer(off, t0, flat...)
+	ev = off.ObserveAt(Sample{Outcome: Success, Latency: secs(3), InFlight: 24, Dispatched: sent}, sent.Add(secs(3)))
+	assert.NotEqual(t, Decreased, ev, "without the latency signal, slow start goes on")
+}
+
 // A success slower than the calls sent with the fewest in flight by more
 // than chance explains does not grow the limit: the provider has started
 // to queue the calls the lane just added. Where latency varies a lot by
@@ -166,6 +216,7 @@ func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
 func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
 	c := New(Config{Max: 64}, t0)
 	answer(c, t0, flat...) // sent under 8, about 1 s
+	ceiling(t, c, at(1.5))
 	before := c.Limit()
 	sent := at(2)
 	ev := c.ObserveAt(Sample{Outcome: Success, Latency: secs(1.5), InFlight: before, Dispatched: sent}, sent.Add(secs(1.5)))
@@ -182,6 +233,7 @@ func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
 
 	steady := New(Config{Max: 64}, t0)
 	answer(steady, t0, flat...)
+	ceiling(t, steady, at(1.5))
 	before = steady.Limit()
 	steady.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: before, Dispatched: at(6)}, at(10))
 	assert.Equal(t, before, steady.Limit(), "4 s where calls take 1 s: no growth")
