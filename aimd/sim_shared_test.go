@@ -20,7 +20,9 @@ import (
 //   - a 429 carries a Retry-After hint (Hint): the call waits it out before
 //     it is retried, and its lane pauses dispatching, until the hint ends or
 //     one of the lane's calls succeeds (package lane: Lane.Pause,
-//     Lane.Answered, Lane.NextSuccess);
+//     Lane.Answered, Lane.NextSuccess); a pause that ends with calls of the
+//     lane in flight lets one call out, and the lane then waits for an
+//     answer (package queue);
 //   - a 429 takes RejectLatency to come back;
 //   - a freed slot at the provider goes to whichever lane dispatches next:
 //     a lane dispatches only on its own events (an answer, a retry
@@ -134,12 +136,24 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 	}
 	limits := make([]int, n)
 	inFl := make([]int, n)
+	// holding, as a lane's paused: its pause ended with calls in flight,
+	// and one call has been let out: the lane waits for an answer.
+	holding := time.Duration(math.MaxInt64)
 	pump := func(i int) {
 		l := &lanes[i]
 		if l.ctl == nil || now < l.paused {
 			return
 		}
-		for l.queue > 0 && l.inFlight < l.ctl.Limit() {
+		limit := l.ctl.Limit()
+		if l.paused > 0 {
+			// The pause is over (it ended by time).
+			l.paused = 0
+			if l.inFlight > 0 {
+				limit = min(limit, l.inFlight+1)
+				l.paused = holding
+			}
+		}
+		for l.queue > 0 && l.inFlight < limit {
 			l.queue--
 			l.inFlight++
 			sent++
@@ -179,6 +193,9 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 				l.queue++
 			}
 		case shAnswer:
+			if l.paused == holding {
+				l.paused = 0 // an answer: the wait after the pause is over
+			}
 			s := Sample{Outcome: Success, Latency: now - e.sent, InFlight: l.inFlight}
 			if e.reject {
 				s.Outcome = RateLimited

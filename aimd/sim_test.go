@@ -48,6 +48,8 @@ type simParams struct {
 	// Hint, if not zero, is the Retry-After of every 429, as the proxy
 	// honours it: the call waits it out before its retry, and the lane
 	// dispatches nothing, until it ends or a call of the lane succeeds.
+	// A pause that ends with calls of the lane in flight lets one call
+	// out, and the lane then waits for an answer (package queue).
 	Hint time.Duration
 	// Knee, if not zero, makes the provider a server that queues instead
 	// of refusing (mockllm -knee): it answers no 429, and a call
@@ -189,6 +191,10 @@ func simulate(cfg Config, p simParams) simResult {
 		inFlight  int // governor's count; equals the provider's
 		paused    time.Duration
 		waiting   = map[int]uint64{} // calls answered 429 waiting out their hint: the seq of its end
+		// holding, as paused: a pause ended with calls of the lane in
+		// flight, and one call has been let out: the lane waits for an
+		// answer.
+		holding = time.Duration(math.MaxInt64)
 	)
 	submit := func() {
 		if submitted < p.Calls {
@@ -196,30 +202,34 @@ func simulate(cfg Config, p simParams) simResult {
 			submitted++
 		}
 	}
+	// dispatchOne sends the call at the front of the queue.
+	dispatchOne := func() {
+		call := queue[0]
+		queue = queue[1:]
+		inFlight++
+		dispatch[call] = now
+		seq++
+		if p.Knee == 0 && inFlight > p.capAt(completed, now) { // provider already at its cap
+			heap.Push(&events, simEvent{at: now + rejectLatency, seq: seq, call: call, reject: true})
+			return
+		}
+		lat := time.Duration(float64(p.Latency) * math.Exp(p.Sigma*rng.NormFloat64()))
+		if len(p.Mix) > 0 {
+			lat = time.Duration(float64(lat) * p.Mix[rng.IntN(len(p.Mix))])
+		}
+		if p.Knee > 0 && inFlight > p.Knee {
+			r := float64(inFlight) / float64(p.Knee)
+			lat = time.Duration(float64(lat) * r * r)
+		}
+		if p.Timeout > 0 && lat > p.Timeout {
+			heap.Push(&events, simEvent{at: now + p.Timeout, seq: seq, call: call, timeout: true})
+			return
+		}
+		heap.Push(&events, simEvent{at: now + lat, seq: seq, call: call})
+	}
 	pump := func() {
 		for len(queue) > 0 && inFlight < ctl.Limit() && now >= paused {
-			call := queue[0]
-			queue = queue[1:]
-			inFlight++
-			dispatch[call] = now
-			seq++
-			if p.Knee == 0 && inFlight > p.capAt(completed, now) { // provider already at its cap
-				heap.Push(&events, simEvent{at: now + rejectLatency, seq: seq, call: call, reject: true})
-				continue
-			}
-			lat := time.Duration(float64(p.Latency) * math.Exp(p.Sigma*rng.NormFloat64()))
-			if len(p.Mix) > 0 {
-				lat = time.Duration(float64(lat) * p.Mix[rng.IntN(len(p.Mix))])
-			}
-			if p.Knee > 0 && inFlight > p.Knee {
-				r := float64(inFlight) / float64(p.Knee)
-				lat = time.Duration(float64(lat) * r * r)
-			}
-			if p.Timeout > 0 && lat > p.Timeout {
-				heap.Push(&events, simEvent{at: now + p.Timeout, seq: seq, call: call, timeout: true})
-				continue
-			}
-			heap.Push(&events, simEvent{at: now + lat, seq: seq, call: call})
+			dispatchOne()
 		}
 		if l := ctl.Limit(); l > res.MaxLimit {
 			res.MaxLimit = l
@@ -237,8 +247,23 @@ func simulate(cfg Config, p simParams) simResult {
 				delete(waiting, e.call)
 				queue = append([]int{e.call}, queue...)
 			}
+			if paused > 0 && paused != holding && now >= paused {
+				// The pause is over. With calls of the lane still in
+				// flight, one call is let out, and the lane waits for
+				// an answer.
+				paused = 0
+				if inFlight > 0 {
+					if len(queue) > 0 && inFlight < ctl.Limit() {
+						dispatchOne()
+					}
+					paused = holding
+				}
+			}
 			pump()
 			continue
+		}
+		if paused == holding {
+			paused = 0 // an answer: the wait after the pause is over
 		}
 		s := Sample{Outcome: Success, Latency: now - dispatch[e.call], InFlight: inFlight}
 		if e.reject {

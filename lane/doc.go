@@ -21,8 +21,10 @@
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
 // with ReserveTokens before it is sent (see tokens.go). Pause holds the
 // lane's dispatches for a provider's Retry-After until a call succeeds
-// (Answered) or the time comes, whichever is first; NextSuccess lets a call
-// answered 429 wait the same way. Dispatch and Done bracket each attempt
+// (Answered) or the time comes, whichever is first (if the time comes
+// with calls of the lane in flight, the queue lets one call out, and the
+// others once a call in flight ends); NextSuccess lets a call answered 429
+// wait the same way. Dispatch and Done bracket each attempt
 // while it holds the provider's capacity (a stream, until it ends), so that
 // Contended can tell a 429 that came while the lane's other calls were
 // being served from one given to a lane the provider serves nothing.

@@ -6,8 +6,16 @@ import "time"
 // answered with Retry-After. Calls may still queue meanwhile, and calls in
 // flight are not affected. A pause is only ever extended: while paused, an
 // earlier t is ignored. When t comes, waiting calls are granted by a timer,
-// without anyone calling ReleaseTenant. A t that is not in the future, or a
+// without anyone calling ReleaseTenant; but if calls are still in flight
+// then, only one is granted, and the others wait until a call in flight
+// ends (ReleaseTenant) or Resume. A t that is not in the future, or a
 // closed queue, makes PauseUntil do nothing.
+//
+// The provider said it was full, and the calls it was running when it said
+// so are still running: nothing this queue can see has freed a slot since.
+// One call asks again; all of them asking would draw as many refusals. (So
+// TCP sends one segment when its retransmission timer fires, RFC 5681
+// §3.1.)
 func (q *Queue) PauseUntil(t time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -43,19 +51,25 @@ func (q *Queue) resume() {
 	}
 	q.paused = false
 	q.pausedUntil = time.Time{}
+	if q.inFlight > 0 {
+		q.holding, q.probe = true, true
+	}
 	q.grantWaitingLocked()
 }
 
-// Resume ends a pause now: waiting calls are granted the free slots at once.
-// It does nothing when the queue is not paused.
+// Resume ends a pause, or the wait for a call in flight to end after one,
+// now: waiting calls are granted the free slots at once. It does nothing
+// when the queue is neither paused nor holding.
 func (q *Queue) Resume() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.paused {
+	if !q.paused && !q.holding {
 		return
 	}
-	q.paused = false
+	q.paused, q.holding = false, false
 	q.pausedUntil = time.Time{}
-	q.timer.Stop()
+	if q.timer != nil {
+		q.timer.Stop()
+	}
 	q.grantWaitingLocked()
 }

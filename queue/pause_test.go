@@ -121,3 +121,69 @@ func TestResumeEndsAPauseEarly(t *testing.T) {
 		q.ReleaseTenant("")
 	})
 }
+
+// TestPauseEndsWithCallsInFlight checks what a pause that ends while calls
+// are still in flight lets out: one call, and the others only once a call
+// in flight has ended. Under a concurrency cap the calls the provider was
+// running when it refused are still running: one call asking again is
+// enough to learn whether a slot has freed, where all of them would draw
+// as many refusals.
+func TestPauseEndsWithCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(Config{Limit: 4})
+		require.True(t, q.TryAcquire(fresh(3)), "a call in flight")
+		begin := time.Now()
+		q.PauseUntil(begin.Add(time.Second))
+		a := start(t, q, "a", retry(3))
+		b := start(t, q, "b", retry(3))
+		c := start(t, q, "c", fresh(3))
+
+		require.NoError(t, <-a.done, "one call goes when the pause ends")
+		assert.Equal(t, time.Second, time.Since(begin))
+		synctest.Wait()
+		for _, w := range []*call{b, c} {
+			_, ok := w.finished()
+			assert.False(t, ok, "%s: granted before a call in flight ended", w.name)
+		}
+		assert.False(t, q.TryAcquire(fresh(0)), "no slot beside the one let out")
+		assert.Equal(t, 2, q.Stats().InFlight)
+
+		time.Sleep(3 * time.Second) // nothing ends: the queue keeps holding
+		synctest.Wait()
+		_, ok := b.finished()
+		assert.False(t, ok, "granted while no call in flight ended")
+
+		q.ReleaseTenant("") // the call that was in flight ends
+		require.NoError(t, <-b.done)
+		require.NoError(t, <-c.done)
+		assert.Equal(t, Stats{Limit: 4, InFlight: 3}, q.Stats())
+		assert.True(t, q.TryAcquire(fresh(3)), "open again: up to the limit")
+		for range 4 {
+			q.ReleaseTenant("")
+		}
+	})
+}
+
+// TestPauseEndsWithCallsInFlightNoneWaiting checks that the one call a
+// pause's end lets out may come after it, and that Resume opens the queue
+// again at once.
+func TestPauseEndsWithCallsInFlightNoneWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(Config{Limit: 4})
+		require.True(t, q.TryAcquire(fresh(3)))
+		q.PauseUntil(time.Now().Add(time.Second))
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.True(t, q.Stats().PausedUntil.IsZero(), "the pause is over")
+		assert.True(t, q.TryAcquire(fresh(3)), "the one call after the pause")
+		assert.False(t, q.TryAcquire(fresh(3)), "no second before a call in flight ends")
+
+		q.Resume()
+		assert.True(t, q.TryAcquire(fresh(3)), "Resume ends the wait")
+		assert.True(t, q.TryAcquire(fresh(3)))
+		assert.Equal(t, 4, q.Stats().InFlight)
+		for range 4 {
+			q.ReleaseTenant("")
+		}
+	})
+}

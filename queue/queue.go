@@ -95,6 +95,10 @@ type Queue struct {
 	paused      bool
 	pausedUntil time.Time
 	timer       *time.Timer // ends the pause; created on first PauseUntil
+	// holding is true from the end of a pause that found calls in flight
+	// until one of them ends: one call may be let out meanwhile (probe),
+	// the others wait (see resume).
+	holding, probe bool
 
 	// drained, when not nil, is closed as soon as nothing waits or runs;
 	// see Drain.
@@ -199,7 +203,7 @@ func (q *Queue) AcquireAt(ctx context.Context, p Priority) (time.Time, error) {
 			select {
 			case <-done:
 				q.mu.Lock()
-				q.finishLocked(t, name)
+				q.giveBackLocked(t, name)
 				q.mu.Unlock()
 				return time.Time{}, ctx.Err()
 			default:
@@ -264,7 +268,7 @@ func (q *Queue) leave(w *waiter) {
 		q.notifyIdleLocked()
 	} else if err := <-w.ready; err == nil {
 		// Granted after the cancel: give the slot back.
-		q.finishLocked(w.t, w.name)
+		q.giveBackLocked(w.t, w.name)
 	}
 	q.mu.Unlock()
 	q.put(w)
@@ -309,6 +313,25 @@ func (q *Queue) ReleaseTenant(name string) {
 // finishLocked ends a call of the named tenant in flight on t and grants
 // the free slots. It requires q.mu to be held.
 func (q *Queue) finishLocked(t *tenant, name string) {
+	q.holding = false // a call in flight has ended
+	q.freeLocked(t, name)
+}
+
+// giveBackLocked takes back a slot granted to a call of the named tenant
+// on t whose caller left before using it, and grants it again. A call
+// that did not run is not a call in flight that ended: a queue holding
+// after a pause lets the next call out in its place. It requires q.mu to
+// be held.
+func (q *Queue) giveBackLocked(t *tenant, name string) {
+	if q.holding {
+		q.probe = true
+	}
+	q.freeLocked(t, name)
+}
+
+// freeLocked ends a call of the named tenant in flight on t and grants the
+// free slots. It requires q.mu to be held.
+func (q *Queue) freeLocked(t *tenant, name string) {
 	t.inFlight--
 	q.inFlight--
 	q.endCallLocked(t, name)
@@ -338,7 +361,7 @@ func (q *Queue) Close() {
 		return
 	}
 	q.closed = true
-	q.paused = false
+	q.paused, q.holding = false, false
 	if q.timer != nil {
 		q.timer.Stop()
 	}
@@ -413,12 +436,22 @@ func (q *Queue) Len() int {
 // grantableLocked reports whether a new call may take a slot at once.
 // It requires q.mu to be held.
 func (q *Queue) grantableLocked() bool {
-	return !q.paused && q.inFlight < q.limit && q.waiting == 0
+	return q.openLocked() && q.inFlight < q.limit && q.waiting == 0
+}
+
+// openLocked reports whether the queue grants slots at all: it is not
+// paused, and not holding after a pause unless the probe is still to go.
+// It requires q.mu to be held.
+func (q *Queue) openLocked() bool {
+	return !q.paused && (!q.holding || q.probe)
 }
 
 // grantLocked counts a slot granted to a call of t. It requires q.mu to be
 // held.
 func (q *Queue) grantLocked(t *tenant) {
+	if q.holding {
+		q.probe = false // the probe goes out
+	}
 	t.inFlight++
 	q.inFlight++
 	q.grants++
@@ -431,7 +464,7 @@ func (q *Queue) grantLocked(t *tenant) {
 // requires q.mu to be held.
 func (q *Queue) grantWaitingLocked() {
 	var now time.Time
-	for !q.paused && q.inFlight < q.limit && q.waiting > 0 {
+	for q.openLocked() && q.inFlight < q.limit && q.waiting > 0 {
 		w := q.nextLocked()
 		q.removeLocked(w)
 		q.grantLocked(w.t)
