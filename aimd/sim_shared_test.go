@@ -21,8 +21,8 @@ import (
 //     it is retried, and its lane pauses dispatching, until the hint ends or
 //     one of the lane's calls succeeds (package lane: Lane.Pause,
 //     Lane.Answered, Lane.NextSuccess); a pause that ends with calls of the
-//     lane in flight lets one call out, and the lane then waits for an
-//     answer (package queue);
+//     lane in flight lets one call out, then none until a call ends other
+//     than by a 429 (package queue);
 //   - a 429 takes RejectLatency to come back;
 //   - a freed slot at the provider goes to whichever lane dispatches next:
 //     a lane dispatches only on its own events (an answer, a retry
@@ -119,6 +119,10 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 		// waiting 429'd calls wait out their hints, until the lane's
 		// next success (its successes count up to era).
 		waiting, era int
+		// holding: a pause ended with calls in flight; one call may go
+		// (probe), then none until a call ends other than by a 429 or
+		// none is in flight (package queue).
+		holding, probe bool
 	}
 	lanes := make([]lane, n)
 	var (
@@ -136,24 +140,20 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 	}
 	limits := make([]int, n)
 	inFl := make([]int, n)
-	// holding, as a lane's paused: its pause ended with calls in flight,
-	// and one call has been let out: the lane waits for an answer.
-	holding := time.Duration(math.MaxInt64)
 	pump := func(i int) {
 		l := &lanes[i]
 		if l.ctl == nil || now < l.paused {
 			return
 		}
-		limit := l.ctl.Limit()
 		if l.paused > 0 {
 			// The pause is over (it ended by time).
 			l.paused = 0
-			if l.inFlight > 0 {
-				limit = min(limit, l.inFlight+1)
-				l.paused = holding
+			if l.inFlight > 0 && !l.holding {
+				l.holding, l.probe = true, true
 			}
 		}
-		for l.queue > 0 && l.inFlight < limit {
+		for l.queue > 0 && l.inFlight < l.ctl.Limit() && (!l.holding || l.probe) {
+			l.probe = false
 			l.queue--
 			l.inFlight++
 			sent++
@@ -193,9 +193,6 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 				l.queue++
 			}
 		case shAnswer:
-			if l.paused == holding {
-				l.paused = 0 // an answer: the wait after the pause is over
-			}
 			s := Sample{Outcome: Success, Latency: now - e.sent, InFlight: l.inFlight}
 			if e.reject {
 				s.Outcome = RateLimited
@@ -210,6 +207,9 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 				res.Yields++
 			}
 			l.inFlight--
+			if !e.reject || l.inFlight == 0 {
+				l.holding = false // a call ended other than by a 429, or none runs
+			}
 			if e.reject {
 				rejected++
 				l.waiting++

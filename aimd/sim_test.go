@@ -49,7 +49,8 @@ type simParams struct {
 	// honours it: the call waits it out before its retry, and the lane
 	// dispatches nothing, until it ends or a call of the lane succeeds.
 	// A pause that ends with calls of the lane in flight lets one call
-	// out, and the lane then waits for an answer (package queue).
+	// out, then none until a call ends other than by a 429 (package
+	// queue).
 	Hint time.Duration
 	// Knee, if not zero, makes the provider a server that queues instead
 	// of refusing (mockllm -knee): it answers no 429, and a call
@@ -191,10 +192,10 @@ func simulate(cfg Config, p simParams) simResult {
 		inFlight  int // governor's count; equals the provider's
 		paused    time.Duration
 		waiting   = map[int]uint64{} // calls answered 429 waiting out their hint: the seq of its end
-		// holding, as paused: a pause ended with calls of the lane in
-		// flight, and one call has been let out: the lane waits for an
-		// answer.
-		holding = time.Duration(math.MaxInt64)
+		// holding: a pause ended with calls of the lane in flight; one
+		// call may go (probe), then none until a call ends other than by
+		// a 429 or none is in flight (package queue).
+		holding, probe bool
 	)
 	submit := func() {
 		if submitted < p.Calls {
@@ -228,8 +229,16 @@ func simulate(cfg Config, p simParams) simResult {
 		heap.Push(&events, simEvent{at: now + lat, seq: seq, call: call})
 	}
 	pump := func() {
-		for len(queue) > 0 && inFlight < ctl.Limit() && now >= paused {
+		if paused > 0 && now >= paused {
+			// The pause is over.
+			paused = 0
+			if inFlight > 0 && !holding {
+				holding, probe = true, true
+			}
+		}
+		for len(queue) > 0 && inFlight < ctl.Limit() && now >= paused && (!holding || probe) {
 			dispatchOne()
+			probe = false
 		}
 		if l := ctl.Limit(); l > res.MaxLimit {
 			res.MaxLimit = l
@@ -247,23 +256,8 @@ func simulate(cfg Config, p simParams) simResult {
 				delete(waiting, e.call)
 				queue = append([]int{e.call}, queue...)
 			}
-			if paused > 0 && paused != holding && now >= paused {
-				// The pause is over. With calls of the lane still in
-				// flight, one call is let out, and the lane waits for
-				// an answer.
-				paused = 0
-				if inFlight > 0 {
-					if len(queue) > 0 && inFlight < ctl.Limit() {
-						dispatchOne()
-					}
-					paused = holding
-				}
-			}
 			pump()
 			continue
-		}
-		if paused == holding {
-			paused = 0 // an answer: the wait after the pause is over
 		}
 		s := Sample{Outcome: Success, Latency: now - dispatch[e.call], InFlight: inFlight}
 		if e.reject {
@@ -275,6 +269,9 @@ func simulate(cfg Config, p simParams) simResult {
 		ev := ctl.ObserveAt(s, epoch.Add(now))
 		res.Events[ev]++
 		inFlight--
+		if !e.reject || p.Hint == 0 || inFlight == 0 {
+			holding = false // a call ended other than by a 429, or none runs
+		}
 		if e.timeout {
 			res.Timeouts++
 			queue = append([]int{e.call}, queue...)

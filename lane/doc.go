@@ -23,8 +23,9 @@
 // lane's dispatches for a provider's Retry-After until a call succeeds
 // (Answered) or the time comes, whichever is first (if the time comes
 // with calls of the lane in flight, the queue lets one call out, and the
-// others once a call in flight ends); NextSuccess lets a call answered 429
-// wait the same way. Dispatch and Done bracket each attempt
+// others once a call in flight ends outside a pause: see
+// queue.Queue.PauseUntil); NextSuccess lets a call answered 429 wait the
+// same way. Dispatch and Done bracket each attempt
 // while it holds the provider's capacity (a stream, until it ends), so that
 // Contended can tell a 429 that came while the lane's other calls were
 // being served from one given to a lane the provider serves nothing.

@@ -40,7 +40,7 @@
 //     all grants until the given time; when it comes, waiting calls are let
 //     out by a timer, without anyone calling ReleaseTenant: all of them if
 //     no call is in flight, else one, and the others once a call in flight
-//     has ended.
+//     has ended outside a pause.
 //
 //   - A client that leaves takes its call with it. When the context passed
 //     to Acquire ends, the call leaves the queue at once and nothing is sent

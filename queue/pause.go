@@ -8,14 +8,19 @@ import "time"
 // earlier t is ignored. When t comes, waiting calls are granted by a timer,
 // without anyone calling ReleaseTenant; but if calls are still in flight
 // then, only one is granted, and the others wait until a call in flight
-// ends (ReleaseTenant) or Resume. A t that is not in the future, or a
-// closed queue, makes PauseUntil do nothing.
+// ends while the queue is not paused (ReleaseTenant), no call is in
+// flight, or Resume. A call released during a pause is taken for one the
+// provider refused (the caller pauses before it releases a refused call's
+// slot), which frees nothing: if the one call let out is refused, the next
+// pause's end lets out none. A t that is not in the future, or a closed
+// queue, makes PauseUntil do nothing.
 //
 // The provider said it was full, and the calls it was running when it said
 // so are still running: nothing this queue can see has freed a slot since.
-// One call asks again; all of them asking would draw as many refusals. (So
-// TCP sends one segment when its retransmission timer fires, RFC 5681
-// §3.1.)
+// One call asks again; all of them asking would draw as many refusals, and
+// asking again at every pause's end while the same calls run, a refusal
+// each time. (So TCP sends one segment when its retransmission timer
+// fires, RFC 5681 §3.1.)
 func (q *Queue) PauseUntil(t time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -51,7 +56,10 @@ func (q *Queue) resume() {
 	}
 	q.paused = false
 	q.pausedUntil = time.Time{}
-	if q.inFlight > 0 {
+	switch {
+	case q.inFlight == 0:
+		q.holding = false
+	case !q.holding:
 		q.holding, q.probe = true, true
 	}
 	q.grantWaitingLocked()

@@ -187,3 +187,57 @@ func TestPauseEndsWithCallsInFlightNoneWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestPauseEndsAgainWhileTheSameCallsRun checks that once the call a
+// pause's end let out is refused (a pause, then its release), the next
+// pause's end lets out none while the calls that were in flight still
+// run: nothing has freed a slot since the first refusal. A call that ends
+// outside a pause opens the queue again, and so does the end of the last
+// call in flight, whenever it comes.
+func TestPauseEndsAgainWhileTheSameCallsRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(Config{Limit: 4})
+		require.True(t, q.TryAcquire(fresh(3)), "a call in flight, the provider's only slot")
+		q.PauseUntil(time.Now().Add(time.Second))
+		a := start(t, q, "a", retry(3))
+		b := start(t, q, "b", retry(3))
+		require.NoError(t, <-a.done, "one call goes when the pause ends")
+
+		// a is refused: the caller pauses, then releases its slot.
+		begin := time.Now()
+		q.PauseUntil(begin.Add(time.Second))
+		q.ReleaseTenant("")
+		a = start(t, q, "a", retry(3))
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		for _, w := range []*call{a, b} {
+			_, ok := w.finished()
+			assert.False(t, ok, "%s: granted while the call in flight still runs", w.name)
+		}
+		assert.Equal(t, 1, q.Stats().InFlight)
+		assert.True(t, q.Stats().PausedUntil.IsZero(), "the pause is over; the queue holds")
+
+		q.ReleaseTenant("") // the call in flight ends, outside a pause
+		require.NoError(t, <-a.done)
+		require.NoError(t, <-b.done)
+		q.ReleaseTenant("")
+		q.ReleaseTenant("")
+
+		// The last call in flight ends during a pause (refused, or failed):
+		// nothing runs, so nothing holds the queue when the pause ends.
+		require.True(t, q.TryAcquire(fresh(3)))
+		q.PauseUntil(time.Now().Add(time.Second))
+		c := start(t, q, "c", retry(3))
+		require.NoError(t, <-c.done)
+		q.PauseUntil(time.Now().Add(time.Second))
+		q.ReleaseTenant("") // c, refused
+		q.ReleaseTenant("") // the other, during the pause
+		c = start(t, q, "c", retry(3))
+		d := start(t, q, "d", fresh(3))
+		require.NoError(t, <-c.done)
+		require.NoError(t, <-d.done)
+		assert.Equal(t, 2, q.Stats().InFlight, "both go at the pause's end")
+		q.ReleaseTenant("")
+		q.ReleaseTenant("")
+	})
+}

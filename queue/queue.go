@@ -96,8 +96,9 @@ type Queue struct {
 	pausedUntil time.Time
 	timer       *time.Timer // ends the pause; created on first PauseUntil
 	// holding is true from the end of a pause that found calls in flight
-	// until one of them ends: one call may be let out meanwhile (probe),
-	// the others wait (see resume).
+	// until a call ends while the queue is not paused, or none is in
+	// flight: one call may be let out meanwhile (probe), the others wait
+	// (see PauseUntil).
 	holding, probe bool
 
 	// drained, when not nil, is closed as soon as nothing waits or runs;
@@ -313,27 +314,32 @@ func (q *Queue) ReleaseTenant(name string) {
 // finishLocked ends a call of the named tenant in flight on t and grants
 // the free slots. It requires q.mu to be held.
 func (q *Queue) finishLocked(t *tenant, name string) {
-	q.holding = false // a call in flight has ended
-	q.freeLocked(t, name)
+	// A call that ends during a pause was, as far as the queue can tell,
+	// refused (the caller pauses on a refusal before it releases the
+	// slot): it freed nothing at the provider.
+	q.freeLocked(t, name, !q.paused)
 }
 
 // giveBackLocked takes back a slot granted to a call of the named tenant
 // on t whose caller left before using it, and grants it again. A call
-// that did not run is not a call in flight that ended: a queue holding
-// after a pause lets the next call out in its place. It requires q.mu to
-// be held.
+// that did not run frees nothing either: a queue holding after a pause
+// lets the next call out in its place. It requires q.mu to be held.
 func (q *Queue) giveBackLocked(t *tenant, name string) {
 	if q.holding {
 		q.probe = true
 	}
-	q.freeLocked(t, name)
+	q.freeLocked(t, name, false)
 }
 
 // freeLocked ends a call of the named tenant in flight on t and grants the
-// free slots. It requires q.mu to be held.
-func (q *Queue) freeLocked(t *tenant, name string) {
+// free slots; freed says that the call's end freed a slot at the provider,
+// which ends a hold after a pause. It requires q.mu to be held.
+func (q *Queue) freeLocked(t *tenant, name string, freed bool) {
 	t.inFlight--
 	q.inFlight--
+	if freed || q.inFlight == 0 {
+		q.holding = false
+	}
 	q.endCallLocked(t, name)
 	q.grantWaitingLocked()
 	q.notifyIdleLocked()
