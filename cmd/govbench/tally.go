@@ -26,8 +26,14 @@ type tally struct {
 	// X-Request-Id; mockllm counts requests per id (by_request_id) and
 	// Governor reports its attempts in X-Governor-Attempts, so a call is
 	// duplicated when the provider saw its id more times than that. As a
-	// cross-check, the provider's 2xx answers beyond the calls answered 2xx
-	// count too (the larger of the two figures is reported).
+	// cross-check for calls without that header, the provider's 2xx
+	// answers beyond the calls sent count too (the larger of the two
+	// figures is reported). Beyond the calls sent, not the calls answered
+	// 2xx: a call that did not end with a 2xx answer read whole (lost, or
+	// unfinished because the run was cut off while the provider was
+	// answering it) may have drawn one 2xx from the provider that never
+	// reached its client. That is one execution of a call already counted
+	// as lost or unfinished, not a second one.
 	duplicated  int
 	rateLimited int64 // 429s the provider answered
 }
@@ -69,7 +75,7 @@ func tallyCalls(results []callResult, st mockStats) tally {
 			idDup++
 		}
 	}
-	t.duplicated = max(idDup, int(st.answered2xx())-t.ok)
+	t.duplicated = max(idDup, int(st.answered2xx())-t.calls, 0)
 	return t
 }
 
