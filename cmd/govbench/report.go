@@ -137,11 +137,7 @@ func writeGoodput(w io.Writer, runs []goodputRun) {
 		if r.cutOff {
 			makespan, good = "> "+makespan, "< "+good
 		}
-		calls := fmt.Sprint(r.tally.calls)
-		if r.tally.unfinished > 0 {
-			calls += fmt.Sprintf(" (%d unfinished)", r.tally.unfinished)
-		}
-		t.add(r.title, r.preset, millis(r.latency), calls, secs(r.optimum), makespan, good,
+		t.add(r.title, r.preset, millis(r.latency), r.tally.callsText(), secs(r.optimum), makespan, good,
 			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), convText(r.conv),
 			phasesText(r.phases))
 	}

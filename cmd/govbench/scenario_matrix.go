@@ -164,6 +164,9 @@ func (r matrixRun) met() (bool, string) {
 	if r.tally.lost > 0 || r.tally.duplicated > 0 {
 		miss = append(miss, "lost or duplicated")
 	}
+	if r.tally.unfinished > 0 {
+		miss = append(miss, "cut off")
+	}
 	return len(miss) == 0, strings.Join(miss, ", ")
 }
 
@@ -201,7 +204,7 @@ func writeMatrix(w io.Writer, runs []matrixRun) {
 				goal += ": **missed** (" + miss + ")"
 			}
 		}
-		t.add(r.title, r.preset, fmt.Sprint(r.tally.calls), secs(r.optimum), makespan, good,
+		t.add(r.title, r.preset, r.tally.callsText(), secs(r.optimum), makespan, good,
 			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), fmt.Sprintf("%.2f", r.tally.per100()), r.events.String(), goal)
 	}
 	fmt.Fprintf(w, "\n## Matrix\n\n%s", t.markdown())

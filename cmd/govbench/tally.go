@@ -11,6 +11,7 @@ import (
 // tally is the fate of the calls of a goodput run, from the clients'
 // results and the provider's /stats.
 type tally struct {
+	total int // calls of the run, sent or not
 	calls int // calls sent
 	ok    int // answered 2xx
 	// lost: sent, and no 2xx answer came back (an error status, an answer
@@ -48,7 +49,7 @@ func (t tally) per100() float64 {
 
 // tallyCalls counts results against the provider's stats.
 func tallyCalls(results []callResult, st mockStats) tally {
-	t := tally{causes: map[string]int{}, rateLimited: st.RateLimited}
+	t := tally{total: len(results), causes: map[string]int{}, rateLimited: st.RateLimited}
 	idDup := 0
 	for _, r := range results {
 		switch {
@@ -77,6 +78,15 @@ func tallyCalls(results []callResult, st mockStats) tally {
 	}
 	t.duplicated = max(idDup, int(st.answered2xx())-t.calls, 0)
 	return t
+}
+
+// callsText is the calls of the run, with how many did not finish when
+// it was cut off: "7680 (5500 unfinished)".
+func (t tally) callsText() string {
+	if t.unfinished == 0 {
+		return strconv.Itoa(t.total)
+	}
+	return fmt.Sprintf("%d (%d unfinished)", t.total, t.unfinished)
 }
 
 // lostText is the lost count with its causes, such as "3 (502: 2, no answer: 1)".
