@@ -50,12 +50,25 @@ func readMachine(ctx context.Context, w *workspace) machine {
 		m.nginx = nginxVersion(ctx, w.nginxBin)
 	}
 	if c, err := commandOutput(ctx, "git", "rev-parse", "--short", "HEAD"); err == nil {
-		m.commit = c
-		if st, err := commandOutput(ctx, "git", "status", "--porcelain", "--untracked-files=no"); err == nil && st != "" {
-			m.commit += " (with uncommitted changes)"
-		}
+		st, err := commandOutput(ctx, "git", "status", "--porcelain", "--untracked-files=no")
+		m.commit = commitText(c, err == nil && st != "", w.governorGiven)
 	}
 	return m
+}
+
+// commitText describes the working tree's commit head for the report:
+// whether it had uncommitted changes, and whether the Governor measured
+// was built from it or given with -governor (whose commit govbench cannot
+// tell: binaries built with -buildvcs=false carry none).
+func commitText(head string, dirty, governorGiven bool) string {
+	s := head
+	if dirty {
+		s += " (with uncommitted changes)"
+	}
+	if governorGiven {
+		s += ", the working tree's; the Governor measured is the -governor binary"
+	}
+	return s
 }
 
 func readTrimmed(path string) string {

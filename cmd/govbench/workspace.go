@@ -15,11 +15,15 @@ import (
 type workspace struct {
 	dir         string
 	governorBin string
-	mockBin     string
-	nginxBin    string // empty when nginx is skipped
-	nginxNote   string // why nginx is skipped
-	redisBin    string // empty when S4 with coordination is skipped
-	redisNote   string // why it is skipped
+	// governorGiven: governorBin is -governor's, not built here from the
+	// working tree, so the working tree's commit may not be the one
+	// measured.
+	governorGiven bool
+	mockBin       string
+	nginxBin      string // empty when nginx is skipped
+	nginxNote     string // why nginx is skipped
+	redisBin      string // empty when S4 with coordination is skipped
+	redisNote     string // why it is skipped
 }
 
 // Import paths of the binaries govbench builds; `go build` resolves them in
@@ -36,7 +40,7 @@ func newWorkspace(ctx context.Context, o *options, log io.Writer) (*workspace, e
 	if err != nil {
 		return nil, fmt.Errorf("work directory: %w", err)
 	}
-	w := &workspace{dir: dir, governorBin: o.governorBin, mockBin: o.mockBin}
+	w := &workspace{dir: dir, governorBin: o.governorBin, governorGiven: o.governorBin != "", mockBin: o.mockBin}
 	for _, b := range []struct {
 		path *string
 		pkg  string
