@@ -197,14 +197,13 @@ func TestMainListenerIsLoopbackByDefault(t *testing.T) {
 	defer stop()
 	bin, err := buildGovernor()
 	require.NoError(t, err)
-	_, port, _ := net.SplitHostPort(freeAddr(t))
 	for _, tc := range []struct {
 		token string
 		warns bool
 	}{{"", true}, {"tok-1", false}} {
 		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_LISTEN=0.0.0.0:"+port,
-			"GOVERNOR_ADMIN_LISTEN="+freeAddr(t), "GOVERNOR_API_TOKEN="+tc.token)
+		cmd.Env = append(os.Environ(), "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_LISTEN=0.0.0.0:0",
+			"GOVERNOR_ADMIN_LISTEN=127.0.0.1:0", "GOVERNOR_API_TOKEN="+tc.token)
 		var stderr lockedWriter
 		stderr.w = &bytes.Buffer{}
 		cmd.Stderr = &stderr
