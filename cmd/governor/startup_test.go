@@ -21,7 +21,7 @@ func TestFailedStartupStopsWhatItStarted(t *testing.T) {
 	closed := freeAddr(t) // nobody listens: Redis is down, Governor governs alone
 	var out, errOut bytes.Buffer
 	code := run(nil, []string{
-		"GOVERNOR_LISTEN=" + freeAddr(t),
+		"GOVERNOR_LISTEN=127.0.0.1:0",
 		"GOVERNOR_ADMIN_LISTEN=" + taken.Addr().String(),
 		"GOVERNOR_REDIS_URL=redis://" + closed,
 		"GOVERNOR_UPSTREAM=http://127.0.0.1:9",
