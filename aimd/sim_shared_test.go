@@ -119,10 +119,7 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 		// waiting 429'd calls wait out their hints, until the lane's
 		// next success (its successes count up to era).
 		waiting, era int
-		// holding: a pause ended with calls in flight; one call may go
-		// (probe), then none until a call ends other than by a 429 or
-		// none is in flight (package queue).
-		holding, probe bool
+		hold         pauseHold
 	}
 	lanes := make([]lane, n)
 	var (
@@ -148,12 +145,10 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 		if l.paused > 0 {
 			// The pause is over (it ended by time).
 			l.paused = 0
-			if l.inFlight > 0 && !l.holding {
-				l.holding, l.probe = true, true
-			}
+			l.hold.pauseEnded(l.inFlight)
 		}
-		for l.queue > 0 && l.inFlight < l.ctl.Limit() && (!l.holding || l.probe) {
-			l.probe = false
+		for l.queue > 0 && l.inFlight < l.ctl.Limit() && l.hold.open() {
+			l.hold.sent()
 			l.queue--
 			l.inFlight++
 			sent++
@@ -207,9 +202,7 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 				res.Yields++
 			}
 			l.inFlight--
-			if !e.reject || l.inFlight == 0 {
-				l.holding = false // a call ended other than by a 429, or none runs
-			}
+			l.hold.ended(e.reject, l.inFlight)
 			if e.reject {
 				rejected++
 				l.waiting++

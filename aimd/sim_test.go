@@ -192,10 +192,7 @@ func simulate(cfg Config, p simParams) simResult {
 		inFlight  int // governor's count; equals the provider's
 		paused    time.Duration
 		waiting   = map[int]uint64{} // calls answered 429 waiting out their hint: the seq of its end
-		// holding: a pause ended with calls of the lane in flight; one
-		// call may go (probe), then none until a call ends other than by
-		// a 429 or none is in flight (package queue).
-		holding, probe bool
+		hold      pauseHold
 	)
 	submit := func() {
 		if submitted < p.Calls {
@@ -232,13 +229,11 @@ func simulate(cfg Config, p simParams) simResult {
 		if paused > 0 && now >= paused {
 			// The pause is over.
 			paused = 0
-			if inFlight > 0 && !holding {
-				holding, probe = true, true
-			}
+			hold.pauseEnded(inFlight)
 		}
-		for len(queue) > 0 && inFlight < ctl.Limit() && now >= paused && (!holding || probe) {
+		for len(queue) > 0 && inFlight < ctl.Limit() && now >= paused && hold.open() {
 			dispatchOne()
-			probe = false
+			hold.sent()
 		}
 		if l := ctl.Limit(); l > res.MaxLimit {
 			res.MaxLimit = l
@@ -269,9 +264,7 @@ func simulate(cfg Config, p simParams) simResult {
 		ev := ctl.ObserveAt(s, epoch.Add(now))
 		res.Events[ev]++
 		inFlight--
-		if !e.reject || p.Hint == 0 || inFlight == 0 {
-			holding = false // a call ended other than by a 429, or none runs
-		}
+		hold.ended(e.reject, inFlight)
 		if e.timeout {
 			res.Timeouts++
 			queue = append([]int{e.call}, queue...)
@@ -491,5 +484,33 @@ func TestSimulationSmallCaps(t *testing.T) {
 		t.Logf("cap %d: goodput %.3f, 429s per 100 calls from the 2,000th call on %.2f", cap, goodput, steady)
 		assert.LessOrEqual(t, steady, 2.0, "cap %d: 429s per 100 calls once the cap is found", cap)
 		assert.GreaterOrEqual(t, goodput, 0.97, "cap %d", cap)
+	}
+}
+
+// pauseHold models, for the simulations, how package queue lets calls out
+// after a Retry-After pause: a pause that ends with calls of the lane in
+// flight lets one call out (the probe), then none until a call ends other
+// than by a 429, or none is in flight. The zero value holds nothing.
+type pauseHold struct{ holding, probe bool }
+
+// pauseEnded notes the end of a pause with inFlight calls of the lane in
+// flight.
+func (h *pauseHold) pauseEnded(inFlight int) {
+	if inFlight > 0 && !h.holding {
+		h.holding, h.probe = true, true
+	}
+}
+
+// open reports whether the lane may let a call out.
+func (h *pauseHold) open() bool { return !h.holding || h.probe }
+
+// sent notes a call let out.
+func (h *pauseHold) sent() { h.probe = false }
+
+// ended notes the end of a call of the lane, refused (a 429) or not,
+// leaving inFlight in flight.
+func (h *pauseHold) ended(refused bool, inFlight int) {
+	if !refused || inFlight == 0 {
+		h.holding = false
 	}
 }
