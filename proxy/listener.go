@@ -44,6 +44,7 @@ type drainListener struct {
 	maxConns int64
 	open     atomic.Int64
 	refusal  []byte
+	onRefuse func() // called for each connection refused; may be nil
 
 	// The refused connections lingering, each drained by a goroutine
 	// that Close stops and waits for.
@@ -84,12 +85,12 @@ func (l *servedListener) Accept() (net.Conn, error) {
 
 // listenerFor wraps ln: a TCP listener in a drainListener that holds at
 // most maxConns connections (0: no bound) and answers refusal to the ones
-// beyond, any other in fdlimit's Listener. onPause is told when
-// descriptors run out.
-func listenerFor(ln net.Listener, onPause func(error), maxConns int, refusal []byte) net.Listener {
+// beyond, telling onRefuse (if not nil) of each, any other in fdlimit's
+// Listener. onPause is told when descriptors run out.
+func listenerFor(ln net.Listener, onPause func(error), maxConns int, refusal []byte, onRefuse func()) net.Listener {
 	if tl, ok := ln.(*net.TCPListener); ok {
 		return &drainListener{TCPListener: tl, closed: make(chan struct{}), onPause: onPause,
-			maxConns: int64(maxConns), refusal: refusal,
+			maxConns: int64(maxConns), refusal: refusal, onRefuse: onRefuse,
 			lingerFor: refusedLinger, lingering: make(map[*net.TCPConn]struct{}),
 			maxLingering: min(max(maxConns/refusedLingerShare, 1), maxRefusedLingering)}
 	}
@@ -159,6 +160,9 @@ func (l *drainListener) Accept() (net.Conn, error) {
 // answer. Beyond maxLingering drained at once, or once Close has
 // begun, a refused connection is closed at once.
 func (l *drainListener) refuse(c *net.TCPConn) {
+	if l.onRefuse != nil {
+		l.onRefuse()
+	}
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Write(l.refusal)
 	lingers := l.startLinger(c) // before FIN: the client may close on it

@@ -33,7 +33,7 @@ func newCappedListener(t *testing.T, lingerFor time.Duration, maxLingering int) 
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	l := &cappedListener{addr: tl.Addr().String()}
-	l.ln = listenerFor(tl, nil, 1, refusalForTest).(*drainListener)
+	l.ln = listenerFor(tl, nil, 1, refusalForTest, nil).(*drainListener)
 	l.ln.lingerFor = lingerFor
 	l.ln.maxLingering = maxLingering
 	l.client, err = net.Dial("tcp", l.addr)

@@ -14,6 +14,9 @@ import (
 type proxyMetrics struct {
 	inFlight atomic.Int64
 	routes   map[string]*routeMetrics
+	// refusedConns counts the client connections refused beyond
+	// Config.MaxConnections.
+	refusedConns *metrics.Counter
 }
 
 // routeMetrics are one route's series.
@@ -37,6 +40,7 @@ const apiRoute = "governor"
 func newProxyMetrics(set *metrics.Set, routes []string) *proxyMetrics {
 	m := &proxyMetrics{routes: map[string]*routeMetrics{}}
 	set.NewGauge("governor_in_flight_requests", func() float64 { return float64(m.inFlight.Load()) })
+	m.refusedConns = set.NewCounter("governor_connections_refused_total")
 	for _, r := range append(routes, apiRoute) {
 		rm := &routeMetrics{}
 		for i := range rm.requests {

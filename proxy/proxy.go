@@ -156,7 +156,7 @@ func (p *Proxy) HandlePublic(path string, h fasthttp.RequestHandler) {
 func (p *Proxy) Serve(ln net.Listener) error {
 	refusal := reply.Raw(apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeTooManyConnections, RetryAfter: 1,
 		Message: fmt.Sprintf("Governor holds the most client connections it may (%d); retry later", p.cfg.MaxConnections)})
-	sl := newServedListener(listenerFor(ln, p.fdShortage, p.cfg.MaxConnections, refusal))
+	sl := newServedListener(listenerFor(ln, p.fdShortage, p.cfg.MaxConnections, refusal, p.metrics.refusedConns.Inc))
 	p.serving.Lock()
 	if p.closed {
 		p.serving.Unlock()

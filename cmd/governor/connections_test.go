@@ -251,11 +251,15 @@ func TestCallsBeyondTheOpenFileLimitAreAnsweredOrRefused(t *testing.T) {
 			"X-Request-Id: c-%d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", i, len(body), body)
 		conns[i] = c
 	}
-	// Governor holds as many calls as its cap allows (the admin listener
-	// still answers: it has connections of its own).
+	// Governor holds as many calls as its cap allows and has refused the
+	// others (the admin listener still answers: it has connections of its
+	// own). Until it has refused them all, some wait in the accept
+	// backlog, and one accepted once the held calls end is served.
 	require.Eventually(t, func() bool {
-		return sampleValue(g.scrape(t), "governor_in_flight_requests") == maxConns
-	}, 20*time.Second, 20*time.Millisecond, "governor never held %d calls", maxConns)
+		m := g.scrape(t)
+		return sampleValue(m, "governor_in_flight_requests") == maxConns &&
+			sampleValue(m, "governor_connections_refused_total") == calls-maxConns
+	}, 20*time.Second, 20*time.Millisecond, "governor never held %d calls and refused %d", maxConns, calls-maxConns)
 	require.True(t, g.alive())
 
 	close(up.release)
