@@ -85,6 +85,7 @@ func New(cfg Config, now time.Time) *Controller {
 		c.defaultRule.init(cfg, now)
 		if c.latencyOn() {
 			c.recordLimitLocked(now)
+			c.startLedgerLocked(now)
 		}
 	}
 	return c
@@ -113,6 +114,7 @@ func (c *Controller) ObserveAt(s Sample, now time.Time) Event {
 	}
 	if c.cfg.Preset == Default && c.latencyOn() {
 		c.recordLimitLocked(now)
+		c.recordDispatchLocked(s, before, now)
 	}
 	return ev
 }

@@ -64,6 +64,9 @@ type defaultState struct {
 	// peakAt; it fades with time (recentPeakLocked).
 	peak   float64
 	peakAt time.Time
+	// ledger is the calls let out in a slow start with no ceiling
+	// (overdue.go).
+	ledger dispatchLedger
 	// lat is the latency signal (latency.go).
 	lat  latencyState
 	prof profile
@@ -211,6 +214,15 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 	// RFC 6582): a burst of 429s caused by one overshoot is one decrease.
 	fresh := (c.lastDecr.IsZero() || dispatched.After(c.lastDecr)) &&
 		(d.yieldAt.IsZero() || dispatched.After(d.yieldAt))
+	d.ledger.answer(dispatched)
+	if c.latencyOn() && (s.Outcome == Success || s.Outcome == Timeout) {
+		// The calls still out of a slow start with no ceiling, if far
+		// fewer are back than the lowest level's latencies make likely,
+		// say that the provider queues them (overdue.go).
+		if to := c.overdueLocked(now); to > 0 {
+			return c.latencyDecreaseLocked(to, now)
+		}
+	}
 	switch s.Outcome {
 	case Success:
 		c.observeLatencyLocked(s.Latency)

@@ -48,7 +48,11 @@
 // chance explains against the calls sent with the fewest in flight does
 // not grow the limit (while the lane slow-starts with no ceiling to stop
 // at, one far slower than that cuts it back to the highest level whose
-// calls did not slow down), and a timeout while latency has exploded
+// calls did not slow down, and so do calls it let out above its lowest
+// level that are far fewer back than that level's latencies make likely:
+// their silence says they are slow before they answer; it counts the
+// calls let out from Sample.InFlight, and reads nothing without it), and
+// a timeout while latency has exploded
 // collapses the lane even if some calls still succeed. Config.Initial is
 // where a lane starts and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated

@@ -282,6 +282,16 @@ func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time
 	if base == nil {
 		return false
 	}
+	v := c.pooledVarianceLocked(base)
+	x := math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean
+	return x > math.Log(c.cfg.LatencyTolerance) && x > spreads*math.Sqrt(v)
+}
+
+// pooledVarianceLocked is the variance of a call's log latency: the
+// larger of base's and the one pooled over every bin. It requires c.mu to
+// be held.
+func (c *Controller) pooledVarianceLocked(base *profileBin) float64 {
+	p := &c.defaultRule.prof
 	var m2 float64
 	var df int
 	for i := range p.bins {
@@ -290,7 +300,8 @@ func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time
 			df += b.n - 1
 		}
 	}
-	v := math.Max(base.variance(), m2/float64(df))
-	x := math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean
-	return x > math.Log(c.cfg.LatencyTolerance) && x > spreads*math.Sqrt(v)
+	if df == 0 {
+		return base.variance()
+	}
+	return math.Max(base.variance(), m2/float64(df))
 }

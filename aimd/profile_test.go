@@ -2,6 +2,7 @@ package aimd
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,15 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// answer feeds c one success per latency, all dispatched at sent, with
-// the lane's limit in flight, answered in order of latency after a
-// millisecond apart at least. It returns the last event and instant.
+// answer feeds c one success per latency, all dispatched at sent,
+// answered in order of latency after a millisecond apart at least. It
+// returns the last event and instant. The calls in flight go unreported
+// (the limit counts as in use): these feeds answer a few of the calls
+// each round lets out, and a lane that counted its calls would read the
+// others as overdue (overdue.go).
 func answer(c *Controller, sent time.Time, lats ...float64) (Event, time.Time) {
 	var ev Event
 	var now time.Time
 	for i, l := range lats {
 		now = sent.Add(secs(l)).Add(time.Duration(i) * time.Millisecond)
-		ev = c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(sent), InFlight: c.Limit(), Dispatched: sent}, now)
+		ev = c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(sent), Dispatched: sent}, now)
 		if ev == Decreased || ev == Collapsed {
 			return ev, now
 		}
@@ -227,6 +231,7 @@ func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
 
 	spread := New(Config{Max: 64}, t0)
 	answer(spread, t0, 1, 2, 5, 1, 2, 5, 1, 2) // 1 to 5 s
+	ceiling(t, spread, at(5.5))
 	before = spread.Limit()
 	spread.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: before, Dispatched: at(6)}, at(10))
 	assert.Greater(t, spread.Limit(), before, "4 s is nothing unusual where calls take 1 to 5 s")
@@ -237,4 +242,59 @@ func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
 	before = steady.Limit()
 	steady.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: before, Dispatched: at(6)}, at(10))
 	assert.Equal(t, before, steady.Limit(), "4 s where calls take 1 s: no growth")
+}
+
+// startRound answers the 8 calls a lane lets out at New in about a second
+// (flat), with its limit in use, and returns the instants at which the
+// lane let out the 24 calls that replaced them and slow start added (3
+// per answer).
+func startRound(t *testing.T, c *Controller) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for i, l := range flat {
+		now := t0.Add(secs(l)).Add(time.Duration(i) * time.Millisecond)
+		c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(t0), InFlight: c.Limit(), Dispatched: t0}, now)
+		out = append(out, now, now, now)
+	}
+	require.Equal(t, 24, c.Limit())
+	return out
+}
+
+// The calls a slow start let out above its first level that are still
+// out when that level's calls would all be back are slow already: the
+// slow start ends at the next answer, on time as it may be, back to the
+// level whose calls came back (a server that queues: each call beyond its
+// knee takes longer, and the calls let out past it hold their slots until
+// they answer). Calls that do come back in time end nothing.
+func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	sent := startRound(t, c)
+	last := sent[len(sent)-1]
+	now := last.Add(secs(1.02)) // on time, but the 23 others are not back
+	ev := c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: c.Limit(), Dispatched: last}, now)
+	assert.Equal(t, Decreased, ev)
+	st := c.State()
+	assert.Equal(t, 8, st.Limit, "back to the level whose calls came back")
+	assert.Equal(t, Success, st.DecreaseCause, "a latency cut")
+
+	back := New(Config{Max: 64}, t0)
+	sent = startRound(t, back)
+	type call struct{ sent, back time.Time }
+	calls := make([]call, len(sent))
+	for i, at := range sent {
+		calls[i] = call{at, at.Add(secs(flat[i%len(flat)]))}
+	}
+	slices.SortFunc(calls, func(a, b call) int { return a.back.Compare(b.back) })
+	for i, x := range calls {
+		ev := back.ObserveAt(Sample{Outcome: Success, Latency: x.back.Sub(x.sent), InFlight: back.Limit(), Dispatched: x.sent}, x.back)
+		require.NotEqual(t, Decreased, ev, "call %d back in time", i)
+	}
+	assert.Greater(t, back.Limit(), 24, "the slow start goes on")
+
+	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	sent = startRound(t, off)
+	last = sent[len(sent)-1]
+	now = last.Add(secs(1.02))
+	ev = off.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: off.Limit(), Dispatched: last}, now)
+	assert.Equal(t, Increased, ev, "without the latency signal, silence says nothing")
 }
