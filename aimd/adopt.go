@@ -35,6 +35,10 @@ func (c *Controller) Adopt(target float64, lastDecrease time.Time, level float64
 		return
 	}
 	d := &c.defaultRule
+	// The calls let out are this process's share of the target: the
+	// ledger cannot count them (overdue.go).
+	d.adopted = true
+	d.ledger.entries = d.ledger.entries[:0]
 	if newer {
 		d.ss = math.Max(c.target, level-1)
 		d.probing, d.gain = false, 0

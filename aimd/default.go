@@ -65,8 +65,10 @@ type defaultState struct {
 	peak   float64
 	peakAt time.Time
 	// ledger is the calls let out in a slow start with no ceiling
-	// (overdue.go).
-	ledger dispatchLedger
+	// (overdue.go); none once the lane has adopted a target decided
+	// elsewhere (adopted).
+	ledger  dispatchLedger
+	adopted bool
 	// lat is the latency signal (latency.go).
 	lat  latencyState
 	prof profile

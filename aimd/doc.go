@@ -51,7 +51,8 @@
 // calls did not slow down, and so do calls it let out above its lowest
 // level that are far fewer back than that level's latencies make likely:
 // their silence says they are slow before they answer; it counts the
-// calls let out from Sample.InFlight, and reads nothing without it), and
+// calls let out from Sample.InFlight, and reads nothing without it or
+// once it has adopted a target), and
 // a timeout while latency has exploded
 // collapses the lane even if some calls still succeed. Config.Initial is
 // where a lane starts and the share it keeps under contention: a lane

@@ -291,6 +291,14 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	}
 	assert.Greater(t, back.Limit(), 24, "the slow start goes on")
 
+	shared := New(Config{Max: 64}, t0)
+	sent = startRound(t, shared)
+	shared.Adopt(24, time.Time{}, 0) // a lane governed with other processes
+	last = sent[len(sent)-1]
+	now = last.Add(secs(1.02))
+	ev = shared.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: shared.Limit(), Dispatched: last}, now)
+	assert.NotEqual(t, Decreased, ev, "a shared limit: its calls in flight are this process's share, not counted")
+
 	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
 	sent = startRound(t, off)
 	last = sent[len(sent)-1]
