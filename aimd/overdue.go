@@ -123,7 +123,7 @@ func (c *Controller) overdueLocked(now time.Time) float64 {
 	}
 	baseBin := binOf(base.level())
 	old := now.Add(-time.Duration(ledgerAge * c.latency * float64(time.Second)))
-	var expected, variance, back float64
+	var expected, variance, back, slope float64
 	low := 0
 	pending := false
 	keep := l.entries[:0]
@@ -141,15 +141,23 @@ func (c *Controller) overdueLocked(now time.Time) float64 {
 			continue
 		}
 		// The share of the lowest level's calls back within age.
-		f := 0.5 * math.Erfc(-(math.Log(age)-mu)/(sd*math.Sqrt2))
+		z := (math.Log(age) - mu) / sd
+		f := 0.5 * math.Erfc(-z/math.Sqrt2)
 		expected += float64(x.n) * f
 		variance += float64(x.n) * f * (1 - f)
+		slope += float64(x.n) * math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) // dexpected/dz
 		back += float64(x.answered)
 		if low == 0 || x.level < low {
 			low = x.level
 		}
 	}
 	l.entries = keep
+	// The lowest bin's mean is known from a few calls: a mean fast by
+	// chance shifts every expectation at once. Its variance, carried
+	// through (the delta method), widens the test where the expected
+	// count is most sensitive to it, calls near the median of their
+	// age, and hardly at all for calls long past it.
+	variance += slope * slope / float64(base.n)
 	if pending || variance == 0 || back >= expected*overdueShare || back >= expected-startSpreads*math.Sqrt(variance) {
 		return 0
 	}

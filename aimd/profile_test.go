@@ -306,3 +306,26 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	ev = off.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: off.Limit(), Dispatched: last}, now)
 	assert.Equal(t, Increased, ev, "without the latency signal, silence says nothing")
 }
+
+// How many of the calls let out should be back by now depends on the
+// lowest level's latency, known from its 8 calls: calls out for about
+// its median are no verdict, since a mean fast by chance would expect
+// half of them back. Long past it, the verdict comes.
+func TestOverdueAllowsForTheLowestLevelsFewCalls(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	// The first 8 calls, let out as the lane started, answer at about
+	// 2 s, having taken 0.6 to 1.6 s; each lets out 3 more calls.
+	var last time.Time
+	for i, l := range []float64{0.6, 1.6, 0.8, 1.25, 1, 0.7, 1.4, 1.1} {
+		now := at(2).Add(time.Duration(i) * time.Millisecond)
+		c.ObserveAt(Sample{Outcome: Success, Latency: secs(l), InFlight: c.Limit(), Dispatched: now.Add(-secs(l))}, now)
+		last = now
+	}
+	require.Equal(t, 24, c.Limit())
+	now := last.Add(secs(1.05))
+	ev := c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: c.Limit(), Dispatched: last}, now)
+	assert.NotEqual(t, Decreased, ev, "23 calls out for about the median: no verdict")
+	now = last.Add(secs(3))
+	ev = c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: c.Limit(), Dispatched: last}, now)
+	assert.Equal(t, Decreased, ev, "out for 3 times the median, not one back: they are slow")
+}
