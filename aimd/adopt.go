@@ -39,6 +39,7 @@ func (c *Controller) Adopt(target float64, lastDecrease time.Time, level float64
 	// ledger cannot count them (overdue.go).
 	d.adopted = true
 	d.ledger.entries = d.ledger.entries[:0]
+	d.ramp = rampState{} // others decide the limit: no ramp of its own
 	if newer {
 		d.ss = math.Max(c.target, level-1)
 		d.probing, d.gain = false, 0

@@ -29,7 +29,7 @@ func TestAdopt(t *testing.T) {
 		{name: "a newer decrease replaces the own one", initial: 20, ownDecrease: true, target: 12, lastDecrease: at(11), level: 14,
 			wantTarget: 12, wantLastDecr: at(11), wantLevel: 14},
 	} {
-		c := New(Config{Max: 64, Initial: tc.initial}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: tc.initial}, t0)
 		if tc.ownDecrease {
 			c.ObserveAt(limited(0.001, int(tc.initial)), at(10))
 		}
@@ -47,7 +47,7 @@ func TestAdopt(t *testing.T) {
 // before it are explained by it, and the controller grows again from the
 // adopted target with calls sent after it.
 func TestAdoptedDecreaseExplainsOlderAnswers(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 20}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 20}, t0)
 	c.Adopt(10, at(10), 20)
 	assert.Equal(t, None, c.ObserveAt(limited(1, 10), at(10.5)), "dispatched at 9.5s, before the shared decrease")
 	assert.Equal(t, 10, c.Limit())

@@ -57,12 +57,13 @@ const (
 	PhoenixIncreaseStep  = 0.5 // Phoenix increase_step
 	PhoenixDecreaseRatio = 0.5 // Phoenix decrease_ratio
 
-	DefaultInitial             = 8    // Default preset: starting target (capped at Max)
-	DefaultIncreaseStep        = 1    // Default preset: first probe above the decrease level, per round trip
-	DefaultDecreaseRatio       = 0.9  // Default preset: cut on a fresh congestion signal
-	DefaultRepeatDecreaseRatio = 0.5  // Default preset: cut when the previous cut did not help
-	DefaultProbeHold           = 4    // Default preset: most round trips held below the decrease level before probing
-	DefaultLatencyTolerance    = 1.25 // Default preset: least ratio of a level's latency to the lowest level's that is congestion
+	DefaultInitial             = 8                    // Default preset: starting target (capped at Max)
+	DefaultIncreaseStep        = 1                    // Default preset: first probe above the decrease level, per round trip
+	DefaultDecreaseRatio       = 0.9                  // Default preset: cut on a fresh congestion signal
+	DefaultRepeatDecreaseRatio = 0.5                  // Default preset: cut when the previous cut did not help
+	DefaultProbeHold           = 4                    // Default preset: most round trips held below the decrease level before probing
+	DefaultLatencyTolerance    = 1.25                 // Default preset: least ratio of a level's latency to the lowest level's that is congestion
+	DefaultAdmissionWindow     = 4 * time.Millisecond // Default preset: how long a start window's calls go unrefused before it grows
 )
 
 // Config configures a Controller. The zero value of every field but Max
@@ -131,6 +132,14 @@ type Config struct {
 	// times what they did collapses the lane (default 1.25; negative
 	// turns the latency signal off). See DESIGN.md.
 	LatencyTolerance float64
+	// AdmissionWindow (Default preset only) paces a lane's start: the
+	// lane starts with one call and doubles its limit toward Initial
+	// each time the calls it has out have gone unrefused this long
+	// (Controller.AdmitAt), since a provider refuses a call it has no
+	// room for long before it answers one; a refusal on the way sets
+	// the limit to the calls the provider took (default 4ms; negative
+	// starts at Initial at once). See DESIGN.md.
+	AdmissionWindow time.Duration
 }
 
 // Validate reports the first invalid field, or nil. Zero values are valid
@@ -171,6 +180,9 @@ func (c Config) Validate() error {
 	}
 	if !finite(c.LatencyTolerance) || (c.LatencyTolerance > 0 && c.LatencyTolerance <= 1) {
 		bad("latency tolerance %v must be above 1, 0 for the default, or negative for none", c.LatencyTolerance)
+	}
+	if c.AdmissionWindow > time.Minute {
+		bad("admission window %v must be at most a minute", c.AdmissionWindow)
 	}
 	if !finite(c.LatencyAlpha) || c.LatencyAlpha < 0 || c.LatencyAlpha > 1 {
 		bad("latency alpha %v must be in (0, 1], or 0 for the default", c.LatencyAlpha)
@@ -216,6 +228,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LatencyAlpha == 0 {
 		c.LatencyAlpha = DefaultLatencyAlpha
+	}
+	if c.AdmissionWindow == 0 && c.Preset == Default {
+		c.AdmissionWindow = DefaultAdmissionWindow
 	}
 	if c.LatencyTolerance == 0 && c.Preset == Default {
 		c.LatencyTolerance = DefaultLatencyTolerance

@@ -73,9 +73,11 @@ func TestDefaults(t *testing.T) {
 	d := New(Config{Max: 64}, t0).Config()
 	assert.Equal(t, Config{Preset: Default, Max: 64, Initial: 8, Window: 5 * time.Second, IncreaseStep: 1,
 		DecreaseRatio: 0.9, RepeatDecreaseRatio: 0.5, ProbeHold: 4, CollapseWindow: 15 * time.Second,
-		CollapseThreshold: 2, LatencyAlpha: 0.2, LatencyTolerance: 1.25}, d)
+		CollapseThreshold: 2, LatencyAlpha: 0.2, LatencyTolerance: 1.25, AdmissionWindow: 4 * time.Millisecond}, d)
 	p := New(Config{Preset: Phoenix, Max: 64}, t0).Config()
 	assert.Zero(t, p.LatencyTolerance, "Phoenix has no latency signal")
+	assert.Zero(t, p.AdmissionWindow, "Phoenix starts at Initial")
+	assert.Equal(t, 64, New(Config{Preset: Phoenix, Max: 64}, t0).Limit(), "Phoenix starts at Initial")
 	assert.Equal(t, 64.0, p.Initial)
 	assert.Equal(t, 0.5, p.IncreaseStep)
 	assert.Equal(t, 0.5, p.DecreaseRatio)

@@ -83,6 +83,9 @@ func New(cfg Config, now time.Time) *Controller {
 		c.phoenix.init(cfg, now)
 	default:
 		c.defaultRule.init(cfg, now)
+		if c.defaultRule.ramp.on {
+			c.target = 1
+		}
 		if c.latencyOn() {
 			c.recordLimitLocked(now)
 			c.startLedgerLocked(now)
@@ -112,6 +115,9 @@ func (c *Controller) ObserveAt(s Sample, now time.Time) Event {
 	if ev == None && c.limitLocked() > before {
 		ev = Increased
 	}
+	if c.cfg.Preset == Default && c.target > c.cfg.Initial {
+		c.defaultRule.ramp.on = false
+	}
 	if c.cfg.Preset == Default && c.latencyOn() {
 		c.recordLimitLocked(now)
 		c.recordDispatchLocked(s, before, now)
@@ -120,7 +126,8 @@ func (c *Controller) ObserveAt(s Sample, now time.Time) Event {
 }
 
 // Limit returns the integer concurrency limit: max(1, floor(target)), at
-// most Max. It changes only in ObserveAt and Adopt, never with time alone.
+// most Max. It changes only in ObserveAt, AdmitAt and Adopt, never with
+// time alone.
 func (c *Controller) Limit() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

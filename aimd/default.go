@@ -75,6 +75,8 @@ type defaultState struct {
 	// prof is the latency profile (profile.go); latencyCut: the last
 	// decrease came from it; latencySeen: one has since New.
 	latencyCut, latencySeen bool
+	// ramp paces the lane's start (ramp.go).
+	ramp rampState
 }
 
 // A ceilingKind is what found the ceiling a ceilingBackoff counts.
@@ -201,6 +203,7 @@ func (d *defaultState) init(cfg Config, now time.Time) {
 	d.quietSince = now
 	d.ss = float64(cfg.Max) // no decrease yet: slow start up to Max
 	d.confirmed = true
+	d.initRamp(cfg, now)
 }
 
 // observeDefaultLocked requires c.mu to be held.
@@ -242,6 +245,8 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if !fresh {
 			return None
 		}
+		d.ramp.burst = false
+		d.rampAnsweredLocked(c.cfg)
 		d.confirmed = true
 		if c.latencyOn() {
 			c.observeLatencySignalLocked(s, dispatched)
@@ -279,6 +284,17 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		}
 		return c.growDefaultLocked(s, dispatched, now)
 	case RateLimited, Timeout:
+		if s.Outcome == RateLimited && (d.ramp.on || d.ramp.burst) {
+			ramping := d.ramp.on
+			if ev, ok := c.rampRefusedLocked(s, fresh, now); ok {
+				return ev
+			}
+			if ramping {
+				// Refused before any call got in: a newcomer asking at
+				// Initial, whatever it had out.
+				s.InFlight = 0
+			}
+		}
 		if s.Outcome == Timeout && c.latencyOn() {
 			if to := c.profileLocked(s, dispatched, now); to > 0 && !c.latencyExplodedLocked() {
 				return c.latencyDecreaseLocked(to, now)
@@ -324,6 +340,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		c.decrLevel = 0
 		d.reachedAt = time.Time{}
 		d.restartShareClock(now)
+		c.rampGrewLocked()
 	}
 	if c.target < d.ss {
 		// Slow start (RFC 5681 §3.1): +1 per success doubles the target
@@ -358,6 +375,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 				d.ss, d.probing = float64(c.cfg.Max), false
 				c.decrLevel = 0
 				d.restartShareClock(now)
+				c.rampGrewLocked()
 			case d.rounds >= c.probeHoldLocked(now):
 				// Probing, CUBIC-like (RFC 9438): flat near the level that
 				// failed, then convex: the increase per round trip starts

@@ -13,7 +13,7 @@ import (
 func inUse(c *Controller, lat float64) Sample { return ok(lat, c.Limit()) }
 
 func TestDefaultSlowStart(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 4}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 4}, t0)
 	// No level remembered yet: +2 per success, tripling every round trip.
 	for i, want := range []int{6, 8, 10, 12} {
 		ev := c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i)))
@@ -23,7 +23,7 @@ func TestDefaultSlowStart(t *testing.T) {
 	// Toward a remembered level, +1 per success (doubling).
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 12), at(2)))
 	require.InDelta(t, 10.5, c.State().Target, 1e-9, "12 × 0.9 = 10.8, and, above Initial, one slot below the 11 held")
-	c = New(Config{Max: 64, Initial: 20}, t0)
+	c = New(Config{AdmissionWindow: -1, Max: 64, Initial: 20}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(2)))
 	for i, want := range []float64{19, 19} {
 		c.ObserveAt(ok(0.5, c.Limit()), at(3+0.01*float64(i)))
@@ -32,14 +32,14 @@ func TestDefaultSlowStart(t *testing.T) {
 }
 
 func TestDefaultInitial(t *testing.T) {
-	assert.Equal(t, 8, New(Config{Max: 64}, t0).Limit(), "min(Max, 8)")
-	assert.Equal(t, 3, New(Config{Max: 3}, t0).Limit(), "min(Max, 8)")
+	assert.Equal(t, 8, New(Config{AdmissionWindow: -1, Max: 64}, t0).Limit(), "min(Max, 8)")
+	assert.Equal(t, 3, New(Config{AdmissionWindow: -1, Max: 3}, t0).Limit(), "min(Max, 8)")
 }
 
 // from20 returns a controller that slow-started from 8 to 20: above the
 // level it started at, where an unconfirmed cut is not a squeeze.
 func from20(t *testing.T) *Controller {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	warmAt(t, c, 0.05, 0.05)
 	for i := range 6 {
 		c.ObserveAt(inUse(c, 0.05), at(0.1+0.01*float64(i)))
@@ -112,7 +112,7 @@ func TestDefaultDispatchedIsWhenTheSlotWasGranted(t *testing.T) {
 }
 
 func TestDefaultConfirmedDecreaseIsGentle(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 20}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 20}, t0)
 	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	// A call sent after the decrease succeeds: the new level works, and the
@@ -137,7 +137,7 @@ func warmAt(t *testing.T, c *Controller, lat, sec float64) {
 }
 
 func TestDefaultStormCollapsesAndRecovers(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 20}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 20}, t0)
 	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	assert.Equal(t, None, c.ObserveAt(limited(1, 19), at(10.2)), "explained by the decrease")
@@ -164,7 +164,7 @@ func TestDefaultStormCollapsesAndRecovers(t *testing.T) {
 func TestDefaultRepeatDecreaseBelowCollapseThreshold(t *testing.T) {
 	// With CollapseThreshold 3, a second decrease with nothing at all
 	// answered in between halves; the third collapses.
-	c := New(Config{Max: 64, Initial: 20, CollapseThreshold: 3}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 20, CollapseThreshold: 3}, t0)
 	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 18), at(10.5)))
@@ -183,7 +183,7 @@ func TestDefaultNoStormWhenSpreadOut(t *testing.T) {
 }
 
 func TestDefaultNoGrowthWhenNotInUse(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	// All within one round trip, so that the lane does not yield.
 	for i := range 100 {
 		assert.Equal(t, None, c.ObserveAt(ok(1, 3), at(1+0.001*float64(i))), "success %d with 3 of 8 in flight", i)
@@ -195,7 +195,7 @@ func TestDefaultNoGrowthWhenNotInUse(t *testing.T) {
 }
 
 func TestDefaultNoWindUpAboveMax(t *testing.T) {
-	c := New(Config{Max: 10}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 10}, t0)
 	for i := range 1000 {
 		c.ObserveAt(inUse(c, 1), at(1+0.1*float64(i)))
 		require.LessOrEqual(t, c.State().Target, 10.0, "success %d", i)
@@ -212,7 +212,7 @@ func TestDefaultNoWindUpAboveMax(t *testing.T) {
 func TestDefaultAboveInitialGivesBack(t *testing.T) {
 	// up slow-starts a lane from 8 (Initial) by +2 per in-use success.
 	up := func(to int) *Controller {
-		c := New(Config{Max: 64}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 		warmAt(t, c, 0.5, 0.5)
 		for i := 0; c.Limit() < to; i++ {
 			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))))
@@ -246,7 +246,7 @@ func TestDefaultAboveInitialGivesBack(t *testing.T) {
 }
 
 func TestDefaultFailureChangesNothing(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	before := c.State()
 	for i := range 50 {
 		assert.Equal(t, None, c.ObserveAt(failed(0.1), at(1+float64(i))), "failure %d", i)
@@ -265,7 +265,7 @@ func feedRound(c *Controller, sec float64, n int) []Event {
 }
 
 func TestDefaultHoldThenProbe(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 17}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 17}, t0)
 	// One probe too many at 17: 429 at once.
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 17), at(100)))
 	require.Equal(t, 15, c.Limit(), "17 × 0.9 = 15.3")
@@ -304,7 +304,7 @@ func TestDefaultHoldThenProbe(t *testing.T) {
 }
 
 func TestDefaultCapacityGrowthRestartsSlowStart(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 17}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 17}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 17), at(100)))
 	require.Equal(t, Increased, c.ObserveAt(ok(1, 16), at(101.5)))
 	for r := range 5 {
@@ -329,7 +329,7 @@ func TestDefaultCapacityGrowthRestartsSlowStart(t *testing.T) {
 }
 
 func TestDefaultRepeatDecreaseProbesAtOnce(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	for i := range 12 { // slow start from 8 to 32
 		c.ObserveAt(inUse(c, 0.05), at(0.1+0.01*float64(i)))
 	}
@@ -344,7 +344,7 @@ func TestDefaultRepeatDecreaseProbesAtOnce(t *testing.T) {
 }
 
 func TestDefaultSqueezed(t *testing.T) {
-	c := New(Config{Max: 64}, t0) // starts at 8
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0) // starts at 8
 	warm(t, c)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 8), at(10)))
 	require.InDelta(t, 7.2, c.State().Target, 1e-9, "max(8 × 0.9, 8-2)")
@@ -386,7 +386,7 @@ func TestDefaultFirstCut(t *testing.T) {
 		{"429 with 20 of 33 in flight: level 20", 33, limited(0.001, 20), 29.7},
 		{"timeout at 33: always × 0.9", 33, timedOut(30), 29.7},
 	} {
-		c := New(Config{Max: 64, Initial: tc.initial}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: tc.initial}, t0)
 		warm(t, c)
 		require.Equal(t, Decreased, c.ObserveAt(tc.s, at(40)), tc.name)
 		assert.InDelta(t, tc.want, c.State().Target, 1e-9, tc.name)
@@ -394,7 +394,7 @@ func TestDefaultFirstCut(t *testing.T) {
 }
 
 func TestDefaultNewcomerNeverCollapses(t *testing.T) {
-	c := New(Config{Max: 64}, t0) // starts at 8 (Initial); nothing answered yet
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0) // starts at 8 (Initial); nothing answered yet
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 8), at(1)))
 	assert.InDelta(t, 7.2, c.State().Target, 1e-9, "8 × 0.9")
 	// Fresh 429s, nothing ever answered: others hold the capacity. No
@@ -426,7 +426,7 @@ func TestDefaultNewcomerNeverCollapses(t *testing.T) {
 
 	// Timeouts say nothing of others holding the capacity: a newcomer's
 	// timeouts with nothing answered are a storm.
-	c = New(Config{Max: 64}, t0)
+	c = New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(timedOut(0.5), at(1)))
 	assert.Equal(t, Collapsed, c.ObserveAt(timedOut(0.5), at(2)))
 }
@@ -434,7 +434,7 @@ func TestDefaultNewcomerNeverCollapses(t *testing.T) {
 func TestDefaultYield(t *testing.T) {
 	// A lane with 6 calls in flight under a limit of 10 (its clients'
 	// demand): it never sees congestion and never grows.
-	c := New(Config{Max: 64, Initial: 10}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
 	for r := 1; r < yieldRounds; r++ {
 		// One success per round trip: each was sent when the last came back.
 		assert.Equal(t, None, c.ObserveAt(ok(1, 6), at(float64(r))), "round trip %d", r)
@@ -470,7 +470,7 @@ func TestDefaultYieldClockRestartsWhenCapacityGrows(t *testing.T) {
 	// and it does not yield on round trips counted while it was held back
 	// below 10 (in S4 the lanes left after others stop yielded just as
 	// they got to the free slots, which nobody else wanted).
-	c := New(Config{Max: 64, Initial: 10}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 10), at(0.5)))
 	require.EqualValues(t, 10, c.State().DecreaseLevel)
 	grew, yielded := 0, 0
@@ -491,7 +491,7 @@ func TestDefaultYieldClockRestartsWhenCapacityGrows(t *testing.T) {
 
 func TestDefaultYieldClock(t *testing.T) {
 	t.Run("congestion restarts it", func(t *testing.T) {
-		c := New(Config{Max: 64, Initial: 10}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
 		for r := 1; r < yieldRounds; r++ {
 			require.Equal(t, None, c.ObserveAt(ok(1, 6), at(float64(r))), "round trip %d", r)
 		}
@@ -506,7 +506,7 @@ func TestDefaultYieldClock(t *testing.T) {
 	t.Run("at most one yield a second", func(t *testing.T) {
 		// Round trips of 1ms (a provider that answers at once): yieldRounds
 		// of them are not enough; the first round trip a second after the start is.
-		c := New(Config{Max: 64, Initial: 10}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
 		for r := 1; r < 1000; r++ {
 			require.Equal(t, None, c.ObserveAt(ok(0.001, 6), at(0.001*float64(r))), "round trip %d", r)
 		}
@@ -521,7 +521,7 @@ func TestDefaultYieldClock(t *testing.T) {
 		assert.EqualValues(t, 2, c.State().Yields)
 	})
 	t.Run("nothing to give from one call", func(t *testing.T) {
-		c := New(Config{Max: 64, Initial: 10}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
 		for r := 1; r <= 2*yieldRounds; r++ {
 			assert.Equal(t, None, c.ObserveAt(ok(1, 1), at(float64(r))), "round trip %d", r)
 		}
@@ -540,7 +540,7 @@ func TestDefaultProbeHold(t *testing.T) {
 		{9, 0, 4}, {16, 0, 4}, {64, 0, 4},
 		{9, 2, 2}, {16, 10, 6}, {64, 1, 1},
 	} {
-		c := New(Config{Max: 64, Initial: float64(tc.limit), ProbeHold: tc.probeHold}, t0)
+		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: float64(tc.limit), ProbeHold: tc.probeHold}, t0)
 		c.mu.Lock()
 		got := c.probeHoldLocked(t0)
 		c.mu.Unlock()
@@ -550,7 +550,7 @@ func TestDefaultProbeHold(t *testing.T) {
 
 func TestDefaultProbeHoldRecallsRecentPeak(t *testing.T) {
 	// A lane that had 32 calls answered at once, with round trips of 1s.
-	c := New(Config{Max: 64, Initial: 32}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 32}, t0)
 	require.Equal(t, Increased, c.ObserveAt(ok(1, 32), at(1)))
 	hold := func(limit int, sec float64) int {
 		c.mu.Lock()
@@ -606,7 +606,7 @@ func underCap(t *testing.T, c *Controller, cap, n int, sec *float64) (gaps []int
 // smallLane returns a lane past its newcomer phase whose target is
 // target, with no decrease yet.
 func smallLane(t *testing.T, target float64) *Controller {
-	c := New(Config{Max: 64}, t0) // Initial 8
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0) // Initial 8
 	warm(t, c)
 	c.mu.Lock()
 	c.target = target
@@ -696,7 +696,7 @@ func TestDecreaseCause(t *testing.T) {
 }
 
 func TestDefaultStormNeedsARoundTrip(t *testing.T) {
-	c := New(Config{Max: 64, Initial: 20}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 20}, t0)
 	warm(t, c) // latency EWMA 0.4s
 	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(10)))
 	// A second fresh 429 a millisecond later, nothing answered between:

@@ -8,14 +8,24 @@
 // as in TCP), so that the limit follows a capacity that changes.
 //
 // A Controller is pure logic, like golang.org/x/time/rate: it starts no
-// goroutines, and its state advances only in ObserveAt, from the time
-// passed in; the limit never changes with time alone. The caller dispatches
+// goroutines, and its state advances only in ObserveAt (and AdmitAt, Adopt),
+// from the time passed in; the limit never changes with time alone. The caller dispatches
 // calls while in flight < Limit() and feeds every finished attempt back as
 // a Sample:
 //
 //	ctl := aimd.New(aimd.Config{Max: 64}, time.Now())
 //	...
 //	ev := ctl.Observe(aimd.Sample{Outcome: aimd.RateLimited, Latency: rtt, InFlight: n, Dispatched: granted})
+//
+// A Default controller starts a lane with one call and raises its limit
+// toward Config.Initial by time, not by answers: each time the calls the
+// lane has out have gone unrefused for Config.AdmissionWindow, since a
+// provider refuses a call it has no room for long before it answers one.
+// The caller calls AdmitAt at the instant AdmitDue returns (a timer), with
+// the calls in flight, while AdmitDue reports a start under way. A 429 on
+// the way, after k calls got in, sets the limit to k; one before any call
+// got in leaves the lane asking at Initial, as a newcomer to an account
+// that others fill.
 //
 // Success (a 2xx, or a final 4xx) may raise the limit; RateLimited (429,
 // 529) and Timeout lower it; Failure (a 5xx, a connection error) is not a
@@ -55,7 +65,7 @@
 // once it has adopted a target), and
 // a timeout while latency has exploded
 // collapses the lane even if some calls still succeed. Config.Initial is
-// where a lane starts and the share it keeps under contention: a lane
+// where a lane's start leads and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated
 // processes sharing one account settle near Initial each when Initial is
 // about the account's concurrency divided by their number. Phoenix

@@ -10,7 +10,7 @@ import (
 // The Default preset reacting to samples. Each call takes about a second.
 func Example() {
 	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	c := aimd.New(aimd.Config{Max: 16, Initial: 4}, start)
+	c := aimd.New(aimd.Config{Max: 16, Initial: 4, AdmissionWindow: -1}, start) // no admission ramp: starts at Initial
 	show := func(what string, ev aimd.Event) { fmt.Printf("%-34s %-9v limit %d\n", what, ev, c.Limit()) }
 
 	now := start.Add(time.Second)

@@ -118,6 +118,11 @@ func (c *Controller) latencyThresholdLocked() float64 {
 func (c *Controller) recordLimitLocked(now time.Time) {
 	w := &c.defaultRule.lat
 	l := c.limitLocked()
+	if c.defaultRule.ramp.on {
+		// The calls of a start are out together within a few admission
+		// windows: they count as sent at the level the ramp heads for.
+		l = max(l, int(c.cfg.Initial))
+	}
 	if n := len(w.limits); n > 0 && w.limits[n-1].limit == l {
 		return
 	}

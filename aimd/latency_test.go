@@ -27,7 +27,7 @@ func baseline(t *testing.T, c *Controller) time.Time {
 // queued by the provider: it does not grow the limit. One answered in
 // about the usual time does.
 func TestSlowSuccessDoesNotGrowTheLimit(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	now := baseline(t, c)
 	before := c.Limit()
 
@@ -39,7 +39,7 @@ func TestSlowSuccessDoesNotGrowTheLimit(t *testing.T) {
 	c.ObserveAt(usual, now.Add(time.Millisecond))
 	assert.Greater(t, c.Limit(), before, "1.3 s: slow start goes on")
 
-	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	off := New(Config{AdmissionWindow: -1, Max: 64, LatencyTolerance: -1}, t0)
 	baseline := off.Limit()
 	for i := range 9 {
 		off.ObserveAt(Sample{Outcome: Success, Latency: secs(6), InFlight: off.Limit(), Dispatched: at(float64(i))}, at(float64(i)+6))
@@ -51,12 +51,12 @@ func TestSlowSuccessDoesNotGrowTheLimit(t *testing.T) {
 // though calls still succeed; a timeout at the usual latency is one
 // decrease.
 func TestTimeoutWhileLatencyExplodedCollapses(t *testing.T) {
-	usual := New(Config{Max: 64}, t0)
+	usual := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	now := baseline(t, usual)
 	ev := usual.ObserveAt(Sample{Outcome: Timeout, Latency: secs(10), InFlight: 8, Dispatched: now.Add(-secs(10)).Add(time.Millisecond)}, now.Add(time.Millisecond))
 	assert.Equal(t, Decreased, ev, "usual latency: an ordinary decrease")
 
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	now = baseline(t, c)
 	ceiling(t, c, at(1.5)) // a slow start that a rise does not end
 	// A cohort sent at 2 s, whose fastest call took 5 s: five times the
@@ -78,7 +78,7 @@ func TestTimeoutWhileLatencyExplodedCollapses(t *testing.T) {
 // Latency that rises at a level no higher than the baseline's is not the
 // lane's doing: it becomes the new baseline.
 func TestSlowerAtTheSameLevelIsTheNewNormal(t *testing.T) {
-	c := New(Config{Max: 8}, t0) // Max 8: the lane stays at the baseline's level
+	c := New(Config{AdmissionWindow: -1, Max: 8}, t0) // Max 8: the lane stays at the baseline's level
 	now := baseline(t, c)
 	sent := now
 	for i := range 8 {

@@ -53,7 +53,7 @@ func scaled(lats []float64, f float64) []float64 {
 // under a lower one: the provider queues them. The limit comes back to
 // the highest level whose calls took the usual time.
 func TestLatencyThatClimbsWithTheLimitCutsToTheFlatLevel(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(c, t0, flat...) // sent under 8
 	sent := at(1.1)
 	l24 := c.Limit()
@@ -69,7 +69,7 @@ func TestLatencyThatClimbsWithTheLimitCutsToTheFlatLevel(t *testing.T) {
 	assert.Equal(t, Success, st.DecreaseCause, "a latency cut: the calls succeeded, slowly")
 	assert.GreaterOrEqual(t, st.DecreaseLevel, float64(l40), "the level it came down from")
 
-	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	off := New(Config{AdmissionWindow: -1, Max: 64, LatencyTolerance: -1}, t0)
 	answer(off, t0, flat...)
 	answer(off, sent, flat...)
 	ev, _ = answer(off, at(6), scaled(flat, 3)...)
@@ -80,7 +80,7 @@ func TestLatencyThatClimbsWithTheLimitCutsToTheFlatLevel(t *testing.T) {
 // may be past the knee too: the cut goes a bin below it, so that the
 // profile learns what a lower level gives.
 func TestLatencyCutBelowTheBaselineWhenNothingIsFlat(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(c, t0, flat...) // sent under 8
 	require.Equal(t, 24, c.Limit())
 	ceiling(t, c, at(1.5))
@@ -93,7 +93,7 @@ func TestLatencyCutBelowTheBaselineWhenNothingIsFlat(t *testing.T) {
 // lengths, a heavy tail) but as much at every level is no congestion,
 // though a higher level happened to draw more slow calls.
 func TestLatencyThatVariesByItselfCutsNothing(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(c, t0, 0.2, 1, 5, 0.2, 1, 5, 0.2, 1) // sent under 8
 	require.Greater(t, c.Limit(), 16, "a level two octaves up")
 	ev, _ := answer(c, at(12), 1, 5, 0.2, 1, 5, 0.2, 1, 5, 5) // sent under 24
@@ -101,7 +101,7 @@ func TestLatencyThatVariesByItselfCutsNothing(t *testing.T) {
 	assert.Zero(t, c.State().Decreases)
 
 	// The same means with no spread are 1.5 times apart: congestion.
-	steady := New(Config{Max: 64}, t0)
+	steady := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(steady, t0, flat...)
 	ev, _ = answer(steady, at(12), scaled(flat, 1.5)...)
 	assert.Equal(t, Decreased, ev, "1.5 times the latency with a 5%% spread is queueing")
@@ -111,7 +111,7 @@ func TestLatencyThatVariesByItselfCutsNothing(t *testing.T) {
 // when the bin below it is known flat: a probe above the knee costs at
 // most a bin's worth of calls.
 func TestLatencyCutGatesGrowthBinByBin(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(c, t0, flat...)
 	answer(c, at(1.1), flat...)
 	ev, now := answer(c, at(6), scaled(flat, 3)...)
@@ -143,7 +143,7 @@ func TestLatencyCutGatesGrowthBinByBin(t *testing.T) {
 // knee that stays put) probes above it less and less often; a cut to
 // another level, or any other decrease, ends that.
 func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	for i := range 8 {
 		c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i)))
 	}
@@ -182,7 +182,7 @@ func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
 // a ceiling that a 429 found stops there anyway: the answer only stops
 // its growth.
 func TestSlowStartEndsAtARiseInLatency(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(c, t0, flat...) // sent under 8, about 1 s
 	require.Equal(t, 24, c.Limit())
 	sent := at(1.1) // under 24
@@ -192,14 +192,14 @@ func TestSlowStartEndsAtARiseInLatency(t *testing.T) {
 	assert.Equal(t, 8, st.Limit, "back to the level whose calls took 1 s")
 	assert.Equal(t, Success, st.DecreaseCause, "a latency cut: the call succeeded, slowly")
 
-	spread := New(Config{Max: 64}, t0)
+	spread := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(spread, t0, 1, 2, 5, 1, 2, 5, 1, 2) // 1 to 5 s
 	require.Equal(t, 24, spread.Limit())
 	ev = spread.ObserveAt(Sample{Outcome: Success, Latency: secs(5), InFlight: 24, Dispatched: at(6)}, at(11))
 	assert.NotEqual(t, Decreased, ev, "5 s is nothing unusual where calls take 1 to 5 s")
 	assert.GreaterOrEqual(t, spread.Limit(), 24)
 
-	capped := New(Config{Max: 64}, t0)
+	capped := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(capped, t0, flat...)
 	ceiling(t, capped, at(1.05))
 	before := capped.Limit()
@@ -207,7 +207,7 @@ func TestSlowStartEndsAtARiseInLatency(t *testing.T) {
 	assert.Equal(t, None, ev, "slow start back below a 429's level: no growth, no exit")
 	assert.Equal(t, before, capped.Limit())
 
-	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	off := New(Config{AdmissionWindow: -1, Max: 64, LatencyTolerance: -1}, t0)
 	answer(off, t0, flat...)
 	ev = off.ObserveAt(Sample{Outcome: Success, Latency: secs(3), InFlight: 24, Dispatched: sent}, sent.Add(secs(3)))
 	assert.NotEqual(t, Decreased, ev, "without the latency signal, slow start goes on")
@@ -218,7 +218,7 @@ func TestSlowStartEndsAtARiseInLatency(t *testing.T) {
 // to queue the calls the lane just added. Where latency varies a lot by
 // itself, the same answer does.
 func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(c, t0, flat...) // sent under 8, about 1 s
 	ceiling(t, c, at(1.5))
 	before := c.Limit()
@@ -229,14 +229,14 @@ func TestSuccessSlowerThanChanceDoesNotGrow(t *testing.T) {
 	c.ObserveAt(Sample{Outcome: Success, Latency: secs(1.1), InFlight: before, Dispatched: sent}, sent.Add(secs(1.6)))
 	assert.Greater(t, c.Limit(), before, "1.1 s: within the tolerance, slow start goes on")
 
-	spread := New(Config{Max: 64}, t0)
+	spread := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(spread, t0, 1, 2, 5, 1, 2, 5, 1, 2) // 1 to 5 s
 	ceiling(t, spread, at(5.5))
 	before = spread.Limit()
 	spread.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: before, Dispatched: at(6)}, at(10))
 	assert.Greater(t, spread.Limit(), before, "4 s is nothing unusual where calls take 1 to 5 s")
 
-	steady := New(Config{Max: 64}, t0)
+	steady := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	answer(steady, t0, flat...)
 	ceiling(t, steady, at(1.5))
 	before = steady.Limit()
@@ -267,7 +267,7 @@ func startRound(t *testing.T, c *Controller) []time.Time {
 // knee takes longer, and the calls let out past it hold their slots until
 // they answer). Calls that do come back in time end nothing.
 func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	sent := startRound(t, c)
 	last := sent[len(sent)-1]
 	now := last.Add(secs(1.02)) // on time, but the 23 others are not back
@@ -277,7 +277,7 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	assert.Equal(t, 8, st.Limit, "back to the level whose calls came back")
 	assert.Equal(t, Success, st.DecreaseCause, "a latency cut")
 
-	back := New(Config{Max: 64}, t0)
+	back := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	sent = startRound(t, back)
 	type call struct{ sent, back time.Time }
 	calls := make([]call, len(sent))
@@ -291,7 +291,7 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	}
 	assert.Greater(t, back.Limit(), 24, "the slow start goes on")
 
-	shared := New(Config{Max: 64}, t0)
+	shared := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	sent = startRound(t, shared)
 	shared.Adopt(24, time.Time{}, 0) // a lane governed with other processes
 	last = sent[len(sent)-1]
@@ -299,7 +299,7 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	ev = shared.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: shared.Limit(), Dispatched: last}, now)
 	assert.NotEqual(t, Decreased, ev, "a shared limit: its calls in flight are this process's share, not counted")
 
-	off := New(Config{Max: 64, LatencyTolerance: -1}, t0)
+	off := New(Config{AdmissionWindow: -1, Max: 64, LatencyTolerance: -1}, t0)
 	sent = startRound(t, off)
 	last = sent[len(sent)-1]
 	now = last.Add(secs(1.02))
@@ -312,7 +312,7 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 // its median are no verdict, since a mean fast by chance would expect
 // half of them back. Long past it, the verdict comes.
 func TestOverdueAllowsForTheLowestLevelsFewCalls(t *testing.T) {
-	c := New(Config{Max: 64}, t0)
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	// The first 8 calls, let out as the lane started, answer at about
 	// 2 s, having taken 0.6 to 1.6 s; each lets out 3 more calls.
 	var last time.Time

@@ -88,6 +88,7 @@ const (
 	shAnswer = iota
 	shRetry  // a call joins its lane's queue (a 429'd call's hint is over, or a client's next call)
 	shWake   // a lane's pause ends, or its clients start
+	shAdmit  // a lane's admission window ends (Controller.AdmitDue)
 )
 
 type shEvent struct {
@@ -120,6 +121,7 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 		// next success (its successes count up to era).
 		waiting, era int
 		hold         pauseHold
+		admitAt      time.Duration // when an shAdmit is scheduled; -1 if none
 	}
 	lanes := make([]lane, n)
 	var (
@@ -160,6 +162,12 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 			lat := time.Duration(float64(p.Latency) * math.Exp(p.Sigma*rng.NormFloat64()))
 			push(shEvent{at: now + lat, kind: shAnswer, lane: i, sent: now})
 		}
+		if due, ok := l.ctl.AdmitDue(); ok && l.inFlight > 0 {
+			if at := max(due.Sub(epoch), now); at != l.admitAt {
+				l.admitAt = at
+				push(shEvent{at: at, kind: shAdmit, lane: i})
+			}
+		}
 	}
 	for i := range n {
 		push(shEvent{at: p.Starts[i], kind: shWake, lane: i})
@@ -175,9 +183,15 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 		l := &lanes[e.lane]
 		ev := None
 		switch e.kind {
+		case shAdmit:
+			if e.at == l.admitAt {
+				l.admitAt = -1
+				ev = l.ctl.AdmitAt(l.inFlight, epoch.Add(now))
+			}
 		case shWake:
 			if l.ctl == nil {
 				l.ctl = New(cfg, epoch.Add(now))
+				l.admitAt = -1
 				l.queue = p.Clients
 			}
 		case shRetry:

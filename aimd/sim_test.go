@@ -88,6 +88,7 @@ type simEvent struct {
 	retry   bool // the call's hint is over: back to the queue's front
 	timeout bool
 	wake    bool // the lane's pause is over
+	admit   bool // the lane's admission window is over (Controller.AdmitDue)
 }
 
 func (e simEvent) when() (time.Duration, uint64) { return e.at, e.seq }
@@ -193,6 +194,7 @@ func simulate(cfg Config, p simParams) simResult {
 		paused    time.Duration
 		waiting   = map[int]uint64{} // calls answered 429 waiting out their hint: the seq of its end
 		hold      pauseHold
+		admitAt   = time.Duration(-1) // when an admit event is scheduled
 	)
 	submit := func() {
 		if submitted < p.Calls {
@@ -238,6 +240,15 @@ func simulate(cfg Config, p simParams) simResult {
 		if l := ctl.Limit(); l > res.MaxLimit {
 			res.MaxLimit = l
 		}
+		// The lane's start: a timer at the end of its admission window
+		// (package lane arms one the same way).
+		if due, ok := ctl.AdmitDue(); ok {
+			if at := max(due.Sub(epoch), now); at != admitAt && inFlight > 0 {
+				admitAt = at
+				seq++
+				heap.Push(&events, simEvent{at: at, seq: seq, admit: true})
+			}
+		}
 	}
 	for range p.Clients {
 		submit()
@@ -246,6 +257,14 @@ func simulate(cfg Config, p simParams) simResult {
 	for events.Len() > 0 {
 		e := heap.Pop(&events).(simEvent)
 		now = e.at
+		if e.admit {
+			if e.at == admitAt {
+				admitAt = -1
+				res.Events[ctl.AdmitAt(inFlight, epoch.Add(now))]++
+			}
+			pump()
+			continue
+		}
 		if e.retry || e.wake {
 			if e.retry && waiting[e.call] == e.seq {
 				delete(waiting, e.call)

@@ -32,6 +32,11 @@ type Lane struct {
 	ctrl *aimd.Controller
 
 	pausedUntil time.Time // guarded by mu; also kept by q
+	// admit paces the lane's start (admit.go); ramping says the
+	// controller is in it, read without mu.
+	admit   admitTimer
+	ramping atomic.Bool
+	now     func() time.Time // the registry's clock
 	// nextOK is closed when a call of the lane next succeeds (see
 	// NextSuccess); nil until a call asks for it. Guarded by mu.
 	nextOK chan struct{}
@@ -63,6 +68,7 @@ func (l *Lane) Queue() *queue.Queue { return l.q }
 // close releases what a lane holds outside itself: its metric series. A
 // call still holding the lane (none should: it is idle) keeps working.
 func (l *Lane) close(set *metrics.Set) {
+	l.stopAdmit()
 	for _, name := range l.m.names {
 		set.UnregisterMetric(name)
 	}
@@ -144,6 +150,9 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 		qlimit = co.share
 	}
 	l.q.SetLimit(qlimit)
+	if l.ramping.Load() {
+		l.armAdmitLocked(now)
+	}
 	l.mu.Unlock()
 	if decreased || shared && ev == aimd.Increased {
 		// A decrease is told at once; so is an increase, which gives
@@ -278,6 +287,7 @@ func (l *Lane) wakeRetriesLocked() {
 // Governor on the lane draws from, unless the Coordinator fails or is
 // slow; ctx bounds that.
 func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait time.Duration) {
+	l.armAdmit(now)
 	seq, wait = l.pace.reserve(now)
 	if l.co != nil {
 		if d, ok := l.reserveShared(ctx); ok {

@@ -219,11 +219,18 @@ func (r *Registry) evictLocked(now time.Time) bool {
 func (r *Registry) newLaneLocked(key Key) *Lane {
 	now := r.cfg.Now()
 	credHash := hex.EncodeToString(key.Credential[:6])
+	cfg := r.cfg.AIMD
+	if r.kick != nil {
+		// A coordinated lane's limit is shared, and its start is the
+		// Coordinator's: no admission ramp of its own.
+		cfg.AdmissionWindow = -1
+	}
 	l := &Lane{
 		id:       fmt.Sprintf("%s/%s/%s", key.Upstream, labelSafe(key.Model), credHash),
 		key:      key,
 		credHash: credHash,
-		ctrl:     aimd.New(r.cfg.AIMD, now),
+		ctrl:     aimd.New(cfg, now),
+		now:      r.cfg.Now,
 		log:      r.cfg.Logger,
 		load:     r.loadLocked(key.Upstream),
 	}
@@ -244,6 +251,8 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 		}
 	}
 	l.m = newLaneMetrics(r, l)
+	_, ramping := l.ctrl.AdmitDue()
+	l.ramping.Store(ramping)
 	r.cfg.Logger.Info("lane created", "lane", l.id, "limit", l.ctrl.Limit(), "preset", r.cfg.AIMD.Preset.String())
 	return l
 }
@@ -310,6 +319,7 @@ func (r *Registry) Close() {
 		<-r.syncDone
 	}
 	for _, l := range r.All() {
+		l.stopAdmit()
 		l.q.Close()
 	}
 }

@@ -1,0 +1,168 @@
+package aimd
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ms returns t0 plus n milliseconds.
+func ms(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+
+// windows returns t0 plus n admission windows (DefaultAdmissionWindow).
+func windows(n float64) time.Time { return t0.Add(time.Duration(n * float64(DefaultAdmissionWindow))) }
+
+// refusedAt is a 429 answered at once to a call sent at sent.
+func refusedAt(sent time.Time, inFlight int) Sample {
+	return Sample{Outcome: RateLimited, Latency: time.Millisecond, InFlight: inFlight, Dispatched: sent}
+}
+
+// A lane starts with one call and doubles its limit each time the calls
+// it has out went unrefused for an admission window, up to Initial.
+func TestRampDoublesEachAdmissionWindow(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	require.Equal(t, 1, c.Limit(), "a lane starts with one call")
+	due, ok := c.AdmitDue()
+	require.True(t, ok)
+	assert.Equal(t, windows(1), due)
+
+	assert.Equal(t, None, c.AdmitAt(1, windows(0.9)), "too soon: a refusal may still come")
+	assert.Equal(t, 1, c.Limit())
+	for i, want := range []int{2, 4, 8} {
+		now := windows(float64(i + 1))
+		assert.Equal(t, Increased, c.AdmitAt(c.Limit(), now), "step %d", i)
+		assert.Equal(t, want, c.Limit(), "step %d", i)
+	}
+	due, ok = c.AdmitDue()
+	require.True(t, ok, "the last step's calls are not known admitted yet")
+	assert.Equal(t, None, c.AdmitAt(8, due), "Initial calls are in")
+	_, ok = c.AdmitDue()
+	assert.False(t, ok, "the start is over")
+	assert.Equal(t, 8, c.Limit(), "never above Initial from admissions")
+	assert.Zero(t, c.State().Decreases)
+}
+
+// A window the lane does not fill tests nothing: no step.
+func TestRampNeedsTheLimitInUse(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	c.AdmitAt(1, windows(1))
+	require.Equal(t, 2, c.Limit())
+	assert.Equal(t, None, c.AdmitAt(1, windows(2)), "one call out of two")
+	assert.Equal(t, 2, c.Limit())
+	assert.Equal(t, Increased, c.AdmitAt(2, windows(2.5)))
+	assert.Equal(t, 4, c.Limit())
+}
+
+// Alone under a cap of 1: one call in, the second refused. The limit goes
+// to 1 at once and the lane is no newcomer, where a start at 8 drew 7
+// refusals, then Initial − 1 more every round trip until 8 calls had
+// succeeded, and came down by ×0.9 per round trip.
+func TestRampRefusalSetsTheLimitToWhatWasAdmitted(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	c.AdmitAt(1, windows(1))
+	require.Equal(t, 2, c.Limit())
+	ev := c.ObserveAt(refusedAt(windows(1), 2), windows(1.5))
+	assert.Equal(t, Decreased, ev)
+	st := c.State()
+	assert.Equal(t, 1, st.Limit, "the provider holds one call of the lane")
+	assert.Equal(t, 2.0, st.DecreaseLevel, "refused at 2")
+	assert.False(t, c.defaultRule.newcomer(c.cfg), "the lane has as many calls in as the provider takes")
+	_, ok := c.AdmitDue()
+	assert.False(t, ok, "the ramp is over")
+
+	// Its call succeeds and the next one is sent: no growth for a round
+	// trip (the probe hold), then a probe of one more call, refused; the
+	// refusal is an ordinary decrease, not a newcomer's free one.
+	c.ObserveAt(Sample{Outcome: Success, Latency: 100 * time.Millisecond, InFlight: 1, Dispatched: ms(0)}, ms(100))
+	assert.Equal(t, 1, c.Limit(), "an answer to a call sent before the refusal")
+}
+
+// The step that ended the ramp let out several calls: each further refusal
+// of them takes one call off, down to what the step before had in.
+func TestRampBurstCountsTheRefusals(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	c.AdmitAt(1, windows(1))
+	c.AdmitAt(2, windows(2))
+	require.Equal(t, 4, c.Limit())
+	// Cap 2: both calls of the last step are refused.
+	assert.Equal(t, Decreased, c.ObserveAt(refusedAt(windows(2), 4), windows(2.5)))
+	assert.Equal(t, 3, c.Limit(), "three out, one refused")
+	assert.Equal(t, None, c.ObserveAt(refusedAt(windows(2), 3), windows(2.6)))
+	assert.Equal(t, 2, c.Limit(), "the second refusal of the step")
+	assert.Equal(t, None, c.ObserveAt(refusedAt(windows(2), 2), windows(2.7)))
+	assert.Equal(t, 2, c.Limit(), "never below what the step before had in")
+	assert.Equal(t, uint64(1), c.State().Decreases, "one decrease")
+}
+
+// Refused before any call got in: the provider was full already (a lane
+// joining others on a shared account). The lane asks as a newcomer, at
+// Initial cut once, as when it started at Initial.
+func TestRampRefusedWithNothingAdmittedIsANewcomer(t *testing.T) {
+	ramped := New(Config{Max: 64}, t0)
+	assert.Equal(t, Decreased, ramped.ObserveAt(refusedAt(ms(0), 1), windows(0.5)))
+	direct := New(Config{Max: 64, AdmissionWindow: -1}, t0)
+	direct.ObserveAt(refusedAt(ms(0), 8), windows(0.5))
+	assert.Equal(t, direct.State(), ramped.State(), "the same state as a lane that started at Initial")
+	assert.True(t, ramped.defaultRule.newcomer(ramped.cfg))
+	assert.Equal(t, 7, ramped.Limit())
+}
+
+// A lane that got a call in at its start but was refused the next one
+// looks like a lane alone under a small cap. If a later probe above it
+// succeeds, others sharing the provider gave a slot back: it asks as a
+// newcomer does, with Initial calls.
+func TestRampCeilingThatGivesWayRejoinsAsANewcomer(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	c.AdmitAt(1, windows(1))
+	c.ObserveAt(refusedAt(windows(1), 2), windows(1.5))
+	require.Equal(t, 1, c.Limit())
+	now := windows(1.5)
+	for i := 0; c.Limit() < 2; i++ {
+		require.Less(t, i, 20, "the lane probes within a few round trips")
+		sent := now
+		now = now.Add(100 * time.Millisecond)
+		c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(sent), InFlight: c.Limit(), Dispatched: sent}, now)
+	}
+	// The probe (2 in flight) succeeds: capacity grew.
+	sent := now
+	now = now.Add(100 * time.Millisecond)
+	c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(sent), InFlight: 2, Dispatched: sent}, now)
+	assert.GreaterOrEqual(t, c.Limit(), 8, "asks at Initial again")
+	assert.True(t, c.defaultRule.newcomer(c.cfg), "and its 429s do not cut it until Initial calls have succeeded")
+}
+
+// Successes during the ramp grow the limit as slow start does, and a
+// lane whose ramp ran out without a refusal is an ordinary lane at
+// Initial.
+func TestRampThenSlowStart(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	c.AdmitAt(1, windows(1))
+	c.AdmitAt(2, windows(2))
+	c.AdmitAt(4, windows(3))
+	c.AdmitAt(8, windows(4))
+	assert.Equal(t, Increased, c.ObserveAt(Sample{Outcome: Success, Latency: 100 * time.Millisecond, InFlight: 8}, ms(100)))
+	assert.Equal(t, 10, c.Limit(), "slow start: +2 per success")
+}
+
+// Phoenix and a negative window start at Initial; AdmitAt does nothing.
+func TestRampOff(t *testing.T) {
+	for _, cfg := range []Config{{Max: 64, AdmissionWindow: -1}, {Preset: Phoenix, Max: 64, Initial: 8}} {
+		c := New(cfg, t0)
+		assert.Equal(t, 8, c.Limit(), "%v", cfg.Preset)
+		_, ok := c.AdmitDue()
+		assert.False(t, ok)
+		assert.Equal(t, None, c.AdmitAt(8, ms(100)))
+		assert.Equal(t, 8, c.Limit())
+	}
+}
+
+// Adopting a shared target ends the ramp: other Governors decide.
+func TestRampEndsOnAdopt(t *testing.T) {
+	c := New(Config{Max: 64}, t0)
+	c.Adopt(12, time.Time{}, 0)
+	_, ok := c.AdmitDue()
+	assert.False(t, ok)
+	assert.Equal(t, 12, c.Limit())
+}

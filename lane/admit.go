@@ -1,0 +1,95 @@
+package lane
+
+import (
+	"time"
+
+	"github.com/llmgovernor/governor/aimd"
+)
+
+// A lane's start: the controller (Default preset) starts it with one call
+// and raises its limit toward its Initial each time the calls it has out
+// have gone unrefused for an admission window (aimd.Controller.AdmitAt).
+// Nothing but time says a call was not refused, so the lane keeps a timer
+// for the end of each window while the start lasts: armed when a call is
+// let out (Reserve) or an answer observed, it feeds the controller the
+// calls in flight and sets the queue's limit from it.
+
+// admitTimer is a lane's timer for the controller's start ramp. Its
+// fields are guarded by the lane's mu, but for ramping.
+type admitTimer struct {
+	t       *time.Timer
+	pending bool // t is set to fire
+	stopped bool // the registry closed: never again
+}
+
+// armAdmitLocked sets the admission timer for the controller's next
+// step of its start, if it has one and none is set. It requires l.mu to
+// be held.
+func (l *Lane) armAdmitLocked(now time.Time) {
+	a := &l.admit
+	if a.pending || a.stopped {
+		return
+	}
+	due, ok := l.ctrl.AdmitDue()
+	if !ok {
+		l.ramping.Store(false)
+		return
+	}
+	d := max(due.Sub(now), 0)
+	if a.t == nil {
+		a.t = time.AfterFunc(d, l.admitted)
+	} else {
+		a.t.Reset(d)
+	}
+	a.pending = true
+}
+
+// armAdmit is armAdmitLocked for a call let out at now, at the cost of an
+// atomic load once the start is over.
+func (l *Lane) armAdmit(now time.Time) {
+	if !l.ramping.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.armAdmitLocked(now)
+	l.mu.Unlock()
+}
+
+// admitted runs on the admission timer's goroutine: the calls in flight
+// have gone unrefused for a window, or the timer fired early (a clock that
+// is not the timer's) and is set again.
+func (l *Lane) admitted() {
+	now := l.now()
+	inFlight := l.q.Stats().InFlight
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.admit.pending = false
+	if l.admit.stopped {
+		return
+	}
+	before := l.ctrl.Limit()
+	ev := l.ctrl.AdmitAt(inFlight, now)
+	if ev == aimd.Increased && (l.co == nil || !l.co.joined) {
+		l.q.SetLimit(l.ctrl.Limit())
+		l.log.Debug("lane start: calls admitted", "lane", l.id, "from", before, "to", l.ctrl.Limit())
+	}
+	if due, ok := l.ctrl.AdmitDue(); !ok {
+		l.ramping.Store(false)
+	} else if due.After(now) && inFlight > 0 {
+		// The next window: its calls go out now.
+		l.armAdmitLocked(now)
+	}
+	// Otherwise the limit was not in use: the next call let out sets
+	// the timer again.
+}
+
+// stopAdmit stops the admission timer for good.
+func (l *Lane) stopAdmit() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.admit.stopped = true
+	if l.admit.t != nil {
+		l.admit.t.Stop()
+	}
+	l.ramping.Store(false)
+}
