@@ -62,6 +62,7 @@ type config struct {
 	AIMDCollapseWindow      time.Duration `env:"GOVERNOR_AIMD_COLLAPSE_WINDOW" envDefault:"15s" help:"span within which GOVERNOR_AIMD_COLLAPSE_THRESHOLD signals collapse the target to 1"`
 	AIMDCollapseThreshold   int           `env:"GOVERNOR_AIMD_COLLAPSE_THRESHOLD" envDefault:"2" help:"signals within the collapse window that collapse the target"`
 	AIMDLatencyAlpha        float64       `env:"GOVERNOR_AIMD_LATENCY_ALPHA" envDefault:"0.2" help:"weight of a new latency in the latency EWMA"`
+	AIMDAdmissionWindow     time.Duration `env:"GOVERNOR_AIMD_ADMISSION_WINDOW" envDefault:"0" help:"default preset: a new lane starts with one call and doubles its limit toward GOVERNOR_AIMD_INITIAL each time its calls go unrefused this long; 0 = 4ms, negative = start at GOVERNOR_AIMD_INITIAL at once"`
 	AIMDLatencyTolerance    float64       `env:"GOVERNOR_AIMD_LATENCY_TOLERANCE" envDefault:"0" help:"default preset: calls sent at a higher concurrency taking over this many times as long as at the lowest (more if latency varies more) mean the provider is queueing them; 0 = 1.25, negative = ignore latency"`
 	RedisURL                string        `env:"GOVERNOR_REDIS_URL" secret:"true" help:"redis:// or rediss:// URL: share every lane with the other Governors using the same Redis (see README, Running many replicas); empty = govern alone"`
 	RedisTimeout            time.Duration `env:"GOVERNOR_REDIS_TIMEOUT" envDefault:"50ms" help:"longest wait for Redis; slower means governing locally until it answers again"`
@@ -190,6 +191,7 @@ func loadConfig(environ []string) (*parsed, error) {
 		CollapseThreshold:   c.AIMDCollapseThreshold,
 		LatencyAlpha:        c.AIMDLatencyAlpha,
 		LatencyTolerance:    c.AIMDLatencyTolerance,
+		AdmissionWindow:     c.AIMDAdmissionWindow,
 	}
 	if err := p.aimd.Validate(); err != nil {
 		return nil, &configError{"GOVERNOR_AIMD_*", err}
@@ -314,6 +316,7 @@ func (p *parsed) effective() config {
 	c.AIMDIncreaseStep, c.AIMDDecreaseRatio, c.AIMDRepeatDecreaseRatio = a.IncreaseStep, a.DecreaseRatio, a.RepeatDecreaseRatio
 	c.AIMDProbeHold, c.AIMDCollapseWindow, c.AIMDCollapseThreshold = a.ProbeHold, a.CollapseWindow, a.CollapseThreshold
 	c.AIMDLatencyAlpha, c.AIMDLatencyTolerance = a.LatencyAlpha, a.LatencyTolerance
+	c.AIMDAdmissionWindow = a.AdmissionWindow
 	return c
 }
 
