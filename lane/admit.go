@@ -14,6 +14,42 @@ import (
 // let out (Reserve) or an answer observed, it feeds the controller the
 // calls in flight and sets the queue's limit from it.
 
+// maxAdmissionWindow bounds the admission window learned from an
+// upstream's refusals.
+const maxAdmissionWindow = time.Second
+
+// admissionWindow returns the admission window of a new lane of the
+// upstream whose quickest refusal so far took refusal (0: none yet): the
+// configured window, or twice that refusal if longer (at most
+// maxAdmissionWindow). A provider far away refuses a call tens of
+// milliseconds after it was sent; a window shorter than that steps the
+// start up before any refusal could come, which is the blind start again.
+func admissionWindow(configured, refusal time.Duration) time.Duration {
+	if configured < 0 {
+		return configured // no ramp
+	}
+	if configured == 0 {
+		configured = aimd.DefaultAdmissionWindow
+	}
+	if refusal > 0 && configured < maxAdmissionWindow {
+		configured = max(configured, min(2*refusal, maxAdmissionWindow))
+	}
+	return configured
+}
+
+// noteRefusal keeps the quickest refusal of an upstream.
+func (cl *connLoad) noteRefusal(latency time.Duration) {
+	for {
+		old := cl.refusal.Load()
+		if latency <= 0 || old > 0 && old <= int64(latency) {
+			return
+		}
+		if cl.refusal.CompareAndSwap(old, int64(latency)) {
+			return
+		}
+	}
+}
+
 // admitTimer is a lane's timer for the controller's start ramp. Its
 // fields are guarded by the lane's mu, but for ramping.
 type admitTimer struct {

@@ -72,3 +72,39 @@ func TestCoordinatedLaneHasNoRamp(t *testing.T) {
 	assert.False(t, ramping)
 	assert.False(t, c.l.ramping.Load())
 }
+
+// A provider far away refuses a call tens of milliseconds after it was
+// sent: the lanes of its upstream created after a refusal wait twice the
+// quickest refusal before each step of their start.
+func TestAdmissionWindowFollowsTheUpstreamsRefusals(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	r := newTestRegistry(t, clock, 16)
+	first, err := r.Get(key("a", "m"))
+	require.NoError(t, err)
+	assert.Equal(t, aimd.DefaultAdmissionWindow, first.ctrl.Config().AdmissionWindow, "nothing known of the upstream")
+
+	first.Observe(RateLimited, 45*time.Millisecond, ms(0), ms(45))
+	first.Observe(RateLimited, 30*time.Millisecond, ms(20), ms(50))
+	first.Observe(RateLimited, 80*time.Millisecond, ms(20), ms(100))
+	second, err := r.Get(key("b", "m"))
+	require.NoError(t, err)
+	assert.Equal(t, 60*time.Millisecond, second.ctrl.Config().AdmissionWindow, "twice the quickest refusal")
+
+	other, err := r.Get(Key{Upstream: "other", Model: "m"})
+	require.NoError(t, err)
+	assert.Equal(t, aimd.DefaultAdmissionWindow, other.ctrl.Config().AdmissionWindow, "another upstream")
+}
+
+func TestAdmissionWindow(t *testing.T) {
+	for _, tc := range []struct{ configured, refusal, want time.Duration }{
+		{0, 0, aimd.DefaultAdmissionWindow},
+		{0, time.Millisecond, aimd.DefaultAdmissionWindow},
+		{0, 100 * time.Millisecond, 200 * time.Millisecond},
+		{0, 5 * time.Second, maxAdmissionWindow},
+		{20 * time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond},
+		{-1, time.Second, -1},
+		{2 * time.Second, 5 * time.Second, 2 * time.Second},
+	} {
+		assert.Equal(t, tc.want, admissionWindow(tc.configured, tc.refusal), "%+v", tc)
+	}
+}

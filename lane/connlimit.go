@@ -2,6 +2,7 @@ package lane
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,11 @@ type connLoad struct {
 	mu       sync.Mutex
 	at       time.Time
 	inFlight int
+	// refusal is the quickest 429 or 529 any lane of the upstream has had
+	// (nanoseconds from dispatch; 0 before the first): how soon the
+	// provider says no, for the admission window of its new lanes
+	// (admit.go).
+	refusal atomic.Int64
 }
 
 // loadLocked returns the connLoad of an upstream, made on first use. It

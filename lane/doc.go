@@ -29,7 +29,12 @@
 // while it holds the provider's capacity (a stream, until it ends), so that
 // Contended can tell a 429 that came while the lane's other calls were
 // being served from one given to a lane the provider serves nothing.
-// Every method of Lane and Registry is safe for concurrent use and takes
+// A new lane starts as its controller paces it (aimd.Controller.AdmitAt):
+// one call, then twice as many each admission window its calls go
+// unrefused; the lane keeps the timer for that while the start lasts, and
+// gives a lane of an upstream that has refused a call a window of at
+// least twice its quickest refusal. Every method of Lane and Registry is
+// safe for concurrent use and takes
 // the time it acts at, so tests drive it with explicit instants.
 //
 // With a Coordinator (package coord, over Redis) each lane is shared with

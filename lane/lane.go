@@ -126,6 +126,9 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 		return
 	}
 	l.m.upstream.Update(latency.Seconds())
+	if o == RateLimited {
+		l.load.noteRefusal(latency)
+	}
 	inFlight := l.q.Stats().InFlight
 	l.mu.Lock()
 	before := l.ctrl.Limit()

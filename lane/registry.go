@@ -220,6 +220,8 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 	now := r.cfg.Now()
 	credHash := hex.EncodeToString(key.Credential[:6])
 	cfg := r.cfg.AIMD
+	load := r.loadLocked(key.Upstream)
+	cfg.AdmissionWindow = admissionWindow(cfg.AdmissionWindow, time.Duration(load.refusal.Load()))
 	if r.kick != nil {
 		// A coordinated lane's limit is shared, and its start is the
 		// Coordinator's: no admission ramp of its own.
@@ -232,7 +234,7 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 		ctrl:     aimd.New(cfg, now),
 		now:      r.cfg.Now,
 		log:      r.cfg.Logger,
-		load:     r.loadLocked(key.Upstream),
+		load:     load,
 	}
 	l.events = eventLog{log: r.cfg.Logger, lane: l.id}
 	l.q = queue.New(queue.Config{Capacity: r.cfg.QueueCapacity, MaxTenants: r.cfg.MaxTenants, Limit: l.ctrl.Limit(), Now: r.cfg.Now})
