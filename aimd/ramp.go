@@ -153,6 +153,13 @@ func (c *Controller) rampRefusedLocked(s Sample, fresh bool, now time.Time) (Eve
 // rampGrewLocked is told that the lane's capacity grew (a call succeeded
 // above the level of its last decrease). A young lane then asks as a
 // newcomer does. It requires c.mu to be held.
+//
+// Alone under a cap, the ceiling the ramp found stays put: no call ever
+// succeeds above it. A lane that joined others on a shared account and
+// got a call or two in at its start looks the same at first, but as the
+// others give slots back its probes succeed; asking with one call more
+// per probe hold, it would take many round trips to win its share, where
+// a newcomer asks with every call it has waiting.
 func (c *Controller) rampGrewLocked() {
 	d := &c.defaultRule
 	if !d.ramp.young {
@@ -167,13 +174,6 @@ func (c *Controller) rampGrewLocked() {
 }
 
 // rampAnsweredLocked counts a fresh success of a young lane.
-//
-// Alone under a cap, the ceiling the ramp found stays put: no call ever
-// succeeds above it. A lane that joined others on a shared account and
-// got a call or two in at its start looks the same at first, but as the
-// others give slots back its probes succeed; asking with one call more
-// per probe hold, it would take many round trips to win its share, where
-// a newcomer asks with every call it has waiting.
 func (d *defaultState) rampAnsweredLocked(cfg Config) {
 	if d.ramp.young {
 		d.ramp.answers++
