@@ -59,11 +59,12 @@ type admitTimer struct {
 }
 
 // armAdmitLocked sets the admission timer for the controller's next
-// step of its start, if it has one and none is set. It requires l.mu to
-// be held.
-func (l *Lane) armAdmitLocked(now time.Time) {
+// step of its start, if it has one, none is set, and the lane's inFlight
+// calls fill its limit (a window the lane does not fill tests nothing).
+// It requires l.mu to be held.
+func (l *Lane) armAdmitLocked(inFlight int, now time.Time) {
 	a := &l.admit
-	if a.pending || a.stopped {
+	if a.pending || a.stopped || inFlight < l.ctrl.Limit() {
 		return
 	}
 	due, ok := l.ctrl.AdmitDue()
@@ -86,14 +87,14 @@ func (l *Lane) armAdmit(now time.Time) {
 	if !l.ramping.Load() {
 		return
 	}
+	inFlight := l.q.Stats().InFlight
 	l.mu.Lock()
-	l.armAdmitLocked(now)
+	l.armAdmitLocked(inFlight, now)
 	l.mu.Unlock()
 }
 
 // admitted runs on the admission timer's goroutine: the calls in flight
-// have gone unrefused for a window, or the timer fired early (a clock that
-// is not the timer's) and is set again.
+// have gone unrefused for a window.
 func (l *Lane) admitted() {
 	now := l.now()
 	inFlight := l.q.Stats().InFlight
@@ -109,14 +110,17 @@ func (l *Lane) admitted() {
 		l.q.SetLimit(l.ctrl.Limit())
 		l.log.Debug("lane start: calls admitted", "lane", l.id, "from", before, "to", l.ctrl.Limit())
 	}
-	if due, ok := l.ctrl.AdmitDue(); !ok {
-		l.ramping.Store(false)
-	} else if due.After(now) && inFlight > 0 {
-		// The next window: its calls go out now.
-		l.armAdmitLocked(now)
+	due, ok := l.ctrl.AdmitDue()
+	if !ok {
+		l.ramping.Store(false) // the start is over
+		return
 	}
-	// Otherwise the limit was not in use: the next call let out sets
-	// the timer again.
+	if ev != aimd.Increased && due.After(now) {
+		// Fired early (a clock that is not the timer's): again.
+		l.armAdmitLocked(inFlight, now)
+	}
+	// Otherwise the calls the new limit lets out set the timer again
+	// (Reserve) once they fill it; a limit not in use waits for that.
 }
 
 // stopAdmit stops the admission timer for good.

@@ -108,3 +108,33 @@ func TestAdmissionWindow(t *testing.T) {
 		assert.Equal(t, tc.want, admissionWindow(tc.configured, tc.refusal), "%+v", tc)
 	}
 }
+
+// A start window the lane's calls do not fill tests nothing: no timer is
+// set until a call let out fills it.
+func TestLaneStartWaitsForItsLimitInUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := New(Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet()})
+		require.NoError(t, err)
+		defer r.Close()
+		l, err := r.Get(Key{Upstream: "default", Model: "m"})
+		require.NoError(t, err)
+		pending := func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.admit.pending }
+
+		require.True(t, l.q.TryAcquire(queue.Priority{}))
+		l.Reserve(t.Context(), time.Now())
+		assert.True(t, pending(), "one call fills a limit of one")
+		time.Sleep(aimd.DefaultAdmissionWindow)
+		synctest.Wait()
+		require.Equal(t, 2, l.ctrl.Limit())
+		assert.False(t, pending(), "one call of two: nothing to test")
+
+		require.True(t, l.q.TryAcquire(queue.Priority{}))
+		l.Reserve(t.Context(), time.Now())
+		assert.True(t, pending(), "two of two")
+		time.Sleep(aimd.DefaultAdmissionWindow)
+		synctest.Wait()
+		assert.Equal(t, 4, l.ctrl.Limit())
+		l.q.ReleaseTenant("")
+		l.q.ReleaseTenant("")
+	})
+}

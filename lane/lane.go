@@ -154,7 +154,7 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 	}
 	l.q.SetLimit(qlimit)
 	if l.ramping.Load() {
-		l.armAdmitLocked(now)
+		l.armAdmitLocked(inFlight, now)
 	}
 	l.mu.Unlock()
 	if decreased || shared && ev == aimd.Increased {
