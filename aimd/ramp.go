@@ -24,9 +24,10 @@ type rampState struct {
 	young   bool
 	answers int
 	// burst: the ramp ended on a refusal, and further refusals of calls
-	// let out before it each take one call off the limit, down to
-	// admitted (the step that ended the ramp let out several calls; the
-	// refusals say how many of them were too many).
+	// let out before it each take one call off the limit (the step that
+	// ended the ramp let out several calls; the refusals say how many of
+	// them were too many, and a refusal slower than the window may say
+	// that a call of the step before was too many).
 	burst bool
 }
 
@@ -107,7 +108,7 @@ func (c *Controller) rampRefusedLocked(s Sample, fresh bool, now time.Time) (Eve
 	if d.ramp.burst && !fresh {
 		// Another call of the step that ended the ramp was refused: the
 		// provider holds one call fewer for the lane than was out.
-		if c.target-1 >= math.Max(1, float64(d.ramp.admitted)) {
+		if c.target-1 >= 1 {
 			c.target--
 			d.ss = c.target
 			c.decrLevel, d.prevLevel = c.target+1, c.target+1

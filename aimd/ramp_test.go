@@ -91,9 +91,21 @@ func TestRampBurstCountsTheRefusals(t *testing.T) {
 	assert.Equal(t, 3, c.Limit(), "three out, one refused")
 	assert.Equal(t, None, c.ObserveAt(refusedAt(windows(2), 3), windows(2.6)))
 	assert.Equal(t, 2, c.Limit(), "the second refusal of the step")
-	assert.Equal(t, None, c.ObserveAt(refusedAt(windows(2), 2), windows(2.7)))
-	assert.Equal(t, 2, c.Limit(), "never below what the step before had in")
 	assert.Equal(t, uint64(1), c.State().Decreases, "one decrease")
+	c.ObserveAt(Sample{Outcome: Success, Latency: time.Second, InFlight: 2, Dispatched: windows(2)}, windows(100))
+	assert.Equal(t, 2, c.Limit(), "the other two were admitted")
+
+	// Refusals slower than the window: the ramp stepped from 2 to 4
+	// before the second call's refusal came, so it looked admitted.
+	// Three refusals of the four calls out leave one.
+	slow := New(Config{Max: 64}, t0)
+	slow.AdmitAt(1, windows(1))
+	slow.AdmitAt(2, windows(2))
+	require.Equal(t, 4, slow.Limit())
+	slow.ObserveAt(refusedAt(windows(1), 4), windows(2.5))
+	slow.ObserveAt(refusedAt(windows(2), 3), windows(2.6))
+	slow.ObserveAt(refusedAt(windows(2), 2), windows(2.7))
+	assert.Equal(t, 1, slow.Limit(), "the provider holds one call of the lane")
 }
 
 // Refused before any call got in: the provider was full already (a lane
