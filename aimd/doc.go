@@ -62,9 +62,8 @@
 // level that are far fewer back than that level's latencies make likely:
 // their silence says they are slow before they answer; it counts the
 // calls let out from Sample.InFlight, and reads nothing without it or
-// once it has adopted a target), and
-// a timeout while latency has exploded
-// collapses the lane even if some calls still succeed. Config.Initial is
+// once it has adopted a target), and a timeout while latency has
+// exploded collapses the lane even if some calls still succeed. Config.Initial is
 // where a lane's start leads and the share it keeps under contention: a lane
 // above it gives a slot back each time it overshoots, so uncoordinated
 // processes sharing one account settle near Initial each when Initial is
