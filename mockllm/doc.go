@@ -21,9 +21,12 @@
 //
 // # Limits
 //
-// Config.MaxConcurrency caps the requests being served at once (a stream
-// counts until its last event); a request beyond the cap gets 429 with
-// `retry-after: 1` at once. Config.Rate and Config.Burst define a token
+// Config.MaxConcurrency caps the requests being served at once; a request
+// beyond the cap gets 429 with `retry-after: 1` at once. A request holds
+// its place until its answer is generated (a stream: until its last event)
+// and gives it back before the answer's last bytes are written, so a client
+// that has read a whole answer always finds the place free again, as a
+// provider frees a slot when generation ends, not when the bytes arrive. Config.Rate and Config.Burst define a token
 // bucket; a request that finds no token gets 429 with `retry-after-ms` and
 // `retry-after`. While a bucket is in force every answer of the API carries
 // `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and

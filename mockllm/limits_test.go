@@ -220,3 +220,57 @@ func TestLatency(t *testing.T) {
 		assert.Equal(t, time.Duration(0), elapsed("/v1/chat/completions", "{bad", "X-Mock-Latency", "1s"), "bad input is answered at once")
 	})
 }
+
+// inFlightAtWrite records, at each write of the answer, how many requests
+// the server counts in flight.
+type inFlightAtWrite struct {
+	*httptest.ResponseRecorder
+	s       *mockllm.Server
+	atWrite []int
+}
+
+func (w *inFlightAtWrite) Write(b []byte) (int, error) {
+	w.atWrite = append(w.atWrite, w.s.Stats().InFlight)
+	return w.ResponseRecorder.Write(b)
+}
+
+// A client that has read a whole answer must find the place free: the
+// place is given back before the answer's last bytes are written. (Over
+// HTTP, a JSON answer larger than net/http's buffer reached the client
+// before the handler returned, and 13% of 3,000 back-to-back calls at a
+// cap of 1 got a 429 their predecessor had already left room for.)
+func TestCapFreedBeforeLastWrite(t *testing.T) {
+	long := `{"model":"gpt-4o-mini","max_tokens":4000,"messages":[{"role":"user","content":"hi"}]}`
+	longStream := `{"model":"gpt-4o-mini","stream":true,"max_tokens":40,"messages":[{"role":"user","content":"hi"}]}`
+	for _, c := range []struct {
+		name, path, body string
+		hdr              []string
+		status           int
+	}{
+		{"json", "/v1/chat/completions", chatBody, nil, http.StatusOK},
+		{"long json", "/v1/chat/completions", long, nil, http.StatusOK},
+		{"stream", "/v1/chat/completions", longStream, nil, http.StatusOK},
+		{"messages", "/v1/messages", messagesBody, nil, http.StatusOK},
+		{"500 after the latency", "/v1/chat/completions", chatBody, []string{mockllm.HeaderFault, "500"}, http.StatusInternalServerError},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := mockllm.New(mockllm.Config{MaxConcurrency: 1, Latency: 100 * time.Millisecond, FillMaxTokens: true, StreamChunks: 4})
+				defer s.Close()
+				r := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body))
+				for i := 0; i+1 < len(c.hdr); i += 2 {
+					r.Header.Set(c.hdr[i], c.hdr[i+1])
+				}
+				w := &inFlightAtWrite{ResponseRecorder: httptest.NewRecorder(), s: s}
+				s.ServeHTTP(w, r)
+				require.Equal(t, c.status, w.Code)
+				require.NotEmpty(t, w.atWrite)
+				assert.Equal(t, 0, w.atWrite[len(w.atWrite)-1], "in flight when the answer's last bytes were written")
+				if len(w.atWrite) > 1 {
+					assert.Equal(t, 1, w.atWrite[0], "a stream holds its place while it is generated")
+				}
+				assert.Equal(t, http.StatusOK, serve(s, http.MethodPost, "/v1/chat/completions", chatBody).Code, "room again")
+			})
+		})
+	}
+}

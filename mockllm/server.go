@@ -262,8 +262,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, sh, adm, ans.model)
 		return
 	}
-	// A reset gives the place back before the client sees it, so that
-	// /stats never shows a reset request in flight.
+	// The place is given back once the answer is generated, before its
+	// last bytes are written (a reset: before the client sees it), so a
+	// client that has read a whole answer finds the place free again,
+	// and /stats never shows a finished request in flight.
 	var once sync.Once
 	unused := ans.cost.output - ans.output
 	release := func() { once.Do(func() { s.lim.release(unused) }) }
@@ -314,6 +316,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 
 	switch f.kind {
 	case faultStatus:
+		release()
 		s.failWithHints(w, sh, f, mock)
 		return
 	case faultReset:

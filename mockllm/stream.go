@@ -150,6 +150,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 				return
 			}
 		}
+		if i == len(events)-1 {
+			release()
+		}
 		if _, err := w.Write(ev); err != nil {
 			s.stats.streamsAborted.Add(1)
 			return
@@ -167,6 +170,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 func (s *Server) writeJSONAnswer(ctx context.Context, w http.ResponseWriter, body []byte, f fault, release func()) {
 	s.stats.answer(http.StatusOK)
 	if !f.isMidStream() {
+		release()
 		writeBody(w, http.StatusOK, body)
 		return
 	}
