@@ -598,7 +598,16 @@ func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	// now succeeds, about a round trip: a competitor that asks then gets
 	// them. Then it slow-starts back to where it was; what a competitor
 	// took shows as a 429 on the way, and the usual decrease follows.
-	c.target = math.Max(1, math.Min(level*(1-yieldShare), level-1))
+	keep := level * (1 - yieldShare)
+	if d.backoff.doubled(latencyCeiling) > 0 {
+		// Backed off at a latency knee, the lane yields to keep the
+		// level below the knee measured, the baseline its probes are
+		// judged against (profile.go): the whole number of calls
+		// nearest yieldShare does that, where the limit rounded down
+		// would give back half the calls at a knee of 4, 3 of 8 at 8.
+		keep = math.Round(keep)
+	}
+	c.target = math.Max(1, math.Min(keep, level-1))
 	d.ss = math.Max(d.ss, level)
 	d.probing, d.gain = false, 0
 	d.yieldAt = now

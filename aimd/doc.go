@@ -53,8 +53,10 @@
 // not slow down (the event is Decreased, State.DecreaseCause Success),
 // and from then on rises a level only once the level below it is known
 // not to slow calls down; cut back to the same level again and again, it
-// probes above it less and less often. Latency that varies as much at every level
-// (output lengths, a heavy tail) changes nothing. A success slower than
+// probes above it less and less often, and its yields give back the whole
+// number of calls nearest 30% rather than rounding its limit down. Latency
+// that varies as much at every level (output lengths, a heavy tail)
+// changes nothing. A success slower than
 // chance explains against the calls sent with the fewest in flight does
 // not grow the limit (while the lane slow-starts with no ceiling to stop
 // at, one far slower than that cuts it back to the highest level whose

@@ -173,6 +173,34 @@ func TestLatencyCutsToOneLevelProbeLessOften(t *testing.T) {
 	assert.Zero(t, c.defaultRule.backoff.doubled(latencyCeiling), "a 429 ends the back-off")
 }
 
+// A lane backed off at a latency knee of 8 still yields after ten quiet
+// round trips (the lower level keeps its baseline measured), but gives
+// back the whole number of calls nearest 30%: 2 of 8, not the 3 that
+// rounding the limit down would take.
+func TestYieldAtALatencyKneeGivesBackTheNearestCalls(t *testing.T) {
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+	for i := range 8 {
+		c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i)))
+	}
+	for i := range 4 {
+		c.mu.Lock()
+		c.target = 12
+		c.latencyDecreaseLocked(8, at(2+float64(i)))
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	require.Positive(t, c.defaultRule.backoff.doubled(latencyCeiling), "backed off at the knee")
+	require.Greater(t, c.probeHoldLocked(at(6)), yieldRounds, "no probe before the yield")
+	c.mu.Unlock()
+	require.Equal(t, 8, c.Limit())
+	for r := 1; r < yieldRounds; r++ {
+		// One success per round trip, each sent when the last came back.
+		require.Equal(t, None, c.ObserveAt(ok(1, 8), at(6+float64(r))), "round trip %d", r)
+	}
+	require.Equal(t, Yielded, c.ObserveAt(ok(1, 8), at(6+float64(yieldRounds))))
+	assert.Equal(t, 6, c.Limit(), "8 × 0.7 = 5.6: 6 calls, not 5")
+}
+
 // A lane in its first slow start, whose call sent under a higher limit
 // takes three times as long as those sent under its first, ends slow
 // start at that answer: the provider queues what slow start added, and
