@@ -271,16 +271,19 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if s.InFlight > 0 && s.InFlight < c.limitLocked() {
 			return None
 		}
-		if c.latencyOn() && (c.slowedLocked(s.Latency) || c.slowerThanChanceLocked(s.Latency, now, growthSpreads)) {
-			// Answered, but so slowly that the provider is queueing
-			// calls: no growth on that (latency.go, profile.go), and
-			// the end of a slow start that nothing else would stop
-			// short of Max (HyStart++, RFC 9406, leaves slow start on
-			// a rise of the round trip time too).
-			if to := c.startExitLocked(s.Latency, dispatched, now); to > 0 {
-				return c.latencyDecreaseLocked(to, now)
+		if c.latencyOn() {
+			slow := c.slownessLocked(s.Latency, now)
+			if c.slowedLocked(s.Latency) || slow.beyond(growthSpreads) {
+				// Answered, but so slowly that the provider is queueing
+				// calls: no growth on that (latency.go, profile.go), and
+				// the end of a slow start that nothing else would stop
+				// short of Max (HyStart++, RFC 9406, leaves slow start
+				// on a rise of the round trip time too).
+				if to := c.startExitLocked(slow, dispatched, now); to > 0 {
+					return c.latencyDecreaseLocked(to, now)
+				}
+				return None
 			}
-			return None
 		}
 		return c.growDefaultLocked(s, dispatched, now)
 	case RateLimited, Timeout:

@@ -251,13 +251,14 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 // the level to cut to; else 0. A slow start with no ceiling to stop it
 // (the lane's start, or after capacity grew) ends at a success slower
 // than the lowest known bin's calls by more than startSpreads standard
-// deviations, sent under a limit above that bin: the provider queues
-// the calls slow start added, and every round trip more would triple the
-// calls it queues. The level is the highest bin known flat below the
-// call's (at least the lowest known). It requires c.mu to be held.
-func (c *Controller) startExitLocked(latency time.Duration, dispatched, now time.Time) float64 {
+// deviations (slow, the success's slowness), sent under a limit above
+// that bin: the provider queues the calls slow start added, and every
+// round trip more would triple the calls it queues. The level is the
+// highest bin known flat below the call's (at least the lowest known).
+// It requires c.mu to be held.
+func (c *Controller) startExitLocked(slow slowness, dispatched, now time.Time) float64 {
 	d := &c.defaultRule
-	if d.ss < float64(c.cfg.Max) || !c.slowerThanChanceLocked(latency, now, startSpreads) {
+	if d.ss < float64(c.cfg.Max) || !slow.beyond(startSpreads) {
 		return 0
 	}
 	bin := binOf(float64(c.limitAtLocked(dispatched)))
@@ -268,23 +269,41 @@ func (c *Controller) startExitLocked(latency time.Duration, dispatched, now time
 	return d.prof.bins[top].level()
 }
 
-// slowerThanChanceLocked reports whether a success took longer than the
-// calls of the lowest known bin by more than LatencyTolerance and by more
-// than spreads standard deviations of a call's log latency (the larger of
-// that bin's and the one pooled over every bin): the provider has started
-// to queue the calls the lane just added. It requires c.mu to be held.
-func (c *Controller) slowerThanChanceLocked(latency time.Duration, now time.Time, spreads float64) bool {
+// slowness is how much slower a success was than the calls of the lowest
+// known bin: excess, its log latency above that bin's mean, against
+// spread, the standard deviation of a call's log latency (the larger of
+// that bin's and the one pooled over every bin), and tolerance, the log
+// of LatencyTolerance. known is false without such a bin.
+type slowness struct {
+	known                     bool
+	excess, spread, tolerance float64
+}
+
+// beyond reports whether the success took longer than the lowest bin's
+// calls by more than LatencyTolerance and by more than spreads standard
+// deviations: the provider has started to queue the calls the lane just
+// added.
+func (s slowness) beyond(spreads float64) bool {
+	return s.known && s.excess > s.tolerance && s.excess > spreads*s.spread
+}
+
+// slownessLocked returns the slowness of a success that took latency. It
+// requires c.mu to be held.
+func (c *Controller) slownessLocked(latency time.Duration, now time.Time) slowness {
 	if !c.hasLatency {
-		return false
+		return slowness{}
 	}
 	p := &c.defaultRule.prof
 	base := p.baseline(now, c.profileMemoryLocked(), 0)
 	if base == nil {
-		return false
+		return slowness{}
 	}
-	v := c.pooledVarianceLocked(base)
-	x := math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean
-	return x > math.Log(c.cfg.LatencyTolerance) && x > spreads*math.Sqrt(v)
+	return slowness{
+		known:     true,
+		excess:    math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean,
+		spread:    math.Sqrt(c.pooledVarianceLocked(base)),
+		tolerance: math.Log(c.cfg.LatencyTolerance),
+	}
 }
 
 // pooledVarianceLocked is the variance of a call's log latency: the
