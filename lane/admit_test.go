@@ -13,17 +13,25 @@ import (
 	"github.com/llmgovernor/governor/queue"
 )
 
+// newStartingLane returns a new lane of a Registry on the real clock
+// (run it in a synctest bubble), the Registry closed when t ends.
+func newStartingLane(t *testing.T) *Lane {
+	t.Helper()
+	r, err := New(Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet()})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	l, err := r.Get(Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+	return l
+}
+
 // A new lane lets one call out, then twice as many each admission window
 // its calls go unrefused, up to Initial; a refusal on the way leaves it
 // the calls the provider took. The timer runs in a synctest bubble: its
 // clock moves only when every goroutine of the test is blocked.
 func TestLaneStartIsPacedByAdmissions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New(Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet()})
-		require.NoError(t, err)
-		defer r.Close()
-		l, err := r.Get(Key{Upstream: "default", Model: "m"})
-		require.NoError(t, err)
+		l := newStartingLane(t)
 
 		sent := map[int]time.Time{}
 		out := 0
@@ -113,11 +121,7 @@ func TestAdmissionWindow(t *testing.T) {
 // set until a call let out fills it.
 func TestLaneStartWaitsForItsLimitInUse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New(Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet()})
-		require.NoError(t, err)
-		defer r.Close()
-		l, err := r.Get(Key{Upstream: "default", Model: "m"})
-		require.NoError(t, err)
+		l := newStartingLane(t)
 		pending := func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.admit.pending }
 
 		require.True(t, l.q.TryAcquire(queue.Priority{}))
