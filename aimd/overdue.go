@@ -161,9 +161,5 @@ func (c *Controller) overdueLocked(now time.Time) float64 {
 	if pending || variance == 0 || back >= expected*overdueShare || back >= expected-startSpreads*math.Sqrt(variance) {
 		return 0
 	}
-	top := p.flatTop(binOf(float64(low)), c.cfg.LatencyTolerance, now, memory)
-	if top < 0 || p.bins[top].level() >= c.target {
-		return 0
-	}
-	return p.bins[top].level()
+	return c.startCutLocked(binOf(float64(low)), now)
 }

@@ -261,12 +261,20 @@ func (c *Controller) startExitLocked(slow slowness, dispatched, now time.Time) f
 	if d.ss < float64(c.cfg.Max) || !slow.beyond(startSpreads) {
 		return 0
 	}
-	bin := binOf(float64(c.limitAtLocked(dispatched)))
-	top := d.prof.flatTop(bin, c.cfg.LatencyTolerance, now, c.profileMemoryLocked())
-	if top < 0 || d.prof.bins[top].level() >= c.target {
+	return c.startCutLocked(binOf(float64(c.limitAtLocked(dispatched))), now)
+}
+
+// startCutLocked returns the level a slow start that found the calls of
+// bin queued is cut to: the highest bin known flat below bin (the lowest
+// known at least), if that is below the target; else 0. It requires c.mu
+// to be held.
+func (c *Controller) startCutLocked(bin int, now time.Time) float64 {
+	p := &c.defaultRule.prof
+	top := p.flatTop(bin, c.cfg.LatencyTolerance, now, c.profileMemoryLocked())
+	if top < 0 || p.bins[top].level() >= c.target {
 		return 0
 	}
-	return d.prof.bins[top].level()
+	return p.bins[top].level()
 }
 
 // slowness is how much slower a success was than the calls of the lowest
