@@ -85,6 +85,18 @@ func goodputSpecs(o *options) map[string]goodputSpec {
 	return map[string]goodputSpec{"s1": s1, "s2": s2, "s3": s3}
 }
 
+// request is call i of the scenario, to the server at base.
+func (s goodputSpec) request(base string, i int) request {
+	rq := request{url: base + "/v1/chat/completions", body: chatBody(false)}
+	if s.path != nil {
+		rq.url = base + s.path(i)
+	}
+	if s.body != nil {
+		rq.body = s.body(i)
+	}
+	return rq
+}
+
 // goodputRun is the outcome of one scenario with one preset.
 type goodputRun struct {
 	scenario string
@@ -154,7 +166,6 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	}
 	lc := newLoadClient(clients)
 	defer lc.close()
-	body := chatBody(false)
 	if err := m.reset(ctx); err != nil { // the schedule starts now
 		return run, err
 	}
@@ -163,14 +174,8 @@ func runGoodput(ctx context.Context, w *workspace, o *options, spec goodputSpec,
 	smp.set(0, gov)
 	rctx, cancel := context.WithTimeout(ctx, runLimit(o, spec.optimum))
 	results := runCalls(rctx, clients, spec.calls, func(ctx context.Context, i int, buf []byte) callResult {
-		id := fmt.Sprintf("%s-%s-%06d", spec.name, preset, i)
-		rq := request{url: gov.url + "/v1/chat/completions", body: body, id: id}
-		if spec.path != nil {
-			rq.url = gov.url + spec.path(i)
-		}
-		if spec.body != nil {
-			rq.body = spec.body(i)
-		}
+		rq := spec.request(gov.url, i)
+		rq.id = fmt.Sprintf("%s-%s-%06d", spec.name, preset, i)
 		return lc.call(ctx, t0, rq, buf)
 	})
 	cutOff := rctx.Err() != nil
