@@ -50,7 +50,9 @@
 // when calls sent under a higher limit take longer than those sent under
 // the lowest by more than Config.LatencyTolerance and than chance
 // explains, it cuts the limit back to the highest level whose calls did
-// not slow down (the event is Decreased, State.DecreaseCause Success),
+// not slow down (within it, to where latency that rises with the square
+// of the calls in flight would be the lowest level's; the event is
+// Decreased, State.DecreaseCause Success),
 // and from then on rises a level only once the level below it is known
 // not to slow calls down; cut back to the same level again and again, it
 // probes above it less and less often, and its yields give back the whole

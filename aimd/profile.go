@@ -27,8 +27,10 @@ import (
 // A congested answer from a bin at or below the lane's limit cuts the
 // limit to the highest bin known flat (one bin below the baseline if none
 // is above it: the baseline itself may be past the knee, and only a lower
-// level tells). From the first such cut on, the limit grows into a bin
-// only once the bin below it is known flat: probing above the knee costs
+// level tells), to the level within it that a rise of latency with the
+// square of the calls in flight puts at the baseline's (kneeIn). From the
+// first such cut on, the limit grows into a bin only once the bin below
+// it is known flat: probing above the knee costs
 // at most a bin of calls, for as long as it takes to fill it; cuts to
 // the same bin again and again lengthen the probe hold. And a success
 // slower than the lowest bin's calls by more than chance explains (a
@@ -199,11 +201,25 @@ func (c *Controller) profileLocked(s Sample, dispatched, now time.Time) float64 
 	}
 	top := d.prof.flatTop(bin, c.cfg.LatencyTolerance, now, memory)
 	if top > binOf(base.level()) {
-		return d.prof.bins[top].level()
+		return d.prof.kneeIn(top, base)
 	}
 	// Nothing above the baseline is flat, and nothing below it is
 	// known: measure a bin lower.
 	return base.level() * math.Exp2(-1.0/binsPerOctave)
+}
+
+// kneeIn returns the level within flat bin top, above base, to cut to:
+// the level at which latency that rises with the square of the calls in
+// flight (a server that queues them) would give base's, the bin's mean
+// level times e^(-d/2) for a mean log latency d above base's; not above
+// that mean, nor below the bin's lower edge. A bin reads flat while its
+// calls are slower than base's by less than LatencyTolerance: at a knee
+// k its calls up to 1.12 k do.
+func (p *profile) kneeIn(top int, base *profileBin) float64 {
+	b := &p.bins[top]
+	lower := math.Exp2(float64(top) / binsPerOctave)
+	d := math.Max(0, b.mean-base.mean)
+	return math.Max(lower, b.level()*math.Exp(-d/2))
 }
 
 // latencyGateLocked is the most the target may grow to once the lane has
@@ -266,13 +282,18 @@ func (c *Controller) startExitLocked(slow slowness, dispatched, now time.Time) f
 
 // startCutLocked returns the level a slow start that found the calls of
 // bin queued is cut to: the highest bin known flat below bin (the lowest
-// known at least), if that is below the target; else 0. It requires c.mu
+// known at least; within it as kneeIn says, if above the lowest), if that
+// is below the target; else 0. It requires c.mu
 // to be held.
 func (c *Controller) startCutLocked(bin int, now time.Time) float64 {
 	p := &c.defaultRule.prof
-	top := p.flatTop(bin, c.cfg.LatencyTolerance, now, c.profileMemoryLocked())
+	memory := c.profileMemoryLocked()
+	top := p.flatTop(bin, c.cfg.LatencyTolerance, now, memory)
 	if top < 0 || p.bins[top].level() >= c.target {
 		return 0
+	}
+	if base := p.baseline(now, memory, 0); top > binOf(base.level()) {
+		return p.kneeIn(top, base)
 	}
 	return p.bins[top].level()
 }

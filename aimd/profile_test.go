@@ -107,6 +107,39 @@ func TestLatencyThatVariesByItselfCutsNothing(t *testing.T) {
 	assert.Equal(t, Decreased, ev, "1.5 times the latency with a 5%% spread is queueing")
 }
 
+// Calls a little slower than the baseline's, by less than
+// LatencyTolerance, read flat; but against a server whose latency rises
+// with the square of the calls in flight, a level 1.18 times as slow is
+// 1.09 times its knee. A cut to that flat level goes to where such a rise
+// would give the baseline's latency, within the level's bin.
+func TestLatencyCutWithinTheFlatBin(t *testing.T) {
+	// cutFrom returns the limit after 8 calls of 1 s sent under 8, 8
+	// sent under level that took f times that, and one sent above level
+	// that took 3 s.
+	cutFrom := func(level int, f float64) int {
+		c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+		answer(c, t0, flat...) // sent under 8: the baseline
+		c.mu.Lock()
+		c.target = float64(level)
+		c.recordLimitLocked(at(1.1))
+		c.mu.Unlock()
+		answer(c, at(1.1), scaled(flat, f)...)
+		require.Zero(t, c.State().Decreases, "slower by less than the tolerance: flat")
+		require.Greater(t, c.Limit(), level)
+		sent := at(2.5)
+		c.mu.Lock()
+		c.recordLimitLocked(sent)
+		c.mu.Unlock()
+		ev := c.ObserveAt(Sample{Outcome: Success, Latency: secs(3), Dispatched: sent}, sent.Add(secs(3)))
+		require.Equal(t, Decreased, ev)
+		return c.Limit()
+	}
+	assert.Equal(t, 26, cutFrom(26, 1), "as fast as the baseline: the level itself")
+	assert.Equal(t, 24, cutFrom(26, 1.1), "26 × 1.1^-½ = 24.8")
+	assert.Equal(t, 23, cutFrom(26, 1.18), "26 × 1.18^-½ = 23.9")
+	assert.Equal(t, 22, cutFrom(23, 1.18), "23 × 1.18^-½ = 21.2, but the bin starts at 22.6")
+}
+
 // Once the lane has cut on latency, it grows into a bin of levels only
 // when the bin below it is known flat: a probe above the knee costs at
 // most a bin's worth of calls.
