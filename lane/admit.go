@@ -14,6 +14,20 @@ import (
 // let out (Reserve) or an answer observed, it feeds the controller the
 // calls in flight and sets the queue's limit from it.
 
+// A step's calls may need new connections, and opening one takes a round
+// trip to the provider (TLS one or two more) before the call is even sent:
+// a provider a few milliseconds away cannot refuse a call within the
+// window of the step that let it out. So a step does not end while a
+// connection to the lane's upstream is being opened, nor before the window
+// and three times the upstream's quickest opening have passed since the
+// last one opened, nor before twice that opening has passed beyond the
+// window (a round trip over a connection already open). A connection's
+// opening is the time to a TCP connection: about one round trip.
+
+// maxOpeningLook bounds how long a step waiting for a connection to open
+// goes without looking again.
+const maxOpeningLook = 100 * time.Millisecond
+
 // maxAdmissionWindow bounds the admission window learned from an
 // upstream's refusals.
 const maxAdmissionWindow = time.Second
@@ -50,6 +64,65 @@ func (cl *connLoad) noteRefusal(latency time.Duration) {
 	}
 }
 
+// Connecting tells the Registry that a connection to upstream is being
+// opened, and returns what to call once it has opened (opened true) or
+// failed. The lanes of the upstream that are starting wait for it before
+// they step up their limit.
+func (r *Registry) Connecting(upstream string) (done func(opened bool)) {
+	r.mu.Lock()
+	cl := r.loadLocked(upstream)
+	r.mu.Unlock()
+	start := r.cfg.Now()
+	cl.opening.Add(1)
+	return func(opened bool) {
+		if opened {
+			now := r.cfg.Now()
+			cl.noteOpen(now.Sub(start), now)
+		}
+		cl.opening.Add(-1)
+	}
+}
+
+// noteOpen records a connection that opened at now and took took.
+func (cl *connLoad) noteOpen(took time.Duration, now time.Time) {
+	cl.lastOpen.Store(now.UnixNano())
+	took = max(took, 1) // a clock that did not move
+	for {
+		old := cl.quickestOpen.Load()
+		if old > 0 && old <= int64(took) || cl.quickestOpen.CompareAndSwap(old, int64(took)) {
+			return
+		}
+	}
+}
+
+// stepReady returns when a start's step that the controller lets end at
+// due (Controller.AdmitDue) may end, seen from now: due, or later while
+// the upstream's connections say a refusal may still be on its way.
+// While a connection is being opened it returns when to look again: a
+// window from now, or as long as the step has already waited past due (at
+// most maxOpeningLook), so that a connection slow to open costs few
+// looks and its end is seen within less than its own time (a step waits
+// three times that once it has opened).
+func (cl *connLoad) stepReady(due, now time.Time, window time.Duration) time.Time {
+	if cl.opening.Load() > 0 {
+		return later(due, now.Add(max(window, min(now.Sub(due), maxOpeningLook), time.Millisecond)))
+	}
+	open := time.Duration(cl.quickestOpen.Load())
+	ready := due.Add(2 * open)
+	if at := cl.lastOpen.Load(); at > 0 {
+		ready = later(ready, time.Unix(0, at).Add(window+3*open))
+	}
+	return ready
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // admitTimer is a lane's timer for the controller's start ramp. Its
 // fields are guarded by the lane's mu, but for ramping.
 type admitTimer struct {
@@ -72,7 +145,7 @@ func (l *Lane) armAdmitLocked(inFlight int, now time.Time) {
 		l.ramping.Store(false)
 		return
 	}
-	d := max(due.Sub(now), 0)
+	d := max(l.load.stepReady(due, now, l.ctrl.Config().AdmissionWindow).Sub(now), 0)
 	if a.t == nil {
 		a.t = time.AfterFunc(d, l.admitted)
 	} else {
@@ -102,6 +175,12 @@ func (l *Lane) admitted() {
 	defer l.mu.Unlock()
 	l.admit.pending = false
 	if l.admit.stopped {
+		return
+	}
+	if due, ok := l.ctrl.AdmitDue(); ok && now.Before(l.load.stepReady(due, now, l.ctrl.Config().AdmissionWindow)) {
+		// A connection of the upstream is opening, or has just opened: a
+		// refusal may still come.
+		l.armAdmitLocked(inFlight, now)
 		return
 	}
 	before := l.ctrl.Limit()

@@ -17,12 +17,19 @@ import (
 // (run it in a synctest bubble), the Registry closed when t ends.
 func newStartingLane(t *testing.T) *Lane {
 	t.Helper()
+	_, l := newStartingRegistry(t)
+	return l
+}
+
+// newStartingRegistry is newStartingLane with its Registry.
+func newStartingRegistry(t *testing.T) (*Registry, *Lane) {
+	t.Helper()
 	r, err := New(Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet()})
 	require.NoError(t, err)
 	t.Cleanup(r.Close)
 	l, err := r.Get(Key{Upstream: "default", Model: "m"})
 	require.NoError(t, err)
-	return l
+	return r, l
 }
 
 // A new lane lets one call out, then twice as many each admission window
@@ -67,6 +74,62 @@ func TestLaneStartIsPacedByAdmissions(t *testing.T) {
 		synctest.Wait()
 		dispatch()
 		assert.Equal(t, 3, out, "and the start is over")
+		for range out {
+			l.q.ReleaseTenant("")
+		}
+	})
+}
+
+// A provider far away: the connection the first call needs takes 30 ms
+// to open, and the call is sent only then. The start does not step while
+// the connection opens, nor until the window and three openings have
+// passed since it opened (a TLS handshake and the call's own round trip,
+// in which its refusal would come back); a step over connections already
+// open waits the window and two openings.
+func TestLaneStartWaitsForTheUpstreamsConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, l := newStartingRegistry(t)
+		const open = 30 * time.Millisecond
+		window := aimd.DefaultAdmissionWindow
+		out := 0
+		dispatch := func() {
+			for l.q.TryAcquire(queue.Priority{}) {
+				l.Reserve(t.Context(), time.Now())
+				out++
+			}
+		}
+		step := func(d time.Duration) {
+			time.Sleep(d)
+			synctest.Wait()
+			dispatch()
+		}
+
+		done := r.Connecting("default")
+		dispatch()
+		require.Equal(t, 1, out, "one call first")
+		step(open)
+		assert.Equal(t, 1, out, "not while its connection opens")
+		done(true)
+		step(window + 3*open - time.Millisecond)
+		assert.Equal(t, 1, out, "its refusal could still come")
+		step(time.Millisecond)
+		assert.Equal(t, 2, out, "a window and three openings after the connection opened")
+
+		step(window + 2*open - time.Millisecond)
+		assert.Equal(t, 2, out, "a round trip over an open connection")
+		step(time.Millisecond)
+		assert.Equal(t, 4, out, "a window and two openings after the step")
+
+		info := r.Info(time.Now())[0]
+		assert.InDelta(t, 30.0, info.UpstreamConnectMs, 1e-9, "shown in /governor/lanes")
+
+		failed := r.Connecting("default")
+		step(10 * time.Second)
+		assert.Equal(t, 4, out, "a connection that does not open holds the start")
+		failed(false)
+		step(maxOpeningLook)
+		assert.Equal(t, 8, out, "its failure does not, for more than a look")
+		assert.InDelta(t, 30.0, r.Info(time.Now())[0].UpstreamConnectMs, 1e-9, "a failed connection is no opening")
 		for range out {
 			l.q.ReleaseTenant("")
 		}

@@ -30,6 +30,14 @@ type connLoad struct {
 	// provider says no, for the admission window of its new lanes
 	// (admit.go).
 	refusal atomic.Int64
+	// opening counts the connections to the upstream being opened,
+	// lastOpen is when the last one opened (Unix nanoseconds of the
+	// registry's clock) and quickestOpen the quickest opening so far
+	// (nanoseconds): how far the provider is, for the steps of its lanes'
+	// starts (admit.go).
+	opening      atomic.Int32
+	lastOpen     atomic.Int64
+	quickestOpen atomic.Int64
 }
 
 // loadLocked returns the connLoad of an upstream, made on first use. It

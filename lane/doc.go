@@ -33,7 +33,12 @@
 // one call, then twice as many each admission window its calls go
 // unrefused; the lane keeps the timer for that while the start lasts, and
 // gives a lane of an upstream that has refused a call a window of at
-// least twice its quickest refusal. Every method of Lane and Registry is
+// least twice its quickest refusal. The caller tells the Registry of each
+// connection it opens to an upstream (Connecting): a step of a start does
+// not end while one is opening, nor before the window and three times
+// the upstream's quickest opening have passed since the last one opened
+// (twice beyond the window over connections already open), so that a
+// provider far away has the time to refuse. Every method of Lane and Registry is
 // safe for concurrent use and takes
 // the time it acts at, so tests drive it with explicit instants.
 //

@@ -48,6 +48,12 @@ type Info struct {
 	ConnLimited      bool `json:"conn_limited"`
 	UpstreamInFlight int  `json:"upstream_in_flight"`
 	UpstreamMaxConns int  `json:"upstream_max_conns"`
+	// UpstreamConnectMs is the quickest a connection to the lane's
+	// upstream has opened (about one network round trip to the provider);
+	// 0 before the first. A new lane's start waits that long per step
+	// beyond its admission window, since a refusal takes that long to
+	// come back.
+	UpstreamConnectMs float64 `json:"upstream_connect_ms"`
 	// TokenBudgets are the provider's token budgets the lane has learned
 	// (from its headers or its 429s), each per minute with the estimate
 	// of what is left now; empty until one is reported.
@@ -71,26 +77,27 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	st := l.ctrl.State()
 	qs := l.q.Stats()
 	li := Info{
-		ConnLimited:      r.connLimited(upstreamInFlight, qs.InFlight),
-		UpstreamInFlight: upstreamInFlight,
-		UpstreamMaxConns: r.cfg.MaxConnsPerUpstream,
-		ID:               l.id,
-		Upstream:         l.key.Upstream,
-		Model:            l.key.Model,
-		Credential:       l.credHash,
-		Target:           st.Target,
-		Limit:            qs.Limit, // the controller's, or this Governor's share of it
-		SharedLimit:      st.Limit,
-		InFlight:         qs.InFlight,
-		Queued:           qs.Waiting,
-		QueuedByUrgency:  map[string]int{},
-		Tenants:          []TenantInfo{},
-		LatencyEWMAMs:    float64(st.LatencyEWMA) / float64(time.Millisecond),
-		Collapsed:        st.Collapsed,
-		Decreases:        st.Decreases,
-		Collapses:        st.Collapses,
-		RateLimited:      l.m.attempts[RateLimited].Get(),
-		Pauses:           l.m.pauses.Get(),
+		ConnLimited:       r.connLimited(upstreamInFlight, qs.InFlight),
+		UpstreamInFlight:  upstreamInFlight,
+		UpstreamMaxConns:  r.cfg.MaxConnsPerUpstream,
+		UpstreamConnectMs: float64(l.load.quickestOpen.Load()) / float64(time.Millisecond),
+		ID:                l.id,
+		Upstream:          l.key.Upstream,
+		Model:             l.key.Model,
+		Credential:        l.credHash,
+		Target:            st.Target,
+		Limit:             qs.Limit, // the controller's, or this Governor's share of it
+		SharedLimit:       st.Limit,
+		InFlight:          qs.InFlight,
+		Queued:            qs.Waiting,
+		QueuedByUrgency:   map[string]int{},
+		Tenants:           []TenantInfo{},
+		LatencyEWMAMs:     float64(st.LatencyEWMA) / float64(time.Millisecond),
+		Collapsed:         st.Collapsed,
+		Decreases:         st.Decreases,
+		Collapses:         st.Collapses,
+		RateLimited:       l.m.attempts[RateLimited].Get(),
+		Pauses:            l.m.pauses.Get(),
 	}
 	li.TokenBudgets = l.tokens.info(now)
 	if li.TokenBudgets == nil {

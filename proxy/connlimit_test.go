@@ -41,6 +41,8 @@ func TestLaneLimitedByUpstreamConnectionsSaysSo(t *testing.T) {
 	assert.True(t, l.ConnLimited, "lane %+v", l)
 	assert.Equal(t, 4, l.UpstreamInFlight)
 	assert.Equal(t, 2, l.UpstreamMaxConns)
+	assert.Positive(t, l.UpstreamConnectMs, "the quickest of the connections opened")
+	assert.Less(t, l.UpstreamConnectMs, 1000.0, "on loopback")
 	assert.Contains(t, promText(set), fmt.Sprintf(`governor_lane_conn_limited{lane=%q} 1`, l.ID))
 
 	close(rec.release)

@@ -93,6 +93,9 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	for _, up := range p.upstreams() {
+		up.connecting = func() func(bool) { return p.lanes.Connecting(up.name) }
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.HandleAPI(APIPrefix+"lanes", p.serveLanes)
 	p.server = &fasthttp.Server{

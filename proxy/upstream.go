@@ -30,6 +30,9 @@ type upstream struct {
 	anthropic bool   // Governor's own errors use Anthropic's shape
 	client    *fasthttp.HostClient
 	metrics   *routeMetrics
+	// connecting, if set, is told of each connection being opened to the
+	// upstream (lane.Registry.Connecting), before its dial.
+	connecting func() (done func(opened bool))
 
 	connsMu sync.Mutex
 	conns   map[*trackedConn]struct{} // open connections, to cut them at the end of a drain
@@ -88,7 +91,12 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 			}
 			d := *dialer
 			d.Timeout = timeout
+			done := func(bool) {}
+			if up.connecting != nil {
+				done = up.connecting()
+			}
 			c, err := d.Dial("tcp", addr)
+			done(err == nil)
 			if err != nil {
 				return nil, err
 			}
