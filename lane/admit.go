@@ -69,9 +69,14 @@ func (cl *connLoad) noteRefusal(latency time.Duration) {
 // failed. The lanes of the upstream that are starting wait for it before
 // they step up their limit.
 func (r *Registry) Connecting(upstream string) (done func(opened bool)) {
-	r.mu.Lock()
-	cl := r.loadLocked(upstream)
-	r.mu.Unlock()
+	r.mu.RLock()
+	cl := r.loads[upstream]
+	r.mu.RUnlock()
+	if cl == nil {
+		r.mu.Lock()
+		cl = r.loadLocked(upstream)
+		r.mu.Unlock()
+	}
 	start := r.cfg.Now()
 	cl.opening.Add(1)
 	return func(opened bool) {
