@@ -53,8 +53,8 @@
 // not slow down (within it, to where latency that rises with the square
 // of the calls in flight would be the lowest level's; the event is
 // Decreased, State.DecreaseCause Success),
-// and from then on rises a level only once the level below it is known
-// not to slow calls down; cut back to the same level again and again, it
+// and from then on rises, a few calls into the next level at most, only
+// once the level below it is known not to slow calls down; cut back to the same level again and again, it
 // probes above it less and less often, and its yields give back the whole
 // number of calls nearest 30% rather than rounding its limit down. Latency
 // that varies as much at every level (output lengths, a heavy tail)

@@ -30,8 +30,8 @@ import (
 // level tells), to the level within it that a rise of latency with the
 // square of the calls in flight puts at the baseline's (kneeIn). From the
 // first such cut on, the limit grows into a bin only once the bin below
-// it is known flat: probing above the knee costs
-// at most a bin of calls, for as long as it takes to fill it; cuts to
+// it is known flat, and only to its first few levels: probing above the
+// knee costs a few calls, for as long as it takes to fill a bin; cuts to
 // the same bin again and again lengthen the probe hold. And a success
 // slower than the lowest bin's calls by more than chance explains (a
 // bin needs 8 calls before it is tested, and slow start puts 2 or 3 in
@@ -67,6 +67,10 @@ const (
 	// bin is forgotten: a level the lane no longer uses says nothing of
 	// the provider now.
 	profileMemory = 64
+	// gateCalls: once the lane has cut on latency, it grows at most this
+	// many levels past the first of the bin above the highest flat one
+	// (latencyGateLocked).
+	gateCalls = 2
 )
 
 // profile is the latency profile (see above).
@@ -223,8 +227,10 @@ func (p *profile) kneeIn(top int, base *profileBin) float64 {
 }
 
 // latencyGateLocked is the most the target may grow to once the lane has
-// cut on latency: the top of the bin above the highest bin known flat.
-// It requires c.mu to be held.
+// cut on latency: into the bin above the highest bin known flat, up to
+// gateCalls levels past its first (its top, if sooner). A probe there is
+// measured at the levels nearest the flat one, where it costs least if
+// they are past the knee. It requires c.mu to be held.
 func (c *Controller) latencyGateLocked(now time.Time) float64 {
 	if !c.defaultRule.latencySeen || !c.hasLatency {
 		return math.Inf(1)
@@ -233,7 +239,8 @@ func (c *Controller) latencyGateLocked(now time.Time) float64 {
 	if top < 0 {
 		return math.Inf(1)
 	}
-	return math.Exp2(float64(top+2) / binsPerOctave)
+	first := math.Ceil(math.Exp2(float64(top+1) / binsPerOctave))
+	return math.Min(math.Exp2(float64(top+2)/binsPerOctave), first+gateCalls)
 }
 
 // latencyDecreaseLocked cuts the target to level, the highest the profile

@@ -156,11 +156,11 @@ func TestLatencyCutGatesGrowthBinByBin(t *testing.T) {
 		defer c.mu.Unlock()
 		return c.latencyGateLocked(now)
 	}
-	// 24 is in the bin of 22.6 to 26.9; the next one ends at 32.
-	assert.InDelta(t, 32, gate(), 1e-9, "up to the top of the bin above the flat one")
+	// 24 is in the bin of 22.6 to 26.9; the next one is 26.9 to 32.
+	assert.InDelta(t, 29, gate(), 1e-9, "two levels past the first of the bin above the flat one")
 	// Calls sent under the limit after the cut (24), fast: nothing new.
 	answer(c, now.Add(time.Millisecond), flat...)
-	assert.InDelta(t, 32, gate(), 1e-9)
+	assert.InDelta(t, 29, gate(), 1e-9)
 
 	// Drive the limit to 28 and answer 8 calls sent under it at the
 	// usual latency: the gate opens a bin further.
@@ -169,7 +169,17 @@ func TestLatencyCutGatesGrowthBinByBin(t *testing.T) {
 	c.recordLimitLocked(now.Add(3 * time.Second))
 	c.mu.Unlock()
 	answer(c, now.Add(3*time.Second), flat...)
-	assert.InDelta(t, math.Exp2(21.0/4), gate(), 1e-9, "bin 26.9-32 is flat: up to 38")
+	assert.InDelta(t, 34, gate(), 1e-9, "bin 26.9-32 is flat: into 32-38, up to 34")
+
+	// A bin of fewer levels is open to its top: 4.76 to 5.66 past a flat
+	// bin of 4.
+	small := New(Config{AdmissionWindow: -1, Max: 64, Initial: 4}, t0)
+	answer(small, t0, flat...) // sent under 4
+	small.mu.Lock()
+	small.defaultRule.latencySeen = true
+	g := small.latencyGateLocked(at(3))
+	small.mu.Unlock()
+	assert.InDelta(t, math.Exp2(10.0/4), g, 1e-9)
 }
 
 // A lane cut back to the same level by its latency again and again (a
