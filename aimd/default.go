@@ -72,6 +72,9 @@ type defaultState struct {
 	// lat is the latency signal (latency.go).
 	lat  latencyState
 	prof profile
+	// ramped holds the calls the start let out before its last step,
+	// with fewer calls in flight than Initial (profile.go).
+	ramped profileBin
 	// prof is the latency profile (profile.go); latencyCut: the last
 	// decrease came from it; latencySeen: one has since New.
 	latencyCut, latencySeen bool

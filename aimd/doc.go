@@ -45,36 +45,38 @@
 // less and less often, down to once per 64 calls, and gives nothing back
 // meanwhile, until a 429 at another level (or a decrease adopted from
 // other processes) says that the ceiling moved or is shared. It also reads
-// latency, for providers that slow down instead of answering 429: it
-// keeps how long calls take at each level of concurrency it has used, and
-// when calls sent under a higher limit take longer than those sent under
-// the lowest by more than Config.LatencyTolerance and than chance
-// explains, it cuts the limit back to the highest level whose calls did
-// not slow down (within it, to where latency that rises with the square
-// of the calls in flight would be the lowest level's; the event is
-// Decreased, State.DecreaseCause Success),
-// and from then on rises, a few calls into the next level at most, only
-// once the level below it is known not to slow calls down; cut back to the same level again and again, it
-// probes above it less and less often, and its yields give back the whole
-// number of calls nearest 30% rather than rounding its limit down. Latency
-// that varies as much at every level (output lengths, a heavy tail)
-// changes nothing. A success slower than
-// chance explains against the calls sent with the fewest in flight does
-// not grow the limit (while the lane slow-starts with no ceiling to stop
-// at, one far slower than that cuts it back to the highest level whose
-// calls did not slow down, and so do calls it let out above its lowest
-// level that are far fewer back than that level's latencies make likely:
-// their silence says they are slow before they answer; it counts the
-// calls let out from Sample.InFlight, and reads nothing without it or
-// once it has adopted a target), and a timeout while latency has
-// exploded collapses the lane even if some calls still succeed. Config.Initial is
-// where a lane's start leads and the share it keeps under contention: a lane
-// above it gives a slot back each time it overshoots, so uncoordinated
-// processes sharing one account settle near Initial each when Initial is
-// about the account's concurrency divided by their number. Phoenix
-// reproduces Arize Phoenix's ConcurrencyController rule for rule, with its
-// defaults: fixed feedback windows, +0.5 per clean window, ×0.5 per window
-// with a 429 or a timeout, collapse to 1 on two 429s within 15 seconds.
+// latency, for providers that slow down instead of answering 429: it keeps
+// how long calls take at each level of concurrency it has used, and when
+// calls sent under a higher limit take longer than those sent under the
+// lowest by more than Config.LatencyTolerance and than chance explains, it
+// cuts the limit back to the highest level whose calls did not slow down
+// (within it, to where latency that rises with the square of the calls in
+// flight would be the lowest level's; the event is Decreased,
+// State.DecreaseCause Success), and from then on rises, a few calls into
+// the next level at most, only once the level below it is known not to
+// slow calls down (and once, if it runs at the lowest level it knows and
+// calls there take longer than those its start let out with fewer in
+// flight, it goes back to the level of those); cut back to the same level
+// again and again, it probes above it less and less often, and its yields
+// give back the whole number of calls nearest 30% rather than rounding its
+// limit down. Latency that varies as much at every level (output lengths,
+// a heavy tail) changes nothing. A success slower than chance explains
+// against the calls sent with the fewest in flight does not grow the limit
+// (while the lane slow-starts with no ceiling to stop at, one far slower
+// than that cuts it back to the highest level whose calls did not slow
+// down, and so do calls it let out above its lowest level that are far
+// fewer back than that level's latencies make likely: their silence says
+// they are slow before they answer; it counts the calls let out from
+// Sample.InFlight, and reads nothing without it or once it has adopted a
+// target), and a timeout while latency has exploded collapses the lane
+// even if some calls still succeed. Config.Initial is where a lane's start
+// leads and the share it keeps under contention: a lane above it gives a
+// slot back each time it overshoots, so uncoordinated processes sharing
+// one account settle near Initial each when Initial is about the account's
+// concurrency divided by their number. Phoenix reproduces Arize Phoenix's
+// ConcurrencyController rule for rule, with its defaults: fixed feedback
+// windows, +0.5 per clean window, ×0.5 per window with a 429 or a timeout,
+// collapse to 1 on two 429s within 15 seconds.
 //
 // DESIGN.md, beside this file, states every rule of both presets, the
 // reasoning behind them, and the simulation figures that chose the

@@ -37,7 +37,10 @@ import (
 // bin needs 8 calls before it is tested, and slow start puts 2 or 3 in
 // each on its way up) does not grow the limit; in a slow start that has
 // no ceiling to stop at, one slower by far ends it, with a cut to the
-// highest bin known flat.
+// highest bin known flat. The start's calls are filed under Initial; those
+// it let out before its last step are also kept apart, and once the lane
+// has cut on latency, a lowest bin slower than they were sends the lane
+// to their level (belowLowestLocked).
 
 const (
 	// binsPerOctave: bins are a quarter of an octave (19%) wide;
@@ -112,6 +115,13 @@ func (b *profileBin) known(now time.Time, memory time.Duration) bool {
 // latency, forgetting what its bin knew if older than memory.
 func (p *profile) add(level int, latency time.Duration, dispatched time.Time, memory time.Duration) *profileBin {
 	b := &p.bins[binOf(float64(level))]
+	b.file(level, latency, dispatched, memory)
+	return b
+}
+
+// file adds a call dispatched at dispatched under limit level that took
+// latency to b, forgetting what b knew if older than memory.
+func (b *profileBin) file(level int, latency time.Duration, dispatched time.Time, memory time.Duration) {
 	if b.n > 0 && dispatched.Sub(b.last) > memory {
 		*b = profileBin{}
 	}
@@ -124,7 +134,6 @@ func (p *profile) add(level int, latency time.Duration, dispatched time.Time, me
 	if dispatched.After(b.last) {
 		b.last = dispatched
 	}
-	return b
 }
 
 // congested reports whether b is slower than base by more than tolerance
@@ -196,6 +205,12 @@ func (c *Controller) profileLocked(s Sample, dispatched, now time.Time) float64 
 	level := c.limitAtLocked(dispatched)
 	bin := binOf(float64(level))
 	b := d.prof.add(level, s.Latency, dispatched, memory)
+	if !d.ramp.topAt.IsZero() && dispatched.Before(d.ramp.topAt) {
+		d.ramped.file(d.ramp.lowTop, s.Latency, dispatched, memory)
+	}
+	if to := c.belowLowestLocked(now); to > 0 {
+		return to
+	}
 	if b.n < profileMin || binOf(float64(c.limitLocked())) < bin {
 		return 0
 	}
@@ -224,6 +239,36 @@ func (p *profile) kneeIn(top int, base *profileBin) float64 {
 	lower := math.Exp2(float64(top) / binsPerOctave)
 	d := math.Max(0, b.mean-base.mean)
 	return math.Max(lower, b.level()*math.Exp(-d/2))
+}
+
+// belowLowestLocked returns the level to cut to when the lane, after a
+// latency cut, runs at the lowest level it knows and that level is
+// slower than the calls its start let out with fewer in flight, by more
+// than LatencyTolerance and than chance explains: the knee lies below
+// every level the profile knows (the start filed its calls under
+// Initial, and against a knee below Initial all of them are past it). It
+// cuts to the level of those calls, once; else it returns 0. It requires
+// c.mu to be held.
+func (c *Controller) belowLowestLocked(now time.Time) float64 {
+	d := &c.defaultRule
+	r := &d.ramped
+	memory := c.profileMemoryLocked()
+	if !d.latencySeen || r.n < 2 || now.Sub(r.last) > memory {
+		return 0
+	}
+	base := d.prof.baseline(now, memory, 0)
+	if base == nil || binOf(float64(c.limitLocked())) > binOf(base.level()) || r.level() >= base.level() {
+		return 0
+	}
+	if !congested(base, r, c.cfg.LatencyTolerance) {
+		return 0
+	}
+	to := r.level()
+	*r = profileBin{}
+	if to >= c.target {
+		return 0
+	}
+	return to
 }
 
 // latencyGateLocked is the most the target may grow to once the lane has

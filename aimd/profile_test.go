@@ -400,3 +400,48 @@ func TestOverdueAllowsForTheLowestLevelsFewCalls(t *testing.T) {
 	ev = c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: c.Limit(), Dispatched: last}, now)
 	assert.Equal(t, Decreased, ev, "out for 3 times the median, not one back: they are slow")
 }
+
+// The start files its calls under Initial, so against a knee below
+// Initial every level the profile knows is past it. A lane that has cut
+// on latency and runs at the lowest level it knows, where calls take 4
+// times as long as those its start let out with at most 4 in flight,
+// goes down to 4: the knee is below every level it knows.
+func TestLatencyCutBelowTheLowestLevelToTheStartsFirstSteps(t *testing.T) {
+	// run ramps a lane to 8, answers the 4 calls of its first steps in
+	// about 1 s, puts it at 8 after a latency cut (seen) and answers up
+	// to 32 calls sent under 8 that took f seconds, until a decrease; it
+	// returns the last event and the limit.
+	run := func(f float64, seen bool) (Event, int) {
+		c := New(Config{Max: 64}, t0)
+		for i := range 3 {
+			require.Equal(t, Increased, c.AdmitAt(c.Limit(), windows(float64(i+1))))
+		}
+		require.Equal(t, 8, c.Limit())
+		for i, ms := range []float64{0, 4, 8, 8} { // let out under 1, 2, 4, 4
+			sent := t0.Add(time.Duration(ms * float64(time.Millisecond)))
+			c.ObserveAt(Sample{Outcome: Success, Latency: secs(flat[i]), Dispatched: sent}, sent.Add(secs(flat[i])))
+		}
+		c.mu.Lock()
+		c.target, c.defaultRule.ss = 8, 8
+		c.defaultRule.latencySeen = seen
+		c.recordLimitLocked(at(2))
+		c.mu.Unlock()
+		var ev Event
+		for i := range 4 {
+			if ev, _ = answer(c, at(2+5*float64(i)), scaled(flat, f)...); ev == Decreased {
+				break
+			}
+		}
+		return ev, c.Limit()
+	}
+	ev, limit := run(4, true)
+	assert.Equal(t, Decreased, ev)
+	assert.Equal(t, 4, limit, "the level of the start's first steps")
+
+	ev, limit = run(1, true)
+	assert.NotEqual(t, Decreased, ev, "as fast as the first steps' calls: nothing below")
+	assert.GreaterOrEqual(t, limit, 8)
+
+	ev, _ = run(4, false)
+	assert.NotEqual(t, Decreased, ev, "no latency cut yet: the lane's own start is still the reference")
+}

@@ -23,6 +23,11 @@ type rampState struct {
 	// (answers counts them).
 	young   bool
 	answers int
+	// topAt is when the ramp's last step took the limit from lowTop to
+	// Initial (zero if it has not): calls let out before it went out
+	// with at most lowTop in flight.
+	topAt  time.Time
+	lowTop int
 	// burst: the ramp ended on a refusal, and further refusals of calls
 	// let out before it each take one call off the limit (the step that
 	// ended the ramp let out several calls; the refusals say how many of
@@ -77,6 +82,9 @@ func (c *Controller) AdmitAt(inFlight int, now time.Time) Event {
 		return None
 	}
 	c.target = math.Min(c.cfg.Initial, math.Max(c.target, float64(limit*rampGrowth)))
+	if float64(c.limitLocked()) >= c.cfg.Initial {
+		d.ramp.topAt, d.ramp.lowTop = now, limit
+	}
 	if c.latencyOn() {
 		c.recordLimitLocked(now)
 	}
