@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,9 +25,15 @@ type fakeCoordinator struct {
 	reports  []lane.Report
 	reserves int
 	left     []string
+
+	// onSync, if set, runs first thing in every sync, without f's lock.
+	onSync func()
 }
 
 func (f *fakeCoordinator) Sync(ctx context.Context, reports []lane.Report) ([]lane.Shared, error) {
+	if f.onSync != nil {
+		f.onSync()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -192,27 +199,57 @@ func TestCoordinatedDecreaseIsReported(t *testing.T) {
 // nothing until a sync gives it one, rather than the one call a queue's
 // limit of 1 would let out; and it fails open: with the coordinator down
 // the call goes.
+//
+// The hold lasts a grace (a sync interval and a half) past each sync, so
+// that a sync that does not come (Redis lost) does not hold the lane. Here
+// Governor's clock moves only with the syncs: a sync interval before each
+// (but the first, which a new lane asks for at once). So however late a
+// loaded machine runs the syncs, each comes one interval after the last in
+// Governor's time, and each checks that the hold the last one set is still
+// in force.
 func TestNoShareHoldsTheLane(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
+	const interval = 5 * time.Millisecond
+	clock := newManualClock()
+	var (
+		proxy            atomic.Pointer[Proxy]
+		syncs, unheld    atomic.Int64
+		withoutShareOnly atomic.Bool // the syncs so far all said share 0
+	)
+	withoutShareOnly.Store(true)
 	fc := &fakeCoordinator{shared: lane.Shared{Target: 32, Members: 4, Share: 0}}
-	// The hold lasts a sync interval (a grace) past each sync by design:
-	// long enough here that a sync delayed by a loaded machine under -race
-	// does not let the call out.
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 50 * time.Millisecond}))
+	fc.onSync = func() {
+		if syncs.Add(1) == 1 {
+			return
+		}
+		clock.Advance(interval)
+		if !withoutShareOnly.Load() {
+			return
+		}
+		for _, l := range proxy.Load().lanes.Info(clock.Now()) {
+			if l.PausedUntil == nil {
+				unheld.Add(1)
+			}
+		}
+	}
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: interval, Now: clock.Now}))
+	proxy.Store(p)
 	c := client(t)
 	done := make(chan int, 1)
 	go func() {
 		resp, _ := chat(t, c, base, nil)
 		done <- resp.StatusCode
 	}()
-	syncs := func() (n int) { fc.get(func(f *fakeCoordinator) { n = len(f.reports) }); return n }
-	require.Eventually(t, func() bool { return syncs() >= 10 }, 5*time.Second, 5*time.Millisecond, "a few syncs")
+	// (A sync reports a lane: the call's lane exists.)
+	require.Eventually(t, func() bool { return syncs.Load() >= 20 }, 5*time.Second, time.Millisecond, "a few syncs")
 	select {
 	case <-done:
 		t.Fatal("a call went with no share")
 	default:
 	}
+	withoutShareOnly.Store(false)
+	assert.Zero(t, unheld.Load(), "a sync found the lane no longer held by the last")
 	fc.set(func(f *fakeCoordinator) { f.shared.Share = 2 })
 	assert.Equal(t, 200, <-done)
 
