@@ -54,9 +54,16 @@ type defaultState struct {
 	// decrease, it makes the answers to calls dispatched before it stale.
 	yieldAt time.Time
 	// stable: the last two decreases came at the same level, a ceiling
-	// that stays put (prevLevel is the last one's level).
+	// that stays put (prevLevel is the last one's level; prevProbe: it
+	// came with a ceiling known, or from the start's ramp).
 	stable    bool
 	prevLevel float64
+	prevProbe bool
+	// moved: a ceiling the lane had found has moved since New: a call
+	// succeeded above it, or a probe of it found another level. Such a
+	// lane shares its provider or sees its capacity change, and does not
+	// back off above Initial/2 (probeHoldLocked).
+	moved bool
 	// backoff makes the probe rarer at a ceiling found again and again:
 	// a small 429 ceiling or a latency knee (probeHoldLocked).
 	backoff ceilingBackoff
@@ -151,12 +158,14 @@ const (
 	// to the usual hold within about a minute of round trips.
 	recallRatio = 0.7
 	peakMemory  = 64
-	// A lane that holds at most Initial/2 and has found the ceiling of its
-	// last decrease again backoffFinds times in a row, each 429 a
-	// confirmed cut, doubles its probe hold from then on at every find, up
-	// to backoffCalls calls (backoffCalls/limit round trips): at most one
-	// probe's 429 per 64 calls, against one per 1.5 to 12 calls at caps of
-	// 1 to 4 with the hold of 1+limit/3.
+	// A lane that has found the ceiling of its last decrease again
+	// backoffFinds times in a row, each 429 a confirmed cut, doubles its
+	// probe hold from then on at every find: holding at most Initial/2,
+	// up to backoffCalls calls (backoffCalls/limit round trips), at most
+	// one probe's 429 per 64 calls against one per 1.5 to 12 calls at
+	// caps of 1 to 4 with the hold of 1+limit/3; holding more, up to
+	// ProbeHold round trips, and only while its ceilings have never moved
+	// (moved).
 	backoffFinds = 5
 	backoffCalls = 64
 	// maxBackoff bounds the doublings (the hold reaches backoffCalls long
@@ -167,10 +176,10 @@ const (
 // probeHoldLocked is the number of clean round trips held just below the
 // decrease level before probing above it: 1 + limit/3, at most ProbeHold,
 // doubled at a ceiling found again and again (ceilingBackoff), but not
-// beyond backoffCalls calls at a 429 ceiling or latencyHoldMax round trips
-// at a latency knee; 1 while the limit is
-// below recallRatio of the lane's recent peak. It requires c.mu to be
-// held.
+// beyond backoffCalls calls at a 429 ceiling (ProbeHold round trips above
+// Initial/2) or latencyHoldMax round trips at a latency knee; 1 while the
+// limit is below recallRatio of the lane's recent peak. It requires c.mu
+// to be held.
 func (c *Controller) probeHoldLocked(now time.Time) int {
 	limit := c.limitLocked()
 	if float64(limit) < recallRatio*c.recentPeakLocked(now) {
@@ -179,7 +188,14 @@ func (c *Controller) probeHoldLocked(now time.Time) int {
 	hold := min(c.cfg.ProbeHold, 1+limit/3)
 	b := &c.defaultRule.backoff
 	if n := b.doubled(rateCeiling); n > 0 {
-		hold = max(hold, min(hold<<n, (backoffCalls+limit-1)/limit))
+		most := (backoffCalls + limit - 1) / limit
+		if float64(limit) > c.cfg.Initial/2 {
+			// A lane near its share of a cap split among processes
+			// finds the slots others free by probing: a lone lane's
+			// ceiling looks the same from inside (see moved).
+			most = min(most, c.cfg.ProbeHold)
+		}
+		hold = max(hold, min(hold<<n, most))
 	}
 	if n := b.doubled(latencyCeiling); n > 0 {
 		hold = max(hold, min(hold<<n, latencyHoldMax))
@@ -345,6 +361,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		d.ss, d.probing = float64(c.cfg.Max), false
 		c.decrLevel = 0
 		d.reachedAt = time.Time{}
+		d.moved = true
 		d.restartShareClock(now)
 		c.rampGrewLocked()
 	}
@@ -380,6 +397,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 				// slow start again (from the next success).
 				d.ss, d.probing = float64(c.cfg.Max), false
 				c.decrLevel = 0
+				d.moved = true
 				d.restartShareClock(now)
 				c.rampGrewLocked()
 			case d.rounds >= c.probeHoldLocked(now):
@@ -488,8 +506,15 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	// back was taken by someone else sharing the provider.
 	taken := d.prevLevel > 0 && level < d.prevLevel
 	d.stable = level == d.prevLevel
-	d.prevLevel = level
-	if s.Outcome == RateLimited && d.stable && !unconfirmed && !repeat && level-1 <= c.cfg.Initial/2 {
+	// probe: a ceiling was known, so this signal answers a probe of it
+	// (not the overshoot of a slow start with none). Two in a row at
+	// different levels: the ceiling moved.
+	probe := d.ss < float64(c.cfg.Max)
+	if probe && d.prevProbe && d.prevLevel > 0 && !d.stable {
+		d.moved = true
+	}
+	d.prevLevel, d.prevProbe = level, probe
+	if s.Outcome == RateLimited && d.stable && !unconfirmed && !repeat && (level-1 <= c.cfg.Initial/2 || !d.moved) {
 		// The ceiling of the last decrease, found once more by a probe.
 		d.backoff.find(rateCeiling, 0, backoffFinds)
 	} else {

@@ -658,15 +658,57 @@ func TestDefaultProbeBackoffStopsWhenTheCeilingMoves(t *testing.T) {
 	assert.LessOrEqual(t, gaps[0], 3, "after an adopted decrease, the usual hold: %v", gaps)
 }
 
-func TestDefaultProbeBackoffOnlyAtSmallLimits(t *testing.T) {
+func TestDefaultProbeBackoffAboveHalfInitial(t *testing.T) {
 	// Above Initial/2 (4 calls held) a lane's probes are how a cap shared
-	// among processes gets split (S4): no back-off, however often the
-	// same ceiling is found. A cap of 6: the hold is 1 + 6/3 round trips.
+	// among processes gets split (S4), so the back-off only lengthens the
+	// hold to ProbeHold (4) round trips. A cap of 6 or 8: 1 + limit/3 = 3
+	// round trips at first; from the 5th find of the same ceiling in a
+	// row, 4, and no more however often it is found.
+	for _, cap := range []int{6, 8} {
+		c := smallLane(t, float64(cap))
+		sec := 10.0
+		gaps, events := underCap(t, c, cap, 14, &sec)
+		t.Logf("cap %d: clean round trips before each probe: %v", cap, gaps)
+		assert.Equal(t, []int{4, 4}, gaps[4:6], "cap %d: the usual hold of 3 round trips: %v", cap, gaps)
+		for _, g := range gaps[8:] {
+			assert.Equal(t, 5, g, "cap %d: backed off to ProbeHold round trips: %v", cap, gaps)
+		}
+		assert.NotContains(t, events, Yielded, "cap %d", cap)
+		assert.Equal(t, cap, c.Limit(), "cap %d", cap)
+	}
+}
+
+func TestDefaultProbeBackoffNotOnceTheCeilingMoved(t *testing.T) {
+	// A lane at a cap of 6 backs off (above), then the cap rises to 7: a
+	// probe succeeds above the ceiling. The lane's ceilings have moved
+	// once: it shares the provider or sees its capacity change, and keeps
+	// the usual hold above Initial/2 from then on, however often it finds
+	// the new ceiling.
 	c := smallLane(t, 6)
 	sec := 10.0
-	gaps, events := underCap(t, c, 6, 14, &sec)
-	assert.LessOrEqual(t, slices.Max(gaps[4:]), 4, "the usual hold: %v", gaps)
-	assert.NotContains(t, events, Yielded)
+	gaps, _ := underCap(t, c, 6, 10, &sec)
+	require.Equal(t, 5, gaps[len(gaps)-1], "backed off: %v", gaps)
+	gaps, _ = underCap(t, c, 7, 14, &sec)
+	t.Logf("cap 7: clean round trips before each probe: %v", gaps)
+	assert.Equal(t, 4, slices.Max(gaps[3:]), "the usual hold of 1 + 7/3 round trips: %v", gaps)
+	assert.Equal(t, 7, c.Limit())
+
+	// The same after a probe finds a lower ceiling (a slot taken by
+	// another process): 6, then 5.
+	c = smallLane(t, 6)
+	sec = 10.0
+	underCap(t, c, 6, 10, &sec)
+	gaps, _ = underCap(t, c, 5, 14, &sec)
+	assert.Equal(t, 3, slices.Max(gaps[3:]), "the usual hold of 1 + 5/3 round trips: %v", gaps)
+
+	// At most Initial/2 the back-off to 64 calls goes on regardless: a
+	// lane alone under a cap of 2 to 4 must not pay a probe per few
+	// round trips for ever because the cap moved once.
+	c = smallLane(t, 4)
+	sec = 10.0
+	underCap(t, c, 4, 3, &sec)
+	gaps, _ = underCap(t, c, 3, 12, &sec)
+	assert.GreaterOrEqual(t, gaps[len(gaps)-1], 16, "cap 3, backed off: %v", gaps)
 }
 
 func TestDecreaseCause(t *testing.T) {

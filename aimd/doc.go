@@ -40,14 +40,18 @@
 // level at which congestion came and probing above it, a collapse to 1
 // only when nothing at all succeeds across decreases, and, after ten quiet
 // round trips, 30% of the calls in flight given back for a round trip so
-// that other processes sharing the provider can grow. A lane that holds at
-// most Initial/2 calls and keeps finding the same ceiling probes above it
-// less and less often, down to once per 64 calls, and gives nothing back
-// meanwhile, until a 429 at another level (or a decrease adopted from
-// other processes) says that the ceiling moved or is shared. It also reads
-// latency, for providers that slow down instead of answering 429: it keeps
-// how long calls take at each level of concurrency it has used, and when
-// calls sent under a higher limit take longer than those sent under the
+// that other processes sharing the provider can grow. A lane that keeps
+// finding the same ceiling probes above it less and less often, and gives
+// nothing back meanwhile, until a 429 at another level (or a decrease
+// adopted from other processes) says that the ceiling moved or is shared:
+// holding at most Initial/2 calls, down to once per 64 calls; holding
+// more, once per ProbeHold round trips, and only while none of its
+// ceilings has ever moved (a call succeeded above one, or a probe found
+// one at another level), since near its share of a cap that several
+// processes split, a lane finds the slots others free by probing. It also
+// reads latency, for providers that slow down instead of answering 429: it
+// keeps how long calls take at each level of concurrency it has used, and
+// when calls sent under a higher limit take longer than those sent under the
 // lowest by more than Config.LatencyTolerance and than chance explains, it
 // cuts the limit back to the highest level whose calls did not slow down
 // (within it, to where latency that rises with the square of the calls in

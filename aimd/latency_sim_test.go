@@ -43,6 +43,14 @@ func matrixScenarios() []matrixScenario {
 			return p
 		}}
 	}
+	// govbench's matrix cell with -matrix-rounds 120 at 100 ms.
+	cell120 := func(c int) matrixScenario {
+		return matrixScenario{name: fmt.Sprintf("cell120 %d 100ms", c), p: func(seed uint64) simParams {
+			p := cell(c, 100*time.Millisecond).p(seed)
+			p.Calls = max(64, 120*c)
+			return p
+		}}
+	}
 	// A cap that rises after 60 round trips at the optimum, and stays
 	// for 60 more: how soon the lane finds it shows in the goodput.
 	rise := func(from, to int) matrixScenario {
@@ -113,6 +121,12 @@ func matrixScenarios() []matrixScenario {
 			p.Mix = mix
 			return p
 		}},
+		// Caps between Initial/2 and Initial, where S4's lanes live, and
+		// govbench's cells there and with -matrix-rounds 120.
+		capped("cap 5 σ0.2", []int{5}, 0.2),
+		capped("cap 6 σ0.2", []int{6}, 0.2),
+		cell(8, 100*time.Millisecond), cell(16, 100*time.Millisecond),
+		cell120(1), cell120(2), cell120(4), cell120(8),
 	}
 	return out
 }

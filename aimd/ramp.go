@@ -148,6 +148,7 @@ func (c *Controller) rampRefusedLocked(s Sample, fresh bool, now time.Time) (Eve
 	c.lastDecr, c.decrCause = now, RateLimited
 	c.decreases++
 	c.decrLevel, d.prevLevel = float64(held+1), float64(held+1)
+	d.prevProbe = true // a ceiling found, as a probe finds one
 	d.ss = c.target
 	d.confirmed = false
 	d.probing, d.gain, d.skipHold = false, 0, false
