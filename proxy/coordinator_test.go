@@ -113,8 +113,11 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 func TestCoordinatedPauseAndPacing(t *testing.T) {
 	checkLeaks(t)
 	_, mockURL := startMock(t, mockllm.Config{})
+	// Governor's clock moves only when the test says: the pauses below
+	// end when the test says, however slow the machine.
+	clock := newManualClock()
 	fc := &fakeCoordinator{shared: lane.Shared{Target: 8, Members: 1, Share: 8, Rate: 100, Burst: 10}}
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond}))
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Coordinator: fc, SyncInterval: 5 * time.Millisecond, Now: clock.Now}))
 	c := client(t)
 	resp, _ := chat(t, c, base, nil)
 	require.Equal(t, 200, resp.StatusCode)
@@ -127,27 +130,38 @@ func TestCoordinatedPauseAndPacing(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode)
 	}
 	fc.get(func(f *fakeCoordinator) { assert.Equal(t, 3, f.reserves) })
+	syncs := func() (n int) { fc.get(func(f *fakeCoordinator) { n = len(f.reports) }); return n }
 
 	// A pause another Governor was given before this one's last success
 	// is over already.
 	fc.set(func(f *fakeCoordinator) {
-		f.shared.PausedUntil, f.shared.PausedAt = time.Now().Add(200*time.Millisecond), time.Now().Add(-time.Second)
+		f.shared.PausedUntil, f.shared.PausedAt = clock.Now().Add(200*time.Millisecond), clock.Now().Add(-time.Second)
 		f.reports = nil
 	})
-	require.Eventually(t, func() bool {
-		n := 0
-		fc.get(func(f *fakeCoordinator) { n = len(f.reports) })
-		return n >= 3
-	}, 2*time.Second, 5*time.Millisecond, "a few syncs")
+	require.Eventually(t, func() bool { return syncs() >= 3 }, 2*time.Second, 5*time.Millisecond, "a few syncs")
 	require.Nil(t, lanesOf(t, c, base)[0].PausedUntil)
 
-	// Another Governor's pause holds this one's next call.
-	until := time.Now().Add(300 * time.Millisecond)
-	fc.set(func(f *fakeCoordinator) { f.shared.PausedUntil, f.shared.PausedAt = until, time.Now() })
+	// Another Governor's pause holds this one's next call until it ends.
+	clock.Advance(time.Second) // the earlier pause is over
+	until := clock.Now().Add(300 * time.Millisecond)
+	fc.set(func(f *fakeCoordinator) { f.shared.PausedUntil, f.shared.PausedAt = until, clock.Now() })
 	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].PausedUntil != nil }, 2*time.Second, 5*time.Millisecond)
-	resp, _ = chat(t, c, base, nil)
-	require.Equal(t, 200, resp.StatusCode)
-	assert.False(t, time.Now().Before(until.Add(-10*time.Millisecond)), "the call waited for the shared pause")
+	done := make(chan int, 1)
+	go func() {
+		resp, _ := chat(t, c, base, nil)
+		done <- resp.StatusCode
+	}()
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].Queued == 1 }, 2*time.Second, 5*time.Millisecond,
+		"the call waits in the queue")
+	fc.set(func(f *fakeCoordinator) { f.reports = nil })
+	require.Eventually(t, func() bool { return syncs() >= 3 }, 2*time.Second, 5*time.Millisecond, "a few syncs")
+	select {
+	case <-done:
+		t.Fatal("the call did not wait for the shared pause")
+	default:
+	}
+	clock.Advance(300 * time.Millisecond)
+	assert.Equal(t, 200, <-done, "the pause over, the call goes")
 }
 
 func TestCoordinatedDecreaseIsReported(t *testing.T) {
