@@ -20,34 +20,56 @@ import (
 
 // Each upstream fault ends with an answer within the configured timeouts:
 // a retry that succeeds, or a Governor error that says why.
+//
+// A hang ends by the attempt timeout; on a loaded machine an attempt
+// around it may run out of time too, before the provider has seen it (see
+// TestUpstreamFaultMatrix). So the hang goes through a Governor with a
+// short attempt timeout, where the provider must see no more attempts than
+// Governor reports, and the other faults through one whose attempts only
+// the provider ends, where it must see each attempt once.
 func TestUpstreamFaultsAreRetriedToSuccess(t *testing.T) {
 	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{Latency: 5 * time.Millisecond})
-	cfg := fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: 300 * time.Millisecond})
-	_, base := startProxy(t, cfg)
+	_, patient := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: time.Minute}))
+	_, impatient := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: 300 * time.Millisecond}))
 	c := client(t)
 	for _, tc := range []struct {
 		fault    string
-		attempts string
+		attempts int
 	}{
-		{"reset", "2"},
-		{"reset-mid-stream", "2"}, // a JSON answer cut half way
-		{"hang", "2"},             // until the attempt timeout
-		{"500,502,503,529", "5"},
-		{"503,503", "3"},
+		{"reset", 2},
+		{"reset-mid-stream", 2}, // a JSON answer cut half way
+		{"hang", 2},             // until the attempt timeout
+		{"500,502,503,529", 5},
+		{"503,503", 3},
 	} {
+		hang := tc.fault == "hang"
+		base := patient
+		if hang {
+			base = impatient
+		}
 		id := "fault-" + tc.fault
 		resp, body := chat(t, c, base, map[string]string{"X-Request-Id": id, "X-Mock-Fault": tc.fault})
 		assert.Equal(t, 200, resp.StatusCode, "%s: %s", tc.fault, body)
 		assert.Equal(t, "COMPLETED_WITH_RETRIES", resp.Header.Get(HeaderStatus), tc.fault)
-		assert.Equal(t, tc.attempts, resp.Header.Get(HeaderAttempts), tc.fault)
 		assert.Contains(t, body, "Simulated answer", tc.fault)
-		assert.Equal(t, tc.attempts, itoa(mock.Stats().ByRequestID[id]), "%s: the provider saw each attempt once", tc.fault)
+		attempts, err := strconv.Atoi(resp.Header.Get(HeaderAttempts))
+		require.NoError(t, err, tc.fault)
+		seen := int(mock.Stats().ByRequestID[id])
+		if hang {
+			assert.GreaterOrEqual(t, attempts, tc.attempts, "%s: the hang cost an attempt", tc.fault)
+			assert.LessOrEqual(t, seen, attempts, "%s: the provider saw no attempt Governor did not report", tc.fault)
+			continue
+		}
+		assert.Equal(t, tc.attempts, attempts, tc.fault)
+		assert.Equal(t, tc.attempts, seen, "%s: the provider saw each attempt once", tc.fault)
 	}
-	resp, err := c.Get(base + "/governor/lanes")
-	require.NoError(t, err, "Governor stays healthy")
-	resp.Body.Close()
+	for _, base := range []string{patient, impatient} {
+		resp, err := c.Get(base + "/governor/lanes")
+		require.NoError(t, err, "Governor stays healthy")
+		resp.Body.Close()
+	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
