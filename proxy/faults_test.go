@@ -108,7 +108,10 @@ func TestSlowTrickleStreamCompletes(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: 200 * time.Millisecond,
+	// The stream takes over 100 ms, twice the attempt timeout. (The idle
+	// timeout is not what this test is about: a short one would cut the
+	// stream of a machine that stalls.)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: time.Minute,
 		AttemptTimeout: 50 * time.Millisecond}))
 	resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
 	require.NoError(t, err)
