@@ -271,26 +271,31 @@ func TestProgressLinesArriveWhileLaterItemsRun(t *testing.T) {
 func TestInteractiveCallsOvertakeBatchItems(t *testing.T) {
 	// One call at a time in the lane: what goes next is the queue's choice.
 	e := newEnv(t, envOptions{proxy: func(c *proxy.Config) { c.AIMD.Max = 1 }})
+	// Every call carries the same request id, so the provider numbers
+	// them in the order they reach it.
+	const turns = "overtake-turns"
 	const n = 4
 	items := make([]any, n)
 	for i := range items {
-		items[i] = chatItem("", fmt.Sprintf("background %d", i), map[string]string{"X-Mock-Latency": "300ms"})
+		items[i] = chatItem("", fmt.Sprintf("background %d", i), map[string]string{"X-Mock-Latency": "300ms", "X-Request-Id": turns})
 	}
 	batchDone := make(chan batch.Document, 1)
 	go func() { batchDone <- e.runBatch(t, mustJSON(t, map[string]any{"requests": items})) }()
 	require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond,
 		"the first batch item is in flight, the others wait")
 
-	// An interactive call (default urgency 3) to the same lane.
-	resp, out := e.post(t, "/v1/chat/completions", "application/json", mustJSON(t, chatItem("", "interactive", nil)["body"]))
+	// An interactive call (default urgency 3) to the same lane. The
+	// provider answers it only as the second call it receives: later, it
+	// fails with 503, and Governor would retry it.
+	resp, out := e.post(t, "/v1/chat/completions", "application/json", mustJSON(t, chatItem("", "interactive", nil)["body"]),
+		"X-Request-Id", turns, mockllm.HeaderFault, "503,ok,503,503,503,503,503,503")
 	require.Equal(t, http.StatusOK, resp.StatusCode, out)
-	// Answered, not received: the next batch item may already be on its
-	// way, but it takes 300ms to answer.
-	assert.Equal(t, int64(2), e.mock.Stats().Answered[200],
+	assert.Equal(t, "1", resp.Header.Get(proxy.HeaderAttempts),
 		"the interactive call went right after the item in flight, ahead of the batch's waiting items")
 
 	doc := <-batchDone
 	assert.Equal(t, n, doc.Summary.Completed)
+	assert.Equal(t, int64(n+1), e.mock.Stats().ByRequestID[turns], "each call reached the provider once")
 }
 
 func TestTimeoutBoundsEachAttempt(t *testing.T) {
