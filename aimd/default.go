@@ -163,11 +163,14 @@ const (
 	// probe hold from then on at every find: holding at most Initial/2,
 	// up to backoffCalls calls (backoffCalls/limit round trips), at most
 	// one probe's 429 per 64 calls against one per 1.5 to 12 calls at
-	// caps of 1 to 4 with the hold of 1+limit/3; holding more, up to
-	// ProbeHold round trips, and only while its ceilings have never moved
-	// (moved).
+	// caps of 1 to 4 with the hold of 1+limit/3. Holding more, only while
+	// its ceilings have never moved (moved): up to backoffCalls calls
+	// still at a limit of at most backoffShare × Initial (5 of 8), up to
+	// ProbeHold round trips above, where S4's lanes near their share
+	// (Initial) live.
 	backoffFinds = 5
 	backoffCalls = 64
+	backoffShare = 0.625
 	// maxBackoff bounds the doublings (the hold reaches backoffCalls long
 	// before).
 	maxBackoff = 16
@@ -177,9 +180,9 @@ const (
 // decrease level before probing above it: 1 + limit/3, at most ProbeHold,
 // doubled at a ceiling found again and again (ceilingBackoff), but not
 // beyond backoffCalls calls at a 429 ceiling (ProbeHold round trips above
-// Initial/2) or latencyHoldMax round trips at a latency knee; 1 while the
-// limit is below recallRatio of the lane's recent peak. It requires c.mu
-// to be held.
+// backoffShare × Initial) or latencyHoldMax round trips at a latency knee;
+// 1 while the limit is below recallRatio of the lane's recent peak. It
+// requires c.mu to be held.
 func (c *Controller) probeHoldLocked(now time.Time) int {
 	limit := c.limitLocked()
 	if float64(limit) < recallRatio*c.recentPeakLocked(now) {
@@ -189,7 +192,7 @@ func (c *Controller) probeHoldLocked(now time.Time) int {
 	b := &c.defaultRule.backoff
 	if n := b.doubled(rateCeiling); n > 0 {
 		most := (backoffCalls + limit - 1) / limit
-		if float64(limit) > c.cfg.Initial/2 {
+		if float64(limit) > backoffShare*c.cfg.Initial {
 			// A lane near its share of a cap split among processes
 			// finds the slots others free by probing: a lone lane's
 			// ceiling looks the same from inside (see moved).

@@ -659,11 +659,19 @@ func TestDefaultProbeBackoffStopsWhenTheCeilingMoves(t *testing.T) {
 }
 
 func TestDefaultProbeBackoffAboveHalfInitial(t *testing.T) {
-	// Above Initial/2 (4 calls held) a lane's probes are how a cap shared
-	// among processes gets split (S4), so the back-off only lengthens the
-	// hold to ProbeHold (4) round trips. A cap of 6 or 8: 1 + limit/3 = 3
-	// round trips at first; from the 5th find of the same ceiling in a
-	// row, 4, and no more however often it is found.
+	// A lane alone under a cap of 5 (5/8 of Initial) backs off as one
+	// under a cap of 4 does: the hold doubles from the 5th find on, up
+	// to 64 calls: 13 round trips (and the round trip of the probe).
+	c := smallLane(t, 5)
+	sec := 10.0
+	gaps, _ := underCap(t, c, 5, 14, &sec)
+	t.Logf("cap 5: clean round trips before each probe: %v", gaps)
+	assert.Equal(t, []int{14, 14}, gaps[len(gaps)-2:], "cap 5: %v", gaps)
+	// Above that, a lane's probes are how a cap shared among processes
+	// gets split (S4: lanes near Initial), so the back-off only
+	// lengthens the hold to ProbeHold (4) round trips. A cap of 6 or 8:
+	// 1 + limit/3 = 3 round trips at first; from the 5th find of the same
+	// ceiling in a row, 4, and no more however often it is found.
 	for _, cap := range []int{6, 8} {
 		c := smallLane(t, float64(cap))
 		sec := 10.0

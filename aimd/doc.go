@@ -45,10 +45,11 @@
 // nothing back meanwhile, until a 429 at another level (or a decrease
 // adopted from other processes) says that the ceiling moved or is shared:
 // holding at most Initial/2 calls, down to once per 64 calls; holding
-// more, once per ProbeHold round trips, and only while none of its
-// ceilings has ever moved (a call succeeded above one, or a probe found
-// one at another level), since near its share of a cap that several
-// processes split, a lane finds the slots others free by probing. It also
+// more, only while none of its ceilings has ever moved (a call succeeded
+// above one, or a probe found one at another level), down to once per 64
+// calls up to 5/8 of Initial and once per ProbeHold round trips above,
+// since near its share of a cap that several processes split, a lane
+// finds the slots others free by probing. It also
 // reads latency, for providers that slow down instead of answering 429: it
 // keeps how long calls take at each level of concurrency it has used, and
 // when calls sent under a higher limit take longer than those sent under the
