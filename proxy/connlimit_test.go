@@ -25,6 +25,7 @@ func TestLaneLimitedByUpstreamConnectionsSaysSo(t *testing.T) {
 	_, base := startProxy(t, cfg)
 	c := client(t)
 
+	sent := time.Now()
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() { chat(t, c, base, map[string]string{"X-Request-Id": "block"}) })
@@ -42,7 +43,9 @@ func TestLaneLimitedByUpstreamConnectionsSaysSo(t *testing.T) {
 	assert.Equal(t, 4, l.UpstreamInFlight)
 	assert.Equal(t, 2, l.UpstreamMaxConns)
 	assert.Positive(t, l.UpstreamConnectMs, "the quickest of the connections opened")
-	assert.Less(t, l.UpstreamConnectMs, 1000.0, "on loopback")
+	// Both connections opened while the test ran: the figure is in
+	// milliseconds, whatever the machine's speed.
+	assert.LessOrEqual(t, l.UpstreamConnectMs, float64(time.Since(sent))/float64(time.Millisecond), "opened since the calls were sent")
 	assert.Contains(t, promText(set), fmt.Sprintf(`governor_lane_conn_limited{lane=%q} 1`, l.ID))
 
 	close(rec.release)
