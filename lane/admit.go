@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgovernor/governor/aimd"
@@ -53,12 +54,17 @@ func admissionWindow(configured, refusal time.Duration) time.Duration {
 
 // noteRefusal keeps the quickest refusal of an upstream.
 func (cl *connLoad) noteRefusal(latency time.Duration) {
+	if latency > 0 {
+		keepLeast(&cl.refusal, int64(latency))
+	}
+}
+
+// keepLeast stores v (above 0) in a unless a holds a smaller one; 0 in a
+// means none yet.
+func keepLeast(a *atomic.Int64, v int64) {
 	for {
-		old := cl.refusal.Load()
-		if latency <= 0 || old > 0 && old <= int64(latency) {
-			return
-		}
-		if cl.refusal.CompareAndSwap(old, int64(latency)) {
+		old := a.Load()
+		if old > 0 && old <= v || a.CompareAndSwap(old, v) {
 			return
 		}
 	}
@@ -91,13 +97,7 @@ func (r *Registry) Connecting(upstream string) (done func(opened bool)) {
 // noteOpen records a connection that opened at now and took took.
 func (cl *connLoad) noteOpen(took time.Duration, now time.Time) {
 	cl.lastOpen.Store(now.UnixNano())
-	took = max(took, 1) // a clock that did not move
-	for {
-		old := cl.quickestOpen.Load()
-		if old > 0 && old <= int64(took) || cl.quickestOpen.CompareAndSwap(old, int64(took)) {
-			return
-		}
-	}
+	keepLeast(&cl.quickestOpen, int64(max(took, 1))) // 1: a clock that did not move
 }
 
 // stepReady returns when a start's step that the controller lets end at
