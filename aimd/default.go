@@ -165,12 +165,15 @@ const (
 	// one probe's 429 per 64 calls against one per 1.5 to 12 calls at
 	// caps of 1 to 4 with the hold of 1+limit/3. Holding more, only while
 	// its ceilings have never moved (moved): up to backoffCalls calls
-	// still at a limit of at most backoffShare × Initial (5 of 8), up to
-	// ProbeHold round trips above, where S4's lanes near their share
-	// (Initial) live.
-	backoffFinds = 5
-	backoffCalls = 64
-	backoffShare = 0.625
+	// still at a limit of at most backoffShare × Initial (5 of 8); above,
+	// where S4's lanes near their share (Initial) live, up to ProbeHold
+	// round trips until the lane has found the ceiling backoffAloneFinds
+	// times in a row (about 75 round trips at 8 calls), up to
+	// backoffCalls calls from then on.
+	backoffFinds      = 5
+	backoffCalls      = 64
+	backoffShare      = 0.625
+	backoffAloneFinds = 3 * backoffFinds
 	// maxBackoff bounds the doublings (the hold reaches backoffCalls long
 	// before).
 	maxBackoff = 16
@@ -180,9 +183,10 @@ const (
 // decrease level before probing above it: 1 + limit/3, at most ProbeHold,
 // doubled at a ceiling found again and again (ceilingBackoff), but not
 // beyond backoffCalls calls at a 429 ceiling (ProbeHold round trips above
-// backoffShare × Initial) or latencyHoldMax round trips at a latency knee;
-// 1 while the limit is below recallRatio of the lane's recent peak. It
-// requires c.mu to be held.
+// backoffShare × Initial until it has been found backoffAloneFinds times)
+// or latencyHoldMax round trips at a latency knee; 1 while the limit is
+// below recallRatio of the lane's recent peak. It requires c.mu to be
+// held.
 func (c *Controller) probeHoldLocked(now time.Time) int {
 	limit := c.limitLocked()
 	if float64(limit) < recallRatio*c.recentPeakLocked(now) {
@@ -192,10 +196,14 @@ func (c *Controller) probeHoldLocked(now time.Time) int {
 	b := &c.defaultRule.backoff
 	if n := b.doubled(rateCeiling); n > 0 {
 		most := (backoffCalls + limit - 1) / limit
-		if float64(limit) > backoffShare*c.cfg.Initial {
+		if float64(limit) > backoffShare*c.cfg.Initial && (b.finds < backoffAloneFinds || c.defaultRule.moved) {
 			// A lane near its share of a cap split among processes
 			// finds the slots others free by probing: a lone lane's
-			// ceiling looks the same from inside (see moved).
+			// ceiling looks the same from inside (see moved). Found
+			// backoffAloneFinds times in a row and never moved, it backs
+			// off as a lane at a smaller ceiling does: a split that has
+			// held that long finds the slots a process that stops frees
+			// a probe hold of 64 calls later, which S4 does not notice.
 			most = min(most, c.cfg.ProbeHold)
 		}
 		hold = max(hold, min(hold<<n, most))

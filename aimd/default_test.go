@@ -668,19 +668,22 @@ func TestDefaultProbeBackoffAboveHalfInitial(t *testing.T) {
 	t.Logf("cap 5: clean round trips before each probe: %v", gaps)
 	assert.Equal(t, []int{14, 14}, gaps[len(gaps)-2:], "cap 5: %v", gaps)
 	// Above that, a lane's probes are how a cap shared among processes
-	// gets split (S4: lanes near Initial), so the back-off only
+	// gets split (S4: lanes near Initial), so the back-off first only
 	// lengthens the hold to ProbeHold (4) round trips. A cap of 6 or 8:
 	// 1 + limit/3 = 3 round trips at first; from the 5th find of the same
-	// ceiling in a row, 4, and no more however often it is found.
+	// ceiling in a row, 4; from the 15th, with the ceiling never moved,
+	// 64 calls (11 or 8 round trips), as at a smaller ceiling.
 	for _, cap := range []int{6, 8} {
 		c := smallLane(t, float64(cap))
 		sec := 10.0
-		gaps, events := underCap(t, c, cap, 14, &sec)
+		gaps, events := underCap(t, c, cap, 20, &sec)
 		t.Logf("cap %d: clean round trips before each probe: %v", cap, gaps)
 		assert.Equal(t, []int{4, 4}, gaps[4:6], "cap %d: the usual hold of 3 round trips: %v", cap, gaps)
-		for _, g := range gaps[8:] {
-			assert.Equal(t, 5, g, "cap %d: backed off to ProbeHold round trips: %v", cap, gaps)
-		}
+		first := slices.Index(gaps, 5)
+		require.Positive(t, first, "cap %d: backed off to ProbeHold round trips: %v", cap, gaps)
+		assert.Equal(t, slices.Repeat([]int{5}, 10), gaps[first:first+10], "cap %d: ProbeHold round trips from the 5th find to the 14th: %v", cap, gaps)
+		most := (64+cap-1)/cap + 1
+		assert.Equal(t, []int{most, most}, gaps[first+10:first+12], "cap %d: found 15 times in a row, backed off to 64 calls: %v", cap, gaps)
 		assert.NotContains(t, events, Yielded, "cap %d", cap)
 		assert.Equal(t, cap, c.Limit(), "cap %d", cap)
 	}

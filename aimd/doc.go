@@ -47,9 +47,10 @@
 // holding at most Initial/2 calls, down to once per 64 calls; holding
 // more, only while none of its ceilings has ever moved (a call succeeded
 // above one, or a probe found one at another level), down to once per 64
-// calls up to 5/8 of Initial and once per ProbeHold round trips above,
-// since near its share of a cap that several processes split, a lane
-// finds the slots others free by probing. It also
+// calls up to 5/8 of Initial; above, since near its share of a cap that
+// several processes split a lane finds the slots others free by probing,
+// once per ProbeHold round trips until it has found the same ceiling 15
+// times in a row, and once per 64 calls from then on. It also
 // reads latency, for providers that slow down instead of answering 429: it
 // keeps how long calls take at each level of concurrency it has used, and
 // when calls sent under a higher limit take longer than those sent under the

@@ -480,17 +480,21 @@ func BenchmarkSimulation(b *testing.B) {
 }
 
 // TestSimulationSmallCaps checks the goal of few 429s at every cap: a lane
-// alone under a cap of 1, 2 or 4 (64 clients, mockllm's latency and
+// alone under a cap of 1 to 12 (64 clients, mockllm's latency and
 // Retry-After) draws at most 2 429s per 100 calls once it has found the
-// cap, counted between its 2,000th and 6,000th call (8 to 65 per 100 when
-// it probed every 1 + limit/3 round trips), and loses no goodput for it.
+// cap, counted between its 2,000th and 6,000th call (8 to 65 per 100 at
+// caps of 1 to 4 when it probed every 1 + limit/3 round trips; 3.5, 2.7
+// and 2.1 at caps of 6, 8 and 10 when a lane above 5/8 of Initial held
+// at most ProbeHold round trips for good), and loses no goodput for it:
+// above Initial (8) the start's overshoot and slow climb cost what they
+// cost before.
 func TestSimulationSmallCaps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many simulations")
 	}
 	const seeds = 10
-	for _, cap := range []int{1, 2, 4} {
-		var steady, goodput float64
+	for _, cap := range []int{1, 2, 3, 4, 5, 6, 8, 10, 12} {
+		var steady, goodput, per100 float64
 		for seed := uint64(1); seed <= seeds; seed++ {
 			p := scenario("cap16", 480*time.Millisecond, seed)
 			p.Caps, p.Hint = []int{cap}, time.Second
@@ -499,10 +503,15 @@ func TestSimulationSmallCaps(t *testing.T) {
 			all := simulate(simConfig(Default), p)
 			steady += 100 * float64(all.Rejected-first.Rejected) / 4000 / seeds
 			goodput += first.Goodput / seeds
+			per100 += first.Per100 / seeds
 		}
-		t.Logf("cap %d: goodput %.3f, 429s per 100 calls from the 2,000th call on %.2f", cap, goodput, steady)
+		t.Logf("cap %d: goodput %.3f, 429s per 100 calls in the first 2,000 calls %.2f, from the 2,000th call on %.2f", cap, goodput, per100, steady)
 		assert.LessOrEqual(t, steady, 2.0, "cap %d: 429s per 100 calls once the cap is found", cap)
-		assert.GreaterOrEqual(t, goodput, 0.97, "cap %d", cap)
+		floor := 0.97
+		if cap > 8 {
+			floor = 0.95
+		}
+		assert.GreaterOrEqual(t, goodput, floor, "cap %d", cap)
 	}
 }
 
