@@ -47,6 +47,7 @@ func (c *Controller) Adopt(target float64, lastDecrease time.Time, level float64
 		d.skipHold = false
 		d.reachedAt = time.Time{}    // the level is new: not reached yet
 		d.backoff = ceilingBackoff{} // others decide too: no back-off
+		d.contested()
 	}
 	if c.collapsed && c.target >= d.recoverTo {
 		c.collapsed = false

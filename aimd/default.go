@@ -53,6 +53,12 @@ type defaultState struct {
 	// yieldAt is when the lane last yielded (zero if never): like a
 	// decrease, it makes the answers to calls dispatched before it stale.
 	yieldAt time.Time
+	// yieldFrom is the level of the last yield until the limit is back
+	// at it, or a congestion signal comes (zero then). untaken: the
+	// limit got back there with no congestion signal on the way, and
+	// none has come since: nobody took what the lane gave back.
+	yieldFrom float64
+	untaken   bool
 	// stable: the last two decreases came at the same level, a ceiling
 	// that stays put (prevLevel is the last one's level; prevProbe: it
 	// came with a ceiling known, or from the start's ramp).
@@ -144,7 +150,7 @@ const (
 	// max(target*DecreaseRatio, L-overshootSlack).
 	overshootSlack = 2
 	// yieldRounds quiet round trips make a lane yield yieldShare of its
-	// calls in flight.
+	// calls in flight (at most Initial after a yield nobody took).
 	yieldRounds = 10
 	yieldShare  = 0.3
 	// yieldGap is the least time between two yields (or a congestion
@@ -337,6 +343,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			return None // explained by the last decrease or yield
 		}
 		d.restartShareClock(now) // not quiet: no yield due
+		d.contested()
 		if s.Outcome == Timeout && c.latencyExplodedLocked() {
 			// Calls time out while those that still succeed take many
 			// times what they did: the provider is drowning in calls (a
@@ -446,6 +453,11 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 	}
 	if c.decrLevel > 0 && d.reachedAt.IsZero() && float64(c.limitLocked()) >= c.decrLevel {
 		d.reachedAt = now
+	}
+	if d.yieldFrom > 0 && float64(c.limitLocked()) >= d.yieldFrom {
+		// Back at the level of the last yield, and no congestion signal
+		// on the way: nobody took the slots it gave back.
+		d.yieldFrom, d.untaken = 0, true
 	}
 	if c.collapsed && c.target >= d.recoverTo {
 		c.collapsed = false
@@ -622,10 +634,16 @@ func (d *defaultState) restartShareClock(now time.Time) {
 	d.quiet, d.rtStart, d.quietSince = 0, now, now
 }
 
+// contested notes a congestion signal (a 429, a timeout, a cut on
+// latency, a decrease adopted from others): others may want the slots a
+// yield gives back, and the next yield gives back yieldShare again.
+func (d *defaultState) contested() { d.yieldFrom, d.untaken = 0, false }
+
 // yieldDefaultLocked gives back yieldShare of the lane's calls in flight
-// after yieldRounds quiet round trips (at least one call), and returns
-// Yielded; or None when the lane has fewer than 2 calls to give from. It
-// requires c.mu to be held.
+// after yieldRounds quiet round trips (at least one call; at most Initial
+// while the last yield was untaken), and returns Yielded; or None when
+// the lane has fewer than 2 calls to give from. It requires c.mu to be
+// held.
 func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	d := &c.defaultRule
 	d.quiet = 0
@@ -641,6 +659,16 @@ func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	// them. Then it slow-starts back to where it was; what a competitor
 	// took shows as a 429 on the way, and the usual decrease follows.
 	keep := level * (1 - yieldShare)
+	if d.untaken {
+		// Nobody took what the last yield gave back, and no congestion
+		// signal has come since: nobody was waiting for slots then. A
+		// process that joins since asks for Initial calls at first (it
+		// grows only as its own calls come back), so give back no more
+		// than that: 30% of 64 calls would leave 11 of them idle for
+		// the round trip. What it takes shows as a 429 on the way back,
+		// and the next yield is 30% again.
+		keep = math.Max(keep, level-c.cfg.Initial)
+	}
 	if d.backoff.doubled(latencyCeiling) > 0 {
 		// Backed off at a latency knee, the lane yields to keep the
 		// level below the knee measured, the baseline its probes are
@@ -653,6 +681,7 @@ func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	d.ss = math.Max(d.ss, level)
 	d.probing, d.gain = false, 0
 	d.yieldAt = now
+	d.yieldFrom = level
 	d.restartShareClock(now)
 	c.yields++
 	return Yielded

@@ -37,16 +37,21 @@ func matrixScenarios() []matrixScenario {
 	// govbench's matrix cell: max(64, 30·cap) calls from max(64, 2·cap)
 	// clients at latency l, a Retry-After of 1 s.
 	cell := func(c int, l time.Duration) matrixScenario {
-		return matrixScenario{name: fmt.Sprintf("cell %d %v", c, l), p: func(seed uint64) simParams {
+		sc := matrixScenario{name: fmt.Sprintf("cell %d %v", c, l), p: func(seed uint64) simParams {
 			p := capped("", []int{c}, 0.2).p(seed)
-			p.Latency, p.Calls = l, max(64, 30*c)
+			p.Latency, p.Calls, p.Clients = l, max(64, 30*c), max(64, 2*c)
 			return p
 		}}
+		if c > 64 {
+			sc.max = 2 * c
+		}
+		return sc
 	}
 	// govbench's matrix cell with -matrix-rounds 120 at 100 ms.
 	cell120 := func(c int) matrixScenario {
-		return matrixScenario{name: fmt.Sprintf("cell120 %d 100ms", c), p: func(seed uint64) simParams {
-			p := cell(c, 100*time.Millisecond).p(seed)
+		sc := cell(c, 100*time.Millisecond)
+		return matrixScenario{name: fmt.Sprintf("cell120 %d 100ms", c), max: sc.max, p: func(seed uint64) simParams {
+			p := sc.p(seed)
 			p.Calls = max(64, 120*c)
 			return p
 		}}
@@ -127,6 +132,10 @@ func matrixScenarios() []matrixScenario {
 		capped("cap 6 σ0.2", []int{6}, 0.2),
 		cell(8, 100*time.Millisecond), cell(16, 100*time.Millisecond),
 		cell120(1), cell120(2), cell120(4), cell120(8),
+		// govbench's large cells: a cap at the lane's Max (64), and
+		// one below a Max of twice the cap (256).
+		cell(64, 100*time.Millisecond), cell(256, 100*time.Millisecond),
+		cell120(16), cell120(64), cell120(256),
 	}
 	return out
 }

@@ -312,6 +312,7 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 	c.collapsed = false
 	c.decreases++
 	d.restartShareClock(now)
+	d.contested()
 	return Decreased
 }
 

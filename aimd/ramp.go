@@ -155,6 +155,7 @@ func (c *Controller) rampRefusedLocked(s Sample, fresh bool, now time.Time) (Eve
 	d.reachedAt = time.Time{}
 	d.streak = 0
 	d.restartShareClock(now)
+	d.contested()
 	d.ramp.burst = true
 	d.ramp.young, d.ramp.answers = true, 0
 	return Decreased, true
