@@ -15,8 +15,10 @@ import (
 // from its headers or from the numbers of a 429) and spends it by each
 // call's estimated cost (Cost), so that the budget is met by waiting in
 // Governor rather than by collecting 429s. It spends a budget at its
-// refill rate (limit/60 a second), keeping tokenSlack of it unspent; each
-// report resets the estimate as of when the provider counted its call
+// refill rate (limit/60 a second), keeping tokenSlack of it unspent. Its
+// estimate is its own count of the refill and of the calls it booked;
+// each report bounds it by what the budget can be, the provider having
+// counted the call at some instant between its dispatch and its answer
 // (ObserveTokens), and each answer's usage corrects its call's cost
 // (ObserveUsage).
 
@@ -210,31 +212,47 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 // observe takes a budget reported by the answer, at answered, to the
 // call booked at mark and dispatched at dispatched: what remained when the
 // provider counted the call, less what the calls booked since are to cost.
+// Dated at the answer, the report cannot credit a refill that did not
+// happen; dated at countedLocked, it forgets no refill but credits too
+// much when the call reached the provider late. The estimate is kept
+// within the two readings (see ObserveTokens).
 func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
 	if !r.Valid() {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	at := p.countedLocked(dispatched, answered)
+	counted := p.countedLocked(dispatched, answered)
 	b := &p.buckets[r.Kind]
-	b.limit = r.Limit
 	since := 0.0
 	if mark != (TokenMark{}) {
 		since = math.Max(0, b.spent-mark[r.Kind])
 	}
-	b.tokens = math.Min(r.Remaining, r.Limit) - since
-	b.at = at
+	left := math.Min(r.Remaining, r.Limit) - since
+	if !b.known() {
+		b.limit, b.tokens, b.at = r.Limit, left, counted
+		return
+	}
+	now := answered
+	if b.at.After(now) {
+		now = b.at // a call was booked after this answer came
+	}
+	own := b.level(now)
+	b.limit = r.Limit
+	late := tokenBucket{limit: r.Limit, tokens: left, at: answered}
+	early := tokenBucket{limit: r.Limit, tokens: left, at: counted}
+	b.tokens = min(max(own, late.level(now)), early.level(now))
+	b.at = now
 }
 
-// countedLocked returns the latest instant at which the provider can have
-// counted a call dispatched at dispatched and answered at answered, and
-// learns from its answer time. The provider counts a call when it arrives,
-// before it answers: no later than the fastest answer of the lane after
-// the dispatch, however long this one took to generate. (Taking the
-// answer's arrival instead would forget the refill while the call ran,
-// up to a second's worth or more of the budget, on every report.) It
-// requires p.mu to be held.
+// countedLocked returns the earliest instant to which a report of a call
+// dispatched at dispatched and answered at answered can be dated without
+// forgetting refill, and learns from its answer time. The provider counts
+// a call when it arrives, before it answers: a call that travels no
+// slower than the lane's fastest answer is counted no later than that
+// fastest answer after its dispatch, however long it took to generate.
+// (One that travels slower is counted later: observe bounds what its
+// report credits.) It requires p.mu to be held.
 func (p *tokenPacer) countedLocked(dispatched, answered time.Time) time.Time {
 	took := answered.Sub(dispatched)
 	if took < 0 || dispatched.IsZero() {
@@ -339,10 +357,16 @@ func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark
 // ObserveTokens takes a token budget that the answer to the call booked at
 // mark and dispatched at dispatched reported, at answered, from its
 // headers or from the numbers of a 429. The provider counted the call
-// somewhere between its dispatch and its answer; the lane takes the report
-// as of the dispatch plus the shortest answer time it has seen lately
-// (at most answered), so that a long answer's report does not forget the
-// refill while it was generated, nor credit more than the network's delay.
+// somewhere between its dispatch and its answer, and the budget it
+// reports, less the calls booked after mark, lies between that report
+// dated at the answer and dated at the dispatch plus the shortest answer
+// time the lane has seen lately. The lane keeps its own estimate (its
+// bookings and the refill) when it lies between the two, and moves it to
+// the nearer one otherwise: a long answer's report does not forget the
+// refill while it was generated, a call that reached the provider late
+// (a new connection, a paused host) credits no refill twice, and a budget
+// that others spend too, or a call that cost more than booked, brings the
+// estimate down. The first report of a budget sets it.
 func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
 	l.tokens.observe(r, mark, dispatched, answered)
 }

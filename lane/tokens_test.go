@@ -119,3 +119,68 @@ func TestTokenReportIsAsOfTheProviderCount(t *testing.T) {
 	// slows down is followed.
 	assert.Equal(t, 20000.0, report(20000, 20*time.Second, 22*time.Second), "no fast answer lately: as of its arrival")
 }
+
+// A call that reaches the provider late (held 400 ms between its dispatch
+// and the provider's count, by a paused host or a slow connection) finds
+// 400 ms more refill than the lane's fastest answer implies: its report,
+// dated as early as the provider can have counted it, would credit that
+// refill a second time. The lane's own bookings cap it.
+func TestTokenReportOfALateCountCreditsNoRefillTwice(t *testing.T) {
+	var p tokenPacer
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	// 60,000 a minute, 1,000 a second; 1,000 left at t0, reported by an
+	// answer that took 1 ms, the fastest.
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 1000}, TokenMark{}, at(-time.Millisecond), t0)
+	cost := Cost{Prompt: 100}
+	_, mark, err := p.reserve(cost, t0, 0)
+	require.NoError(t, err)
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 900}, mark, t0, at(time.Millisecond))
+	assert.Equal(t, 900.0, p.info(at(time.Millisecond))[0].Remaining)
+
+	// The next, dispatched at 1 ms, is counted at 401 ms: 800 left after
+	// it plus 400 of refill. It is answered at 402 ms, when 1,201 are
+	// left, as the lane's bookings say; dated at 2 ms the report would
+	// say 1,600.
+	_, mark, err = p.reserve(cost, at(time.Millisecond), 0)
+	require.NoError(t, err)
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 1200}, mark, at(time.Millisecond), at(402*time.Millisecond))
+	assert.InDelta(t, 1201, p.info(at(402 * time.Millisecond))[0].Remaining, 1, "the refill is counted once")
+	// A call of 1,000 tokens waits for the 399 that the 1% kept unspent
+	// (600) leaves it short of; credited 1,600 it would go at once.
+	w, _, err := p.reserve(Cost{Prompt: 1000}, at(402*time.Millisecond), 0)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.399, w.Seconds(), 0.001)
+}
+
+// A report moves the lane's estimate only as far as the time of the
+// provider's count leaves it unsure: a long answer's report keeps the
+// refill while it was generated, a budget others spend too is followed
+// down, and what the lane booked too much comes back, as of the answer
+// at the latest.
+func TestTokenReportBoundsTheLanesOwnEstimate(t *testing.T) {
+	var p tokenPacer
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	report := func(remaining float64, mark TokenMark, dispatched, answered time.Duration) float64 {
+		p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: remaining}, mark, at(dispatched), at(answered))
+		return p.info(at(answered))[0].Remaining
+	}
+	// 1,000 a second; the fastest answer takes 10 ms.
+	report(10000, TokenMark{}, -10*time.Millisecond, 0)
+	_, mark, _ := p.reserve(Cost{Prompt: 1000}, t0, 0)
+	assert.InDelta(t, 9000, report(9000, mark, 0, 10*time.Millisecond), 1, "counted by 10 ms")
+
+	// Dispatched at 1 s and counted at once, 8,990 left; answered 2 s
+	// later. Dated at the answer the report would say 8,990: the lane's
+	// bookings keep the refill since the count, less the 10 ms it may
+	// have taken.
+	_, mark, _ = p.reserve(Cost{Prompt: 1000}, at(time.Second), 0)
+	assert.InDelta(t, 10980, report(8990, mark, time.Second, 3*time.Second), 1, "a long answer keeps its refill")
+
+	// Others spent 5,000 of the budget since.
+	_, mark, _ = p.reserve(Cost{Prompt: 1000}, at(4*time.Second), 0)
+	assert.InDelta(t, 5970, report(4980, mark, 4*time.Second, 5*time.Second), 1, "others' spending is followed down")
+
+	// The lane booked 3,000 for a call the provider charged 1,000.
+	_, mark, _ = p.reserve(Cost{Prompt: 3000}, at(5*time.Second), 0)
+	assert.InDelta(t, 4970, report(4970, mark, 5*time.Second, 6*time.Second), 1, "what the lane booked too much comes back")
+}

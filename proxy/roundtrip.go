@@ -567,24 +567,25 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
 		l.ObserveBudget(b, c.seq, start, now)
 	}
-	reports, n := tokenBudgets(&resp.Header)
-	for _, r := range reports[:n] {
-		l.ObserveTokens(r, c.mark, start, now)
-	}
-	body := bufferedBody(resp)
-	if oc == lane.RateLimited && n == 0 {
-		if r, ok := tokensFrom429(body); ok {
-			// Used counts the calls the provider took before this one,
-			// not those booked after it: the mark subtracts them.
-			l.ObserveTokens(r, c.mark, start, now)
-		}
-	}
+	// The usage first: it corrects what the lane booked for this call,
+	// which the budget the answer reports is then weighed against.
 	if oc == lane.Answered {
 		if t, ok := answerUsage(resp, c.p.cfg.MaxResponseBytes); ok {
 			l.CountTokens(t)
 			if c.costed {
 				l.ObserveUsage(c.cost, len(c.req.in.Body()), t.Prompt, t.Completion, now)
 			}
+		}
+	}
+	reports, n := tokenBudgets(&resp.Header)
+	for _, r := range reports[:n] {
+		l.ObserveTokens(r, c.mark, start, now)
+	}
+	if oc == lane.RateLimited && n == 0 {
+		if r, ok := tokensFrom429(bufferedBody(resp)); ok {
+			// Used counts the calls the provider took before this one,
+			// not those booked after it: the mark subtracts them.
+			l.ObserveTokens(r, c.mark, start, now)
 		}
 	}
 }
