@@ -376,12 +376,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 		// has succeeded with that many calls in flight: the provider
 		// takes that level now. Capacity has grown: forget the level and
 		// slow start (RFC 5681 §3.1) from here.
-		d.ss, d.probing = float64(c.cfg.Max), false
-		c.decrLevel = 0
-		d.reachedAt = time.Time{}
-		d.moved = true
-		d.restartShareClock(now)
-		c.rampGrewLocked()
+		c.capacityGrewLocked(now)
 	}
 	if c.target < d.ss {
 		// Slow start (RFC 5681 §3.1): +1 per success doubles the target
@@ -413,11 +408,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 				// A whole round trip ran at the level that failed, without
 				// congestion: capacity has grown. Forget that level and
 				// slow start again (from the next success).
-				d.ss, d.probing = float64(c.cfg.Max), false
-				c.decrLevel = 0
-				d.moved = true
-				d.restartShareClock(now)
-				c.rampGrewLocked()
+				c.capacityGrewLocked(now)
 			case d.rounds >= c.probeHoldLocked(now):
 				// Probing, CUBIC-like (RFC 9438): flat near the level that
 				// failed, then convex: the increase per round trip starts
@@ -625,6 +616,20 @@ func (c *Controller) shareAboveInitialLocked(level float64, taken bool) float64 
 		give = 1.5
 	}
 	return math.Max(1, math.Min(c.target, held-give))
+}
+
+// capacityGrewLocked forgets the level that failed, the provider having
+// taken it: the lane slow-starts (RFC 5681 §3.1) up to Max from here, its
+// ceiling has moved, and its share clock counts from now. It requires c.mu
+// to be held.
+func (c *Controller) capacityGrewLocked(now time.Time) {
+	d := &c.defaultRule
+	d.ss, d.probing = float64(c.cfg.Max), false
+	c.decrLevel = 0
+	d.reachedAt = time.Time{} // read only while a level is remembered
+	d.moved = true
+	d.restartShareClock(now)
+	c.rampGrewLocked()
 }
 
 // restartShareClock counts the quiet round trips before the next yield
