@@ -320,14 +320,15 @@ func (c *Controller) latencyDecreaseLocked(level float64, now time.Time) Event {
 // the level to cut to; else 0. A slow start with no ceiling to stop it
 // (the lane's start, or after capacity grew) ends at a success slower
 // than the lowest known bin's calls by more than startSpreads standard
-// deviations (slow, the success's slowness), sent under a limit above
-// that bin: the provider queues the calls slow start added, and every
-// round trip more would triple the calls it queues. The level is the
-// highest bin known flat below the call's (at least the lowest known).
-// It requires c.mu to be held.
+// deviations of a new call about their mean (slow, the success's
+// slowness; see predicted), sent under a limit above that bin: the
+// provider queues the calls slow start added, and every round trip more
+// would triple the calls it queues. The level is the highest bin known
+// flat below the call's (at least the lowest known). It requires c.mu to
+// be held.
 func (c *Controller) startExitLocked(slow slowness, dispatched, now time.Time) float64 {
 	d := &c.defaultRule
-	if d.ss < float64(c.cfg.Max) || !slow.beyond(startSpreads) {
+	if d.ss < float64(c.cfg.Max) || !slow.predicted().beyond(startSpreads) {
 		return 0
 	}
 	return c.startCutLocked(binOf(float64(c.limitAtLocked(dispatched))), now)
@@ -355,10 +356,26 @@ func (c *Controller) startCutLocked(bin int, now time.Time) float64 {
 // known bin: excess, its log latency above that bin's mean, against
 // spread, the standard deviation of a call's log latency (the larger of
 // that bin's and the one pooled over every bin), and tolerance, the log
-// of LatencyTolerance. known is false without such a bin.
+// of LatencyTolerance; n is the count of that bin's calls. known is false
+// without such a bin.
 type slowness struct {
 	known                     bool
 	excess, spread, tolerance float64
+	n                         int
+}
+
+// predicted returns s with the error of the lowest bin's mean added to
+// its spread: how far one new call's log latency lies from a mean known
+// from n calls, by chance (a prediction interval, σ·√(1 + 1/n)). The
+// slow start's exit, which cuts a lane that may be at Max back to the
+// lowest level, asks for that evidence, as the overdue test does: with 8
+// calls fast by chance in the lowest bin, every answer above it reads
+// slower than it is.
+func (s slowness) predicted() slowness {
+	if s.n > 0 {
+		s.spread *= math.Sqrt(1 + 1/float64(s.n))
+	}
+	return s
 }
 
 // beyond reports whether the success took longer than the lowest bin's
@@ -385,6 +402,7 @@ func (c *Controller) slownessLocked(latency time.Duration, now time.Time) slowne
 		excess:    math.Log(math.Max(latency.Seconds(), 1e-9)) - base.mean,
 		spread:    math.Sqrt(c.pooledVarianceLocked(base)),
 		tolerance: math.Log(c.cfg.LatencyTolerance),
+		n:         base.n,
 	}
 }
 

@@ -284,6 +284,28 @@ func TestSlowStartEndsAtARiseInLatency(t *testing.T) {
 	assert.NotEqual(t, Decreased, ev, "without the latency signal, slow start goes on")
 }
 
+// The slow start's exit reads one answer against the mean of the lowest
+// level's 8 calls, which is itself off by chance: the answer must lie
+// beyond 4 standard deviations of a new call about that mean, σ·√(1 +
+// 1/8), not of a call about the true one. Slower than that, it ends the
+// slow start; between the two, it only does not grow the limit.
+func TestSlowStartExitAllowsForTheLowestLevelsMean(t *testing.T) {
+	lowest := []float64{0.8, 0.85, 0.9, 1, 1, 1.1, 1.15, 1.2} // log sd 0.146: 4σ is ×1.79, with the mean's error ×1.85
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+	answer(c, t0, lowest...)
+	before := c.Limit()
+	sent := at(1.3) // under 24
+	ev := c.ObserveAt(Sample{Outcome: Success, Latency: secs(1.81), InFlight: before, Dispatched: sent}, sent.Add(secs(1.81)))
+	assert.Equal(t, None, ev, "1.81 s: past 4σ of the calls, within 4σ of a new call")
+	assert.Equal(t, before, c.Limit(), "but past 3σ: no growth")
+
+	exit := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+	answer(exit, t0, lowest...)
+	ev = exit.ObserveAt(Sample{Outcome: Success, Latency: secs(1.9), InFlight: before, Dispatched: sent}, sent.Add(secs(1.9)))
+	assert.Equal(t, Decreased, ev, "1.9 s: past 4σ of a new call")
+	assert.Equal(t, 8, exit.Limit())
+}
+
 // A success slower than the calls sent with the fewest in flight by more
 // than chance explains does not grow the limit: the provider has started
 // to queue the calls the lane just added. Where latency varies a lot by
