@@ -127,10 +127,11 @@ type Config struct {
 	// provider counts as queueing calls; more where latency varies more
 	// by chance. Calls that slow down that much as the limit rises cut
 	// the limit back to the highest level whose calls did not; a success
-	// that took twice the threshold times the lane's fastest calls does
-	// not grow the limit, and a timeout while the fastest calls take 4
-	// times what they did collapses the lane (default 1.25; negative
-	// turns the latency signal off). See DESIGN.md.
+	// slower than the calls sent under that lowest limit by more than
+	// this and than their spread explains does not grow the limit, and
+	// a timeout while the fastest calls take 4 times what they did
+	// collapses the lane (default 1.25; negative turns the latency
+	// signal off). See DESIGN.md.
 	LatencyTolerance float64
 	// AdmissionWindow (Default preset only) paces a lane's start: the
 	// lane starts with one call and doubles its limit toward Initial

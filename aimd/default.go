@@ -309,9 +309,9 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		}
 		if c.latencyOn() {
 			slow := c.slownessLocked(s.Latency, now)
-			if c.slowedLocked(s.Latency) || slow.beyond(growthSpreads) {
+			if slow.beyond(growthSpreads) {
 				// Answered, but so slowly that the provider is queueing
-				// calls: no growth on that (latency.go, profile.go), and
+				// calls: no growth on that (profile.go), and
 				// the end of a slow start that nothing else would stop
 				// short of Max (HyStart++, RFC 9406, leaves slow start
 				// on a rise of the round trip time too).

@@ -13,15 +13,13 @@ import (
 // the rules.
 //
 // The lane keeps a baseline: how long the fastest of a cohort of calls
-// takes when the provider does not queue them. Two rules use it:
-//
-//   - A success that took more than slowFactor × the threshold × the
-//     baseline does not grow the limit: the provider answered, but only
-//     after queueing the call. (Growth on such answers is what took a lane
-//     from 8 to 58 against a knee of 8.)
-//   - A timeout while the fastest call of the last cohort took
-//     explodedRatio × the baseline collapses the lane: it is drowning the
-//     provider, even though some calls still succeed.
+// takes when the provider does not queue them. A timeout while the
+// fastest call of the last cohort took explodedRatio × the baseline
+// collapses the lane: it is drowning the provider, even though some calls
+// still succeed. (Whether one success was slowed by queueing is judged
+// against the latency profile instead, profile.go: a single call varies
+// far more than the fastest of a cohort, by an amount the profile
+// measures and the baseline does not.)
 //
 // A cohort is the calls dispatched within one span of about a latency: the
 // first of them to come back are its fastest, whatever its slow ones do,
@@ -95,10 +93,6 @@ const (
 	// the baseline by spreadFactor times the spread (and by
 	// LatencyTolerance at least), which chance rarely does.
 	spreadFactor = 4
-	// slowFactor: a success that took slowFactor × the threshold × the
-	// baseline does not grow the limit (a single call varies more than a
-	// cohort's fastest).
-	slowFactor = 2
 	// explodedRatio: a lane whose last cohort's fastest call took this
 	// many times the baseline and whose calls time out is collapsing.
 	explodedRatio = 4
@@ -221,13 +215,6 @@ func (c *Controller) judgeLocked(lx, level float64, steady bool) {
 		// The new normal.
 		w.logBase, w.baseLevel = lx, level
 	}
-}
-
-// slowedLocked reports whether a success that took latency was slowed far
-// past the baseline (see slowFactor). It requires c.mu to be held.
-func (c *Controller) slowedLocked(latency time.Duration) bool {
-	w := &c.defaultRule.lat
-	return w.based && latency.Seconds() > slowFactor*c.latencyThresholdLocked()*math.Exp(w.logBase)
 }
 
 // latencyExplodedLocked reports whether the fastest call of the lane's
