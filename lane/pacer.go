@@ -28,22 +28,25 @@ func (b Budget) Valid() bool {
 // than discovered through 429s.
 //
 // The refill rate follows from a report's limit, remaining and reset (see
-// observe). The pacer keeps an estimate of the tokens left — the last
-// report, minus the calls dispatched since the reported call, plus the
-// refill since, never more than the bucket holds — and each dispatch
-// reserves one: when none is left it waits for the next refill, like
-// rate.Limiter.Reserve. With no report the pacer never delays anything.
+// observe). The pacer keeps its own count of the tokens left (the refill
+// at that rate, less the calls it let out), and each dispatch reserves
+// one: when none is left it waits for the next refill, like
+// rate.Limiter.Reserve. Each report bounds the count by what the bucket
+// can hold, the provider having counted the reported call at some instant
+// between its dispatch and its answer (see bucket.bound). With no report
+// the pacer never delays anything.
 type pacer struct {
 	mu        sync.Mutex
-	rate      float64   // tokens per second; 0 = unknown, no pacing
-	capacity  float64   // bucket size
-	tokens    float64   // the estimate of the tokens left at tokensAt (below 0: owed)
-	tokensAt  time.Time // when tokens was last brought up to date
-	reportSeq uint64    // dispatch sequence number of the reported call
-	seq       uint64    // dispatches reserved so far
+	rate      float64 // tokens per second; 0 = unknown, no pacing
+	count     bucket  // refilled at refillRate; kept once rate is known
+	reportSeq uint64  // dispatch sequence number of the reported call
+	seq       uint64  // dispatches reserved so far
 
-	lowRate   float64   // the largest lower bound on the rate seen lately
-	lowRateAt time.Time // when it was seen
+	// lows and ups keep the largest lower bound and the smallest upper
+	// bound on the rate seen lately; reportAt is when the count last
+	// took a report.
+	lows, ups extreme
+	reportAt  time.Time
 
 	// maxGap bounds the wait for one token, as MaxPause bounds a
 	// Retry-After: a budget that refills in hours, or a nonsense one,
@@ -51,16 +54,79 @@ type pacer struct {
 	maxGap time.Duration
 }
 
-// paceMargin is the share of the provider's refill rate the pacer spends.
-// A call reaches the provider some time after its dispatch, and that delay
-// varies (scheduling, connection reuse), so dispatches spaced exactly at the
-// refill rate arrive bunched now and then and find the bucket empty. Spending
-// a little less lets the bucket keep a few tokens for that jitter.
+// paceMargin is the share of the provider's refill rate at which a call
+// that finds no token left waits for one. A call reaches the provider some
+// time after its dispatch, and that delay varies (scheduling, connection
+// reuse), so dispatches spaced exactly at the refill rate arrive bunched
+// now and then; spacing them a little wider lets the bucket keep a few
+// tokens for that jitter. The count refills at the provider's rate: what
+// the wider spacing left in the bucket goes to the calls after.
 const paceMargin = 0.95
 
-// rateMemory is how long a lower bound on the refill rate stands, so that
-// the pacer follows a provider whose rate changes.
+// rateMemory is how long a bound on the refill rate stands (from half of
+// it to all of it: see extreme), so that the pacer follows a provider
+// whose rate changes.
 const rateMemory = 10 * time.Second
+
+// extreme keeps the extreme (by pick: math.Max or math.Min) of the values
+// added within the last rateMemory/2 to rateMemory: the extreme of its
+// current half and the one before. Unlike an extreme held until it
+// expires, it does not jump, at the expiry, to whatever value comes next:
+// a bucket the lane keeps nearly full bounds its rate poorly (a count
+// rounded down by one in a bucket that refills in a tenth of a second).
+type extreme struct {
+	cur, prev float64   // 0: none
+	start     time.Time // of the current half
+}
+
+func (m *extreme) roll(now time.Time) {
+	half := rateMemory / 2
+	switch d := now.Sub(m.start); {
+	case d >= 2*half:
+		m.cur, m.prev, m.start = 0, 0, now
+	case d >= half:
+		m.cur, m.prev, m.start = 0, m.cur, m.start.Add(half)
+	}
+}
+
+// of returns pick(a, b), or the one that is not 0.
+func of(pick func(a, b float64) float64, a, b float64) float64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return pick(a, b)
+}
+
+func (m *extreme) add(v float64, now time.Time, pick func(a, b float64) float64) {
+	m.roll(now)
+	m.cur = of(pick, m.cur, v)
+}
+
+// get returns the extreme of the values added lately, 0 if none.
+func (m *extreme) get(now time.Time, pick func(a, b float64) float64) float64 {
+	m.roll(now)
+	return of(pick, m.cur, m.prev)
+}
+
+// pacing reports whether the pacer knows a refill rate to pace by. It
+// requires p.mu to be held.
+func (p *pacer) pacing() bool { return p.rate > 0 && !math.IsInf(p.rate, 0) }
+
+// refillRate is the rate the count refills at, and spaceRate the rate
+// that waits for a token are spaced at (paceMargin of it): the refill
+// rate, but at least one token each maxGap. They require p.mu to be held.
+func (p *pacer) refillRate() float64 { return p.atLeastOneAGap(p.rate) }
+func (p *pacer) spaceRate() float64  { return p.atLeastOneAGap(p.rate * paceMargin) }
+
+func (p *pacer) atLeastOneAGap(rate float64) float64 {
+	if p.maxGap > 0 {
+		rate = max(rate, 1/p.maxGap.Seconds())
+	}
+	return rate
+}
 
 // reserve books one dispatch at now and returns its sequence number and how
 // long the call must wait before it is sent.
@@ -68,27 +134,18 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq++
-	if !(p.rate > 0) || math.IsInf(p.rate, 0) {
+	if !p.pacing() {
 		return p.seq, 0
 	}
-	rate := p.rate * paceMargin
-	if p.maxGap > 0 {
-		rate = max(rate, 1/p.maxGap.Seconds())
-	}
-	if d := now.Sub(p.tokensAt); d > 0 {
-		// The bucket refills up to its capacity, however long the lane
-		// was idle: a burst after that spends the capacity, then waits.
-		p.tokens = min(p.capacity, p.tokens+rate*d.Seconds())
-		p.tokensAt = now
-	}
-	tokens := p.tokens
-	p.tokens--
+	// The count refills up to the bucket's capacity, however long the
+	// lane was idle: a burst after that spends the capacity, then waits.
+	tokens := p.count.take(1, now)
 	if !(tokens < 1) {
 		return p.seq, 0
 	}
 	// A refill rate read from nonsense can make the wait overflow a
 	// Duration: no wait exceeds maxDelay.
-	wait := min((1-tokens)/rate, maxDelay.Seconds())
+	wait := min((1-tokens)/p.spaceRate(), maxDelay.Seconds())
 	return p.seq, time.Duration(wait * float64(time.Second))
 }
 
@@ -96,9 +153,12 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 // accepts from a provider.
 const maxDelay = 24 * time.Hour
 
-// observe takes the budget an answer reports. seq and dispatched are those
-// of the call that got the answer; reports older than the one held, and
-// invalid ones, are ignored.
+// observe takes the budget an answer reports at now. seq and dispatched are
+// those of the call that got the answer; reports older than the one held,
+// and invalid ones, are ignored. What the report says was left, less the
+// calls dispatched since, bounds the pacer's count between the report
+// dated at the dispatch and dated at the answer (see bucket.bound); the
+// first report once a rate is known sets it, as of the answer.
 func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	if !b.Valid() {
 		return
@@ -109,6 +169,7 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	if seq < p.reportSeq {
 		return
 	}
+	counting := p.pacing() // the count has booked every dispatch since
 	// Providers round remaining down: the true count lies in
 	// [remaining, remaining+1), so the refill rate lies in
 	// ((limit-remaining-1)/reset, (limit-remaining)/reset]. The largest lower
@@ -116,20 +177,36 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	// the side of fewer 429s; the upper bound serves until one exists.
 	if reset > 0 && limit > remaining {
 		secs := reset.Seconds()
-		if low := (limit - remaining - 1) / secs; low > 0 && (low > p.lowRate || now.Sub(p.lowRateAt) > rateMemory) {
-			p.lowRate, p.lowRateAt = low, now
+		if low := (limit - remaining - 1) / secs; low > 0 {
+			p.lows.add(low, now, math.Max)
 		}
 		p.rate = (limit - remaining) / secs
-		if p.lowRate > 0 && now.Sub(p.lowRateAt) <= rateMemory {
-			p.rate = min(p.rate, p.lowRate)
+		p.ups.add(p.rate, now, math.Min)
+		if low := p.lows.get(now, math.Max); low > 0 {
+			p.rate = min(p.rate, low)
 		}
 	}
-	p.capacity = limit
-	// Left after the reported call, less the calls dispatched since, as
-	// of its dispatch: reserve adds the refill since.
-	p.tokens = remaining - float64(p.seq-seq)
-	p.tokensAt = dispatched
 	p.reportSeq = seq
+	left := remaining - float64(p.seq-seq)
+	if !counting {
+		// No count yet: the report as of its answer, which credits no
+		// refill that did not happen.
+		p.count = bucket{capacity: limit, rate: p.refillRate(), tokens: left, at: now}
+		p.reportAt = now
+		return
+	}
+	// The count is the pacer's own, so the report may be dated as early
+	// as the provider can have counted the call, its dispatch: that
+	// reading credits too much only when the count is higher still.
+	//
+	// The count refills at the rate's lower bound: it can have missed,
+	// since the last report, the refill at the rate's upper bound less
+	// that, which this report may give back (within its own bounds).
+	if up := p.ups.get(now, math.Min); up > p.rate && now.After(p.reportAt) {
+		p.count.take(-(up-p.rate)*now.Sub(p.reportAt).Seconds(), now)
+	}
+	p.reportAt = now
+	p.count.bound(left, dispatched, now, limit, p.refillRate())
 }
 
 // learned returns the refill rate and bucket size the pacer has learned,
@@ -137,8 +214,8 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 func (p *pacer) learned() (rate, capacity float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !(p.rate > 0) || math.IsInf(p.rate, 0) {
+	if !p.pacing() {
 		return 0, 0
 	}
-	return p.rate, p.capacity
+	return p.rate, p.count.capacity
 }

@@ -81,13 +81,12 @@ type TokenBudgetInfo struct {
 	Remaining float64 `json:"remaining"`
 }
 
-// tokenBucket is one token budget: PerMinute tokens, refilled continuously
-// (per-minute limits are buckets that refill at limit/60 a second).
+// tokenBucket is one token budget: the lane's count of it, whose capacity
+// is the budget per minute (0 = unknown) and whose rate a sixtieth of that
+// (per-minute limits are buckets that refill continuously).
 type tokenBucket struct {
-	limit  float64 // tokens per minute; 0 = unknown
-	tokens float64 // estimate at at
-	at     time.Time
-	spent  float64 // every cost booked so far, for TokenMark
+	bucket
+	spent float64 // every cost booked so far, for TokenMark
 }
 
 // TokenMark is where a call's booking stands among the lane's bookings:
@@ -97,16 +96,7 @@ type tokenBucket struct {
 // report is taken as is.
 type TokenMark [numTokenKinds]float64
 
-func (b *tokenBucket) known() bool { return b.limit > 0 }
-
-// level is the estimate of the tokens left at now (negative when calls
-// have been booked ahead of the refill).
-func (b *tokenBucket) level(now time.Time) float64 {
-	if d := now.Sub(b.at); d > 0 {
-		return math.Min(b.limit, b.tokens+b.limit/60*d.Seconds())
-	}
-	return b.tokens
-}
+func (b *tokenBucket) known() bool { return b.capacity > 0 }
 
 // tokenPacer spends a lane's token budgets.
 type tokenPacer struct {
@@ -181,17 +171,17 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 			continue
 		}
 		c := cost.of(TokenKind(k))
-		if c > b.limit {
-			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
+		if c > b.capacity {
+			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.capacity)
 		}
 		// Spend at the refill rate, keeping tokenSlack of the budget
 		// unspent (see there). Unlike the request pacer's, the rate is
 		// not an estimate (the limit is per minute), and a call that
 		// reaches the provider later than planned finds more tokens,
 		// not fewer: spending less than the rate would only lose it.
-		lvl := b.level(now) - tokenSlack*b.limit
+		lvl := b.level(now) - tokenSlack*b.capacity
 		if lvl < c {
-			w := time.Duration((c - lvl) / (b.limit / 60) * float64(time.Second))
+			w := time.Duration((c - lvl) / b.rate * float64(time.Second))
 			wait = max(wait, min(w, maxWait))
 		}
 	}
@@ -202,8 +192,7 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 		b.spent += cost.of(TokenKind(k))
 		mark[k] = b.spent
 		if b.known() {
-			b.tokens = b.level(now) - cost.of(TokenKind(k))
-			b.at = now
+			b.take(cost.of(TokenKind(k)), now)
 		}
 	}
 	return wait, mark, nil
@@ -211,11 +200,8 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 
 // observe takes a budget reported by the answer, at answered, to the
 // call booked at mark and dispatched at dispatched: what remained when the
-// provider counted the call, less what the calls booked since are to cost.
-// Dated at the answer, the report cannot credit a refill that did not
-// happen; dated at countedLocked, it forgets no refill but credits too
-// much when the call reached the provider late. The estimate is kept
-// within the two readings (see ObserveTokens).
+// provider counted the call, less what the calls booked since are to cost,
+// bounds the lane's count (see bucket.bound and ObserveTokens).
 func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
 	if !r.Valid() {
 		return
@@ -230,19 +216,10 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 	}
 	left := math.Min(r.Remaining, r.Limit) - since
 	if !b.known() {
-		b.limit, b.tokens, b.at = r.Limit, left, counted
+		b.bucket = bucket{capacity: r.Limit, rate: r.Limit / 60, tokens: left, at: counted}
 		return
 	}
-	now := answered
-	if b.at.After(now) {
-		now = b.at // a call was booked after this answer came
-	}
-	own := b.level(now)
-	b.limit = r.Limit
-	late := tokenBucket{limit: r.Limit, tokens: left, at: answered}
-	early := tokenBucket{limit: r.Limit, tokens: left, at: counted}
-	b.tokens = min(max(own, late.level(now)), early.level(now))
-	b.at = now
+	b.bound(left, counted, answered, r.Limit, r.Limit/60)
 }
 
 // countedLocked returns the earliest instant to which a report of a call
@@ -300,14 +277,12 @@ func (p *tokenPacer) observeUsage(est Cost, bodyBytes int, prompt, completion in
 		if !b.known() {
 			continue
 		}
-		lvl := b.level(now)
 		switch TokenKind(k) {
 		case Tokens, InputTokens:
-			lvl -= dPrompt
+			b.take(dPrompt, now)
 		case OutputTokens:
-			lvl -= dOutput
+			b.take(dOutput, now)
 		}
-		b.tokens, b.at = math.Min(lvl, b.limit), now
 	}
 }
 
@@ -330,7 +305,7 @@ func (p *tokenPacer) info(now time.Time) []TokenBudgetInfo {
 	var out []TokenBudgetInfo
 	for k := range p.buckets {
 		if b := &p.buckets[k]; b.known() {
-			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.limit, Remaining: math.Floor(b.level(now))})
+			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.capacity, Remaining: math.Floor(b.level(now))})
 		}
 	}
 	return out
