@@ -19,11 +19,12 @@
 // feeds the controller and sets the queue's limit from it, and releases
 // the slot. A lane that knows one of its provider's token budgets
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
-// with ReserveTokens before it is sent (see tokens.go). Pause holds the
-// lane's dispatches for a provider's Retry-After until a call succeeds
-// (Answered) or the time comes, whichever is first (if the time comes
-// with calls of the lane in flight, the queue lets one call out, and the
-// others once a call in flight ends outside a pause: see
+// with ReserveTokens before it is sent, and gives it back with
+// GiveBackTokens when the provider refuses the call (see tokens.go).
+// Pause holds the lane's dispatches for a provider's Retry-After until a
+// call succeeds (Answered) or the time comes, whichever is first (if the
+// time comes with calls of the lane in flight, the queue lets one call
+// out, and the others once a call in flight ends outside a pause: see
 // queue.Queue.PauseUntil); NextSuccess lets a call answered 429 wait the
 // same way. Dispatch and Done bracket each attempt
 // while it holds the provider's capacity (a stream, until it ends), so that

@@ -241,6 +241,21 @@ func (p *tokenPacer) countedLocked(dispatched, answered time.Time) time.Time {
 	return dispatched.Add(min(took, p.fastest))
 }
 
+// giveBack returns to the known budgets, at now, the cost of a call the
+// provider refused: it charged nothing for it (its 429 names what it used
+// without it), and the call's retry books again. Reports of calls booked
+// before it and answered after still count it among the bookings since
+// theirs, which errs on the side of the budget.
+func (p *tokenPacer) giveBack(cost Cost, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.buckets {
+		if b := &p.buckets[k]; b.known() {
+			b.take(-cost.of(TokenKind(k)), now)
+		}
+	}
+}
+
 // observeUsage corrects the estimates with the usage an answer reported:
 // the call was estimated at est (for a body of bodyBytes) and used prompt
 // and completion tokens.
@@ -344,6 +359,18 @@ func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark
 // estimate down. The first report of a budget sets it.
 func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
 	l.tokens.observe(r, mark, dispatched, answered)
+}
+
+// GiveBackTokens gives back to the lane's token budgets, at now, what the
+// call booked at mark was to cost (its Cost, est) when the provider
+// refused it (429, 529): a refused call costs no tokens, and a retry
+// books its cost again. Call it before ObserveTokens with the refusal's
+// own report, if any, which then bounds what is given back. A call
+// booked nowhere (the zero mark) gives back nothing.
+func (l *Lane) GiveBackTokens(est Cost, mark TokenMark, now time.Time) {
+	if mark != (TokenMark{}) {
+		l.tokens.giveBack(est, now)
+	}
 }
 
 // ObserveUsage corrects the lane's estimates with the usage an answer

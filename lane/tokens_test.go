@@ -184,3 +184,29 @@ func TestTokenReportBoundsTheLanesOwnEstimate(t *testing.T) {
 	_, mark, _ = p.reserve(Cost{Prompt: 3000}, at(5*time.Second), 0)
 	assert.InDelta(t, 4970, report(4970, mark, 5*time.Second, 6*time.Second), 1, "what the lane booked too much comes back")
 }
+
+// A call the provider refused cost it nothing: its booking comes back, so
+// that its retry is booked once, not twice; a report that says the
+// provider charged it after all bounds what comes back.
+func TestTokenBookingOfARefusedCallComesBack(t *testing.T) {
+	var p tokenPacer
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	remaining := func(d time.Duration) float64 { return p.info(at(d))[0].Remaining }
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 10000}, TokenMark{}, at(-time.Millisecond), t0)
+	cost := Cost{Prompt: 3000}
+	_, _, err := p.reserve(cost, t0, 0)
+	require.NoError(t, err)
+	require.Equal(t, 7000.0, remaining(0))
+
+	// Refused with nothing said of the budget, then retried.
+	p.giveBack(cost, t0)
+	assert.Equal(t, 10000.0, remaining(0), "given back")
+	_, mark, err := p.reserve(cost, t0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 7000.0, remaining(0), "the retry is booked once")
+
+	// Refused by a provider that charged it all the same, and says so.
+	p.giveBack(cost, t0)
+	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 7000}, mark, t0, at(time.Millisecond))
+	assert.InDelta(t, 7001, remaining(time.Millisecond), 1, "the report bounds what came back")
+}

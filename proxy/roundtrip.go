@@ -577,6 +577,12 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 			}
 		}
 	}
+	// A refused call cost the provider no tokens: its booking comes back
+	// before the budget the refusal reports is weighed against it, and
+	// its retry books again.
+	if oc == lane.RateLimited || oc == lane.Quota {
+		l.GiveBackTokens(c.cost, c.mark, now)
+	}
 	reports, n := tokenBudgets(&resp.Header)
 	for _, r := range reports[:n] {
 		l.ObserveTokens(r, c.mark, start, now)

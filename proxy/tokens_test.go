@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,4 +272,41 @@ func TestTokens429CountsCallsBookedSince(t *testing.T) {
 	assert.InDelta(t, -10000, budgets[0].Remaining, 100, "the held call's tokens are still to be charged")
 	close(finish)
 	assert.Equal(t, http.StatusOK, <-held)
+}
+
+// A call the provider refused cost it no tokens: the lane gives its
+// booking back, and its retry is booked once, not twice.
+func TestRefusedCallsTokensAreGivenBack(t *testing.T) {
+	checkLeaks(t)
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch calls.Add(1) {
+		case 1:
+			w.Header().Set("X-Ratelimit-Limit-Tokens", "60000")
+			w.Header().Set("X-Ratelimit-Remaining-Tokens", "10000")
+		case 2:
+			// A concurrency limit's refusal says nothing of the tokens.
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"error":{"message":"Too many concurrent requests.","type":"rate_limit_error","code":"rate_limit_exceeded"}}`)
+			return
+		}
+		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
+	}))
+	t.Cleanup(up.Close)
+	// Governor's clock stands still: the budget does not refill.
+	clock := newManualClock()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
+	c := client(t)
+
+	status, body := chatMax(t, c, base, 1)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = chatMax(t, c, base, 3000) // refused, then answered
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, int64(3), calls.Load())
+
+	budgets := lanesOf(t, c, base)[0].TokenBudgets
+	require.Len(t, budgets, 1)
+	// 10,000 less the 3,000 and a few dozen (its prompt's estimate).
+	assert.InDelta(t, 7000, budgets[0].Remaining, 100, "the call's tokens are booked once")
 }
