@@ -157,6 +157,12 @@ const (
 	// signal and a yield), so that a provider that answers in a
 	// millisecond does not make the lane yield every few milliseconds.
 	yieldGap = time.Second
+	// untakenStretch multiplies both the quiet round trips and yieldGap
+	// before a yield of a lane that gives back at most Initial (more
+	// than Initial/yieldShare calls) while its last yield went untaken:
+	// at 64 calls, a yield of 8 every 10 round trips costs a lone lane
+	// 1.3% of its throughput, every 20 0.7%.
+	untakenStretch = 2
 	// A lane whose limit is below recallRatio of its recent peak probes
 	// after one clean round trip instead of the probe hold: capacity that
 	// was there a moment ago often comes back. The peak fades by e every
@@ -295,7 +301,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// does not yield: as far as it can tell it is alone, and at
 			// a limit of 2 to 4 a yield gives back one call in two to
 			// four for a round trip, 5% of its calls.
-			if d.quiet >= yieldRounds && now.Sub(d.quietSince) >= yieldGap && d.backoff.doubled(rateCeiling) == 0 {
+			if c.yieldDueLocked(s, now) && d.backoff.doubled(rateCeiling) == 0 {
 				if ev := c.yieldDefaultLocked(s, now); ev != None {
 					return ev
 				}
@@ -644,6 +650,36 @@ func (d *defaultState) restartShareClock(now time.Time) {
 // yield gives back, and the next yield gives back yieldShare again.
 func (d *defaultState) contested() { d.yieldFrom, d.untaken = 0, false }
 
+// yieldDueLocked reports whether the share clock has run long enough
+// for a yield: yieldRounds quiet round trips and yieldGap, both
+// stretched by untakenStretch while the last yield went untaken, if the
+// lane yields from more than Initial/yieldShare calls (its yield gives
+// back Initial, not yieldShare). It requires c.mu to be held.
+func (c *Controller) yieldDueLocked(s Sample, now time.Time) bool {
+	d := &c.defaultRule
+	rounds, gap := yieldRounds, yieldGap
+	if d.untaken && c.yieldLevelLocked(s)*yieldShare > c.cfg.Initial {
+		// Nobody took the last yield's slots. One yield still comes
+		// every 20 round trips: a process that joins gets in at the
+		// first that its asks meet, and the 429 its calls give the
+		// lane on the way back brings yields of yieldShare every
+		// yieldRounds again.
+		rounds, gap = untakenStretch*rounds, untakenStretch*gap
+	}
+	return d.quiet >= rounds && now.Sub(d.quietSince) >= gap
+}
+
+// yieldLevelLocked is the level a yield at the answer s gives back from:
+// the limit, or the calls in flight if fewer. It requires c.mu to be
+// held.
+func (c *Controller) yieldLevelLocked(s Sample) float64 {
+	level := float64(c.limitLocked())
+	if s.InFlight > 0 && float64(s.InFlight) < level {
+		level = float64(s.InFlight)
+	}
+	return level
+}
+
 // yieldDefaultLocked gives back yieldShare of the lane's calls in flight
 // after yieldRounds quiet round trips (at least one call; at most Initial
 // while the last yield was untaken), and returns Yielded; or None when
@@ -652,10 +688,7 @@ func (d *defaultState) contested() { d.yieldFrom, d.untaken = 0, false }
 func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	d := &c.defaultRule
 	d.quiet = 0
-	level := float64(c.limitLocked())
-	if s.InFlight > 0 && float64(s.InFlight) < level {
-		level = float64(s.InFlight)
-	}
+	level := c.yieldLevelLocked(s)
 	if level < 2 {
 		return None
 	}

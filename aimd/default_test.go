@@ -506,7 +506,9 @@ func TestDefaultYieldClock(t *testing.T) {
 	t.Run("at most one yield a second", func(t *testing.T) {
 		// Round trips of 1ms (a provider that answers at once): yieldRounds
 		// of them are not enough; the first round trip a second after the start is.
-		c := New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
+		// (At most Initial/yieldShare calls: the period of a larger lane
+		// whose yield went untaken is stretched.)
+		c := New(Config{AdmissionWindow: -1, Max: 30, Initial: 10}, t0)
 		for r := 1; r < 1000; r++ {
 			require.Equal(t, None, c.ObserveAt(ok(0.001, 6), at(0.001*float64(r))), "round trip %d", r)
 		}
@@ -777,7 +779,7 @@ func TestDefaultYieldNobodyTook(t *testing.T) {
 	// from until the lane yields, and returns when it did.
 	quiet := func(t *testing.T, c *Controller, from float64, inFlight int) float64 {
 		t.Helper()
-		for r := 1; r <= 2*yieldRounds; r++ {
+		for r := 1; r <= 3*yieldRounds; r++ {
 			sec := from + float64(r)
 			if ev := c.ObserveAt(ok(1, inFlight), at(sec)); ev == Yielded {
 				return sec
@@ -833,5 +835,75 @@ func TestDefaultYieldNobodyTook(t *testing.T) {
 		y := quiet(t, c, 30, 14)
 		assert.Equal(t, 9, c.Limit(), "14 × 0.7 = 9.8: 30%")
 		assert.Greater(t, y, 30.0)
+	})
+}
+
+func TestDefaultUntakenYieldsOfInitialComeHalfAsOften(t *testing.T) {
+	// A lane alone, its calls the whole of its Max: every yield frees
+	// slots that nobody takes. Round trips of 1 s, each success sent when
+	// the one before came back.
+	newLane := func(t *testing.T, max int) *Controller {
+		c := New(Config{AdmissionWindow: -1, Max: max, Initial: 8}, t0)
+		for i := 0; c.Limit() < max; i++ {
+			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))), "success %d", i)
+		}
+		return c
+	}
+	// untilYield runs quiet round trips with inFlight calls in flight
+	// from from on, and returns the instant of the yield.
+	untilYield := func(t *testing.T, c *Controller, from float64, inFlight int) float64 {
+		t.Helper()
+		for r := 1; r <= 4*yieldRounds; r++ {
+			sec := from + float64(r)
+			if ev := c.ObserveAt(ok(1, inFlight), at(sec)); ev == Yielded {
+				return sec
+			}
+		}
+		require.FailNow(t, "no yield")
+		return 0
+	}
+	// back slow-starts the lane back to max with calls sent after a
+	// yield at y: the round trip after the yield.
+	back := func(t *testing.T, c *Controller, y float64, max int) {
+		t.Helper()
+		for i := 0; c.Limit() < max; i++ {
+			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(y+1.01+0.01*float64(i))), "success %d after the yield", i)
+		}
+	}
+
+	t.Run("above Initial/yieldShare", func(t *testing.T) {
+		c := newLane(t, 64)
+		y := untilYield(t, c, 1, 64)
+		require.Equal(t, 44, c.Limit(), "the first yield: 30% of 64")
+		back(t, c, y, 64)
+		// Nobody took the 19 slots: the next yield gives back Initial (8),
+		// after 20 quiet round trips (the one back, then 19) instead of 10.
+		next := untilYield(t, c, y+1, 64)
+		assert.Equal(t, y+1+2*yieldRounds, next, "yieldRounds × untakenStretch round trips after the last yield")
+		assert.Equal(t, 56, c.Limit(), "64 - Initial")
+		y = next
+		back(t, c, y, 64)
+		next = untilYield(t, c, y+1, 64)
+		assert.Equal(t, y+1+2*yieldRounds, next, "still nobody took them")
+		y = next
+		back(t, c, y, 64)
+		// A 429: someone else wants slots. The yields come every 10 quiet
+		// round trips again, and give back 30%.
+		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 64), at(y+1.9)))
+		in := c.Limit()
+		next = untilYield(t, c, y+2, in)
+		assert.Equal(t, y+2+yieldRounds, next, "yieldRounds round trips after the 429")
+		assert.Equal(t, int(float64(in)*(1-yieldShare)), c.Limit(), "30%% of %d", in)
+	})
+	t.Run("at most Initial/yieldShare", func(t *testing.T) {
+		// 20 calls: a yield of 30% gives back 6, fewer than Initial, and
+		// keeps its period untaken or not.
+		c := newLane(t, 20)
+		y := untilYield(t, c, 1, 20)
+		require.Equal(t, 14, c.Limit())
+		back(t, c, y, 20)
+		next := untilYield(t, c, y+1, 20)
+		assert.Equal(t, y+1+yieldRounds, next)
+		assert.Equal(t, 14, c.Limit())
 	})
 }

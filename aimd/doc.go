@@ -42,8 +42,9 @@
 // round trips, 30% of the calls in flight given back for a round trip so
 // that other processes sharing the provider can grow (once the lane has
 // got back to its level after such a yield with no congestion signal on
-// the way, nobody having taken the slots, at most Initial calls, until
-// the next congestion signal). A lane that keeps
+// the way, nobody having taken the slots, at most Initial calls, and
+// every twenty round trips if that is less than 30%, until the next
+// congestion signal). A lane that keeps
 // finding the same ceiling probes above it less and less often, and gives
 // nothing back meanwhile, until a 429 at another level (or a decrease
 // adopted from other processes) says that the ceiling moved or is shared:
