@@ -149,3 +149,32 @@ func TestLatencyDecreaseIsShownAsLatency(t *testing.T) {
 	assert.Equal(t, "latency", info[0].LastDecreaseReason)
 	assert.Less(t, info[0].Limit, 24, "cut back from the level the calls slowed at")
 }
+
+// A 429 the request budget explains (ObserveEmptyBudget) is counted as a
+// 429 but leaves the Default controller's limit; Phoenix's controller,
+// which has no pacer of its own to lean on, hears it as any 429 and
+// decreases when its feedback window ends.
+func TestEmptyBudgetRefusalReachesOnlyPhoenix(t *testing.T) {
+	for _, tc := range []struct {
+		preset    aimd.Preset
+		decreases uint64
+	}{{aimd.Default, 0}, {aimd.Phoenix, 1}} {
+		t.Run(tc.preset.String(), func(t *testing.T) {
+			start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			r, err := lane.New(lane.Config{AIMD: aimd.Config{Preset: tc.preset, Max: 16}, Metrics: metrics.NewSet(),
+				Now: func() time.Time { return start }})
+			require.NoError(t, err)
+			t.Cleanup(r.Close)
+			l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+			require.NoError(t, err)
+
+			l.ObserveEmptyBudget(20*time.Millisecond, start, start.Add(20*time.Millisecond))
+			// A success a whole feedback window later ends Phoenix's window.
+			later := start.Add(6 * time.Second)
+			l.Observe(lane.Answered, time.Second, later.Add(-time.Second), later)
+			info := r.Info(later)[0]
+			assert.EqualValues(t, 1, info.RateLimited, "counted as a 429")
+			assert.Equal(t, tc.decreases, info.Decreases)
+		})
+	}
+}

@@ -118,17 +118,48 @@ func (l *Lane) CountRetry(o Outcome) {
 // A coordinated lane's controller holds the limit shared by every Governor
 // on the lane, and its queue this Governor's share of it (see adopt).
 func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Time) {
+	if l.countAttempt(o, latency, now) {
+		l.control(o, latency, dispatched, now)
+	}
+}
+
+// ObserveEmptyBudget accounts, as Observe does, for an attempt answered
+// 429 whose own request budget report (see ObserveBudget) says the budget
+// held no call for it. The request pacer answers such a refusal: its
+// report sets the pacer's count, which makes the next calls wait for the
+// refill. The lane's concurrency limit says nothing of a request budget,
+// so the Default controller does not hear of it: taken as a congestion
+// signal, a bucket smaller than Initial, emptied by the first calls
+// before any answer told its size, would hold the lane below the
+// concurrency the refill rate allows for several round trips of probing.
+// Phoenix's controller, which has no other way to slow down, hears it as
+// a 429.
+func (l *Lane) ObserveEmptyBudget(latency time.Duration, dispatched, now time.Time) {
+	if l.countAttempt(RateLimited, latency, now) && l.ctrl.Config().Preset == aimd.Phoenix {
+		l.control(RateLimited, latency, dispatched, now)
+	}
+}
+
+// countAttempt counts an attempt that came to o and reports whether the
+// controller is to hear of it.
+func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) bool {
 	l.lastUsed.Store(now.UnixNano())
 	l.m.attempts[o].Inc()
 	if o == ClientGone {
 		// The provider did nothing wrong: the controller does not hear
 		// of it.
-		return
+		return false
 	}
 	l.m.upstream.Update(latency.Seconds())
 	if o == RateLimited {
 		l.load.noteRefusal(latency)
 	}
+	return true
+}
+
+// control feeds one attempt's outcome to the controller, and the queue's
+// limit follows the controller's.
+func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Time) {
 	inFlight := l.q.Stats().InFlight
 	l.mu.Lock()
 	before := l.ctrl.Limit()

@@ -127,3 +127,58 @@ func TestPeekBudgetIsPeek(t *testing.T) {
 	assert.Equal(t, "100", string(got[0]))
 	assert.Empty(t, got[1], "the first X-Ratelimit-Remaining-Requests is empty")
 }
+
+// A 429 whose own request budget report says the budget was empty is the
+// pacer's to meet (the report makes the next calls wait for the refill):
+// the lane's concurrency limit stays where it was, as when a bucket
+// smaller than the lane's starting limit is emptied by the first calls,
+// sent before any answer told its size. A 429 that reports no empty
+// request budget (a concurrency cap) lowers the limit.
+func TestEmptyRequestBudget429LeavesTheConcurrencyLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		remaining string // of the 429; "" = no request budget headers
+		lowered   bool
+	}{
+		{"request budget empty", "0", false},
+		{"request budget not empty", "3", true},
+		{"no request budget", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			var seen atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				first := seen.Add(1) == 1
+				if tc.remaining != "" {
+					// A bucket of 7 that refills in 1 s.
+					w.Header().Set("X-Ratelimit-Limit-Requests", "7")
+					w.Header().Set("X-Ratelimit-Remaining-Requests", map[bool]string{true: tc.remaining, false: "6"}[first])
+					w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
+				}
+				w.Header().Set("Content-Type", "application/json")
+				if first {
+					w.WriteHeader(http.StatusTooManyRequests)
+					io.WriteString(w, `{"error":{"message":"rate limit reached","type":"requests"}}`)
+					return
+				}
+				io.WriteString(w, `{"id":"x"}`)
+			}))
+			t.Cleanup(up.Close)
+			clock := newManualClock()
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
+			c := client(t)
+
+			resp, _ := chat(t, c, base, nil)
+			require.Equal(t, 200, resp.StatusCode, "the retry succeeds")
+			require.Equal(t, "2", resp.Header.Get(HeaderAttempts))
+			li := lanesOf(t, c, base)[0]
+			assert.EqualValues(t, 1, li.RateLimited)
+			if tc.lowered {
+				assert.EqualValues(t, 1, li.Decreases, "the 429 lowered the limit")
+				assert.Equal(t, "rate_limited", li.LastDecreaseReason)
+			} else {
+				assert.Zero(t, li.Decreases, "the 429 left the limit")
+			}
+		})
+	}
+}

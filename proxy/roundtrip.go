@@ -353,15 +353,20 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		c.giveUp(ctx, e)
 		return true
 	}
+	paced := false // a 429 the request budget explains
 	if err == nil {
-		c.observeBudgets(resp, oc, start, now)
+		paced = c.observeBudgets(resp, oc, start, now)
 		s := resp.StatusCode()
 		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
 	d.Attempts++
 	d.Execution += latency
 	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
-	l.Observe(oc, latency, c.granted, now)
+	if paced {
+		l.ObserveEmptyBudget(latency, c.granted, now)
+	} else {
+		l.Observe(oc, latency, c.granted, now)
+	}
 
 	if err == nil && oc == lane.Answered || oc == lane.Quota {
 		if resp.StatusCode() < 400 {
@@ -561,11 +566,14 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 // budgets: its request and token budget headers, the numbers of a 429 for
 // a token budget, and the usage of a successful answer read whole, which
 // the lane's token counters add and which corrects the call's estimated
-// cost. (A stream's usage is counted as it passes: see streamBody.)
-func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) {
+// cost. (A stream's usage is counted as it passes: see streamBody.) It
+// reports whether the answer is a 429 that says the request budget held
+// no call for it.
+func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) (paced bool) {
 	l := c.l
 	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
 		l.ObserveBudget(b, c.seq, start, now)
+		paced = resp.StatusCode() == fasthttp.StatusTooManyRequests && b.Remaining < 1
 	}
 	// The usage first: it corrects what the lane booked for this call,
 	// which the budget the answer reports is then weighed against.
@@ -594,4 +602,5 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 			l.ObserveTokens(r, c.mark, start, now)
 		}
 	}
+	return paced
 }
