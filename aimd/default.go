@@ -261,6 +261,11 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 	// RFC 6582): a burst of 429s caused by one overshoot is one decrease.
 	fresh := (c.lastDecr.IsZero() || dispatched.After(c.lastDecr)) &&
 		(d.yieldAt.IsZero() || dispatched.After(d.yieldAt))
+	if s.Held {
+		// The calls out may be waiting in the caller, not at the
+		// provider: their silence says nothing (overdue.go).
+		d.ledger.entries = d.ledger.entries[:0]
+	}
 	d.ledger.answer(dispatched)
 	if c.latencyOn() && (s.Outcome == Success || s.Outcome == Timeout) {
 		// The calls still out of a slow start with no ceiling, if far

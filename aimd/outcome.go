@@ -50,6 +50,12 @@ type Sample struct {
 	// enough for another call's 429 to cut the limit in between; from
 	// now-Latency, its 429 would look like one sent under the cut limit.
 	Dispatched time.Time
+	// Held reports that, while this call was out, the caller held other
+	// calls in their slots before sending them (to meet a provider's
+	// request budget). The limit then does not say what the provider
+	// holds: the Default preset does not read the silence of the calls
+	// out as queueing at the provider (see overdue.go).
+	Held bool
 }
 
 // Event is what a sample made the controller do, for the caller to log or

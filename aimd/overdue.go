@@ -23,8 +23,9 @@ import (
 // it keeps a ledger of what went out after each answer (when, under which
 // limit, how many) and matches each answer to its entry by the grant of
 // its slot (Sample.Dispatched). Where it cannot count (the limit not in
-// use, a 429's pause, a ceiling known, a limit shared with other
-// processes through Adopt) it keeps no ledger.
+// use, a 429's pause, calls held by the caller before it sends them
+// (Sample.Held), a ceiling known, a limit shared with other processes
+// through Adopt) it keeps no ledger.
 
 // dispatchLedger is the calls let out in a slow start with no ceiling.
 type dispatchLedger struct {
@@ -85,11 +86,11 @@ func (c *Controller) startLedgerLocked(now time.Time) {
 func (c *Controller) recordDispatchLocked(s Sample, before int, now time.Time) {
 	d := &c.defaultRule
 	l := &d.ledger
-	if d.ss < float64(c.cfg.Max) || d.adopted || s.InFlight == 0 || s.InFlight < before || s.Outcome == RateLimited {
+	if d.ss < float64(c.cfg.Max) || d.adopted || s.InFlight == 0 || s.InFlight < before || s.Outcome == RateLimited || s.Held {
 		// A ceiling is known, the limit is shared with other processes
 		// (Adopt), the caller does not count its calls, the limit was
-		// not in use, or a 429 pauses the lane: what goes out is not
-		// known.
+		// not in use, a 429 pauses the lane, or the caller holds calls
+		// before sending them: what goes out is not known.
 		l.entries = l.entries[:0]
 		return
 	}

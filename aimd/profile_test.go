@@ -358,7 +358,8 @@ func startRound(t *testing.T, c *Controller) []time.Time {
 // slow start ends at the next answer, on time as it may be, back to the
 // level whose calls came back (a server that queues: each call beyond its
 // knee takes longer, and the calls let out past it hold their slots until
-// they answer). Calls that do come back in time end nothing.
+// they answer). Calls that do come back in time end nothing, nor do calls
+// out while the caller held some before sending them (Sample.Held).
 func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
 	sent := startRound(t, c)
@@ -391,6 +392,13 @@ func TestSlowStartEndsOnCallsOverdue(t *testing.T) {
 	now = last.Add(secs(1.02))
 	ev = shared.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: shared.Limit(), Dispatched: last}, now)
 	assert.NotEqual(t, Decreased, ev, "a shared limit: its calls in flight are this process's share, not counted")
+
+	held := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+	sent = startRound(t, held)
+	last = sent[len(sent)-1]
+	now = last.Add(secs(1.02))
+	ev = held.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(last), InFlight: held.Limit(), Dispatched: last, Held: true}, now)
+	assert.NotEqual(t, Decreased, ev, "calls held by the caller for a request budget: their silence says nothing")
 
 	off := New(Config{AdmissionWindow: -1, Max: 64, LatencyTolerance: -1}, t0)
 	sent = startRound(t, off)

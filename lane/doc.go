@@ -18,7 +18,8 @@
 // ObserveBudget), makes the attempt, then reports it with Observe, which
 // feeds the controller and sets the queue's limit from it (a 429 whose
 // report says the request budget was empty: ObserveEmptyBudget, which
-// leaves it to the pacer), and releases the slot. A lane that knows one of its provider's token budgets
+// leaves a call sent before the lane knew the budget to the pacer), and
+// releases the slot. A lane that knows one of its provider's token budgets
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
 // with ReserveTokens before it is sent, and gives it back with
 // GiveBackTokens when the provider refuses the call (see tokens.go).

@@ -2,6 +2,7 @@ package lane_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -150,16 +151,25 @@ func TestLatencyDecreaseIsShownAsLatency(t *testing.T) {
 	assert.Less(t, info[0].Limit, 24, "cut back from the level the calls slowed at")
 }
 
-// A 429 the request budget explains (ObserveEmptyBudget) is counted as a
-// 429 but leaves the Default controller's limit; Phoenix's controller,
-// which has no pacer of its own to lean on, hears it as any 429 and
-// decreases when its feedback window ends.
-func TestEmptyBudgetRefusalReachesOnlyPhoenix(t *testing.T) {
+// A 429 of an empty request budget (ObserveEmptyBudget) is counted as a
+// 429. Of a call let out before the lane knew the budget, it leaves the
+// Default controller's limit (the pacer meets it); of a call the pacer let
+// out knowing the budget, it lowers the limit as any 429 does, since the
+// pacer's count was wrong. Phoenix's controller, which has no pacer of its
+// own to lean on, hears it either way and decreases when its feedback
+// window ends.
+func TestEmptyBudgetRefusal(t *testing.T) {
 	for _, tc := range []struct {
+		name      string
 		preset    aimd.Preset
+		paced     bool // the pacer knew the budget when it let the call out
 		decreases uint64
-	}{{aimd.Default, 0}, {aimd.Phoenix, 1}} {
-		t.Run(tc.preset.String(), func(t *testing.T) {
+	}{
+		{"default, sent before the budget was known", aimd.Default, false, 0},
+		{"default, sent knowing the budget", aimd.Default, true, 1},
+		{"phoenix, sent before the budget was known", aimd.Phoenix, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			r, err := lane.New(lane.Config{AIMD: aimd.Config{Preset: tc.preset, Max: 16}, Metrics: metrics.NewSet(),
 				Now: func() time.Time { return start }})
@@ -168,7 +178,15 @@ func TestEmptyBudgetRefusalReachesOnlyPhoenix(t *testing.T) {
 			l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
 			require.NoError(t, err)
 
-			l.ObserveEmptyBudget(20*time.Millisecond, start, start.Add(20*time.Millisecond))
+			seq, _ := l.Reserve(context.Background(), start)
+			if tc.paced {
+				// An earlier call's answer tells the budget: 10 a second.
+				l.ObserveBudget(lane.Budget{Limit: 10, Remaining: 9, Reset: 100 * time.Millisecond}, seq, start, start)
+				seq, _ = l.Reserve(context.Background(), start)
+			}
+			answered := start.Add(20 * time.Millisecond)
+			l.ObserveBudget(lane.Budget{Limit: 10, Remaining: 0, Reset: time.Second}, seq, start, answered)
+			l.ObserveEmptyBudget(seq, 20*time.Millisecond, start, answered)
 			// A success a whole feedback window later ends Phoenix's window.
 			later := start.Add(6 * time.Second)
 			l.Observe(lane.Answered, time.Second, later.Add(-time.Second), later)

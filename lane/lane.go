@@ -54,6 +54,9 @@ type Lane struct {
 	lastUsed atomic.Int64
 	rejected atomic.Bool
 	accepted atomic.Bool
+	// heldAt is when a call was last told to wait for a provider's
+	// budget holding its slot (Unix nanoseconds; 0 never): see heldSince.
+	heldAt atomic.Int64
 }
 
 // ID returns the lane's id, upstream/model/credential-hash: free of
@@ -123,21 +126,28 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 	}
 }
 
-// ObserveEmptyBudget accounts, as Observe does, for an attempt answered
-// 429 whose own request budget report (see ObserveBudget) says the budget
-// held no call for it. The request pacer answers such a refusal: its
-// report sets the pacer's count, which makes the next calls wait for the
-// refill. The lane's concurrency limit says nothing of a request budget,
-// so the Default controller does not hear of it: taken as a congestion
-// signal, a bucket smaller than Initial, emptied by the first calls
-// before any answer told its size, would hold the lane below the
-// concurrency the refill rate allows for several round trips of probing.
-// Phoenix's controller, which has no other way to slow down, hears it as
-// a 429.
-func (l *Lane) ObserveEmptyBudget(latency time.Duration, dispatched, now time.Time) {
-	if l.countAttempt(RateLimited, latency, now) && l.ctrl.Config().Preset == aimd.Phoenix {
-		l.control(RateLimited, latency, dispatched, now)
+// ObserveEmptyBudget accounts, as Observe does, for attempt seq (see
+// Reserve) answered 429 whose own request budget report (see
+// ObserveBudget) says the budget held no call for it.
+//
+// If the pacer did not yet know the budget when it let the call out (the
+// lane's first calls, sent before any answer told the bucket's size), the
+// refusal says nothing of how many calls the provider serves at once, and
+// the Default controller does not hear of it: its report has set the
+// pacer's count, which makes the next calls wait for the refill. Taken as
+// a congestion signal, a bucket smaller than Initial, emptied by those
+// first calls, would hold the lane below the concurrency the refill rate
+// allows for several round trips of probing. A refusal of a call the
+// pacer let out knowing the budget means its count was wrong (others
+// spend the same budget, or the rate moved), and the controller hears it
+// as any 429, as Phoenix's controller, which has no pacer to lean on,
+// always does.
+func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched, now time.Time) {
+	if l.pace.blind(seq) && l.ctrl.Config().Preset != aimd.Phoenix {
+		l.countAttempt(RateLimited, latency, now)
+		return
 	}
+	l.Observe(RateLimited, latency, dispatched, now)
 }
 
 // countAttempt counts an attempt that came to o and reports whether the
@@ -168,7 +178,12 @@ func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Ti
 	if shared {
 		inFlight = ctrlInFlight(inFlight, co.share, int(co.sharedTarget), before)
 	}
-	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Dispatched: dispatched}, now)
+	sent := dispatched
+	if sent.IsZero() {
+		sent = now.Add(-latency)
+	}
+	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Dispatched: dispatched,
+		Held: l.heldSince(sent)}, now)
 	limit := l.ctrl.Limit()
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
@@ -328,7 +343,24 @@ func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait tim
 			wait = d
 		}
 	}
+	l.noteHeld(wait, now)
 	return seq, wait
+}
+
+// noteHeld notes that a call was told at now to wait before it is sent,
+// holding its slot, if wait > 0 (see heldSince).
+func (l *Lane) noteHeld(wait time.Duration, now time.Time) {
+	if wait > 0 {
+		l.heldAt.Store(now.UnixNano())
+	}
+}
+
+// heldSince reports whether a call was told to wait for a provider's
+// budget, holding its slot, at or after t: while it waits the lane's
+// calls in flight are more than the provider holds.
+func (l *Lane) heldSince(t time.Time) bool {
+	at := l.heldAt.Load()
+	return at != 0 && at >= t.UnixNano()
 }
 
 // ObserveBudget takes the request budget the answer to dispatch seq

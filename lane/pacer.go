@@ -41,6 +41,7 @@ type pacer struct {
 	count     bucket  // refilled at refillRate; kept once rate is known
 	reportSeq uint64  // dispatch sequence number of the reported call
 	seq       uint64  // dispatches reserved so far
+	blindTo   uint64  // the last dispatch reserved before a rate was known
 
 	// lows and ups keep the largest lower bound and the smallest upper
 	// bound on the rate seen lately; reportAt is when the count last
@@ -135,6 +136,7 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	defer p.mu.Unlock()
 	p.seq++
 	if !p.pacing() {
+		p.blindTo = p.seq
 		return p.seq, 0
 	}
 	// The count refills up to the bucket's capacity, however long the
@@ -147,6 +149,14 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	// Duration: no wait exceeds maxDelay.
 	wait := min((1-tokens)/p.spaceRate(), maxDelay.Seconds())
 	return p.seq, time.Duration(wait * float64(time.Second))
+}
+
+// blind reports whether dispatch seq was let out before the pacer knew a
+// refill rate: nothing it knew could have held the call back.
+func (p *pacer) blind(seq uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return seq <= p.blindTo
 }
 
 // maxDelay bounds any wait the pacer asks for: the longest hint Governor

@@ -341,7 +341,9 @@ func (l *Lane) EstimateCost(bodyBytes, maxTokens int) Cost {
 // the wait is 0. A call that costs more than a whole budget gets
 // ErrCostExceedsBudget and must not be sent: no wait makes it fit.
 func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark, error) {
-	return l.tokens.reserve(cost, now, l.pace.maxGap)
+	wait, mark, err := l.tokens.reserve(cost, now, l.pace.maxGap)
+	l.noteHeld(wait, now)
+	return wait, mark, err
 }
 
 // ObserveTokens takes a token budget that the answer to the call booked at

@@ -128,35 +128,43 @@ func TestPeekBudgetIsPeek(t *testing.T) {
 	assert.Empty(t, got[1], "the first X-Ratelimit-Remaining-Requests is empty")
 }
 
-// A 429 whose own request budget report says the budget was empty is the
+// A 429 whose own request budget report says the budget was empty, to a
+// call let out before any answer told the lane that budget, is the
 // pacer's to meet (the report makes the next calls wait for the refill):
 // the lane's concurrency limit stays where it was, as when a bucket
-// smaller than the lane's starting limit is emptied by the first calls,
-// sent before any answer told its size. A 429 that reports no empty
-// request budget (a concurrency cap) lowers the limit.
+// smaller than the lane's starting limit is emptied by the first calls.
+// The same 429 to a call the pacer let out knowing the budget (its count
+// was wrong: others spend the budget too), and a 429 that reports no
+// empty request budget (a concurrency cap), lower the limit.
 func TestEmptyRequestBudget429LeavesTheConcurrencyLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		remaining string // of the 429; "" = no request budget headers
+		known     bool   // an answer told the budget before the refused call
 		lowered   bool
 	}{
-		{"request budget empty", "0", false},
-		{"request budget not empty", "3", true},
-		{"no request budget", "", true},
+		{"request budget empty", "0", false, false},
+		{"request budget empty, known to the pacer", "0", true, true},
+		{"request budget not empty", "3", false, true},
+		{"no request budget", "", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkLeaks(t)
+			refused := int64(1) // the attempt answered 429
+			if tc.known {
+				refused = 2
+			}
 			var seen atomic.Int64
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				first := seen.Add(1) == 1
+				n := seen.Add(1)
 				if tc.remaining != "" {
 					// A bucket of 7 that refills in 1 s.
 					w.Header().Set("X-Ratelimit-Limit-Requests", "7")
-					w.Header().Set("X-Ratelimit-Remaining-Requests", map[bool]string{true: tc.remaining, false: "6"}[first])
+					w.Header().Set("X-Ratelimit-Remaining-Requests", map[bool]string{true: tc.remaining, false: "6"}[n == refused])
 					w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
 				}
 				w.Header().Set("Content-Type", "application/json")
-				if first {
+				if n == refused {
 					w.WriteHeader(http.StatusTooManyRequests)
 					io.WriteString(w, `{"error":{"message":"rate limit reached","type":"requests"}}`)
 					return
@@ -168,6 +176,10 @@ func TestEmptyRequestBudget429LeavesTheConcurrencyLimit(t *testing.T) {
 			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
 			c := client(t)
 
+			if tc.known {
+				resp, _ := chat(t, c, base, nil)
+				require.Equal(t, 200, resp.StatusCode)
+			}
 			resp, _ := chat(t, c, base, nil)
 			require.Equal(t, 200, resp.StatusCode, "the retry succeeds")
 			require.Equal(t, "2", resp.Header.Get(HeaderAttempts))

@@ -71,9 +71,10 @@
 // whichever is first: under a request budget the lane waits
 // (and the lane's pacer spaces dispatches so that the budget is met by
 // waiting rather than by 429s); under a concurrency cap a completed call
-// frees a slot at once. A 429 that reports its request budget empty is
-// left to the pacer: the lane's concurrency limit does not come down for
-// it (lane.Lane.ObserveEmptyBudget).
+// frees a slot at once. A 429 that reports its request budget empty, of a
+// call sent before the lane knew that budget, is left to the pacer: the
+// lane's concurrency limit does not come down for it
+// (lane.Lane.ObserveEmptyBudget).
 //
 // # What it tells
 //

@@ -363,7 +363,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	d.Execution += latency
 	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
 	if paced {
-		l.ObserveEmptyBudget(latency, c.granted, now)
+		l.ObserveEmptyBudget(c.seq, latency, c.granted, now)
 	} else {
 		l.Observe(oc, latency, c.granted, now)
 	}
