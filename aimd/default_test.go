@@ -765,128 +765,101 @@ func TestDefaultStormNeedsARoundTrip(t *testing.T) {
 	assert.Equal(t, Collapsed, c.ObserveAt(limited(0.001, 18), at(10.5)))
 }
 
-func TestDefaultYieldNobodyTook(t *testing.T) {
-	// A lane alone, its 20 calls the whole of its Max: every yield frees
-	// slots that nobody takes.
-	newLane := func(t *testing.T) *Controller {
-		c := New(Config{AdmissionWindow: -1, Max: 20, Initial: 4}, t0)
-		for i := 0; c.Limit() < 20; i++ {
-			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))), "success %d", i)
-		}
-		return c
+// aloneAtMax returns a lane alone whose clients fill its Max: every
+// yield frees slots that nobody takes. Round trips of 1 s, each success
+// sent when the one before came back.
+func aloneAtMax(t *testing.T, max int, initial float64) *Controller {
+	t.Helper()
+	c := New(Config{AdmissionWindow: -1, Max: max, Initial: initial}, t0)
+	for i := 0; c.Limit() < max; i++ {
+		require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))), "success %d", i)
 	}
-	// quiet runs round trips of 1 s, with inFlight calls in flight, from
-	// from until the lane yields, and returns when it did.
-	quiet := func(t *testing.T, c *Controller, from float64, inFlight int) float64 {
-		t.Helper()
-		for r := 1; r <= 3*yieldRounds; r++ {
-			sec := from + float64(r)
-			if ev := c.ObserveAt(ok(1, inFlight), at(sec)); ev == Yielded {
-				return sec
-			}
-		}
-		require.FailNow(t, "no yield")
-		return 0
-	}
-	// back slow-starts the lane back to 20 with calls sent after a yield
-	// at y.
-	back := func(t *testing.T, c *Controller, y float64) {
-		t.Helper()
-		for i := 0; c.Limit() < 20; i++ {
-			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(y+1.01+0.01*float64(i))), "success %d after the yield", i)
-		}
-	}
+	return c
+}
 
+// untilYield runs quiet round trips of 1 s with inFlight calls in flight
+// from from on, and returns the instant of the yield.
+func untilYield(t *testing.T, c *Controller, from float64, inFlight int) float64 {
+	t.Helper()
+	for r := 1; r <= 4*yieldRounds; r++ {
+		sec := from + float64(r)
+		if ev := c.ObserveAt(ok(1, inFlight), at(sec)); ev == Yielded {
+			return sec
+		}
+	}
+	require.FailNow(t, "no yield")
+	return 0
+}
+
+// backToMax slow-starts the lane back to max with calls sent after a
+// yield at y: the round trip after the yield.
+func backToMax(t *testing.T, c *Controller, y float64, max int) {
+	t.Helper()
+	for i := 0; c.Limit() < max; i++ {
+		require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(y+1.01+0.01*float64(i))), "success %d after the yield", i)
+	}
+}
+
+func TestDefaultYieldNobodyTook(t *testing.T) {
+	// A lane alone, its 20 calls the whole of its Max (Initial 4).
 	t.Run("the next yield gives back at most Initial", func(t *testing.T) {
-		c := newLane(t)
-		y := quiet(t, c, 1, 20)
+		c := aloneAtMax(t, 20, 4)
+		y := untilYield(t, c, 1, 20)
 		assert.Equal(t, 14, c.Limit(), "the first yield: 30% of 20")
-		back(t, c, y)
+		backToMax(t, c, y, 20)
 		// Back at 20 with no congestion signal on the way: nobody took
 		// the 6 slots. The next yield gives back Initial (4), not 6.
-		y = quiet(t, c, y+1, 20)
+		y = untilYield(t, c, y+1, 20)
 		assert.Equal(t, 16, c.Limit(), "20 - Initial")
-		back(t, c, y)
-		quiet(t, c, y+1, 20)
+		backToMax(t, c, y, 20)
+		untilYield(t, c, y+1, 20)
 		assert.Equal(t, 16, c.Limit(), "still nobody took them")
 		assert.EqualValues(t, 3, c.State().Yields)
 	})
 	t.Run("a congestion signal brings back 30%", func(t *testing.T) {
-		c := newLane(t)
-		y := quiet(t, c, 1, 20)
-		back(t, c, y)
-		y = quiet(t, c, y+1, 20)
+		c := aloneAtMax(t, 20, 4)
+		y := untilYield(t, c, 1, 20)
+		backToMax(t, c, y, 20)
+		y = untilYield(t, c, y+1, 20)
 		require.Equal(t, 16, c.Limit())
-		back(t, c, y)
+		backToMax(t, c, y, 20)
 		// A 429: someone else wants slots. The lane cuts to 18; its
 		// clients then keep 15 calls in flight, and its next yield gives
 		// back 30% of them (to 10), not Initial (to 11).
 		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(y+2)))
 		require.Equal(t, 18, c.Limit())
-		quiet(t, c, y+2, 15)
+		untilYield(t, c, y+2, 15)
 		assert.Equal(t, 10, c.Limit(), "15 × 0.7 = 10.5")
 	})
 	t.Run("a yield the lane does not get back from changes nothing", func(t *testing.T) {
 		// Its clients send fewer calls after the first yield: the limit
 		// never gets back to 20, so nothing says the yield was not taken.
-		c := newLane(t)
-		quiet(t, c, 1, 20)
+		c := aloneAtMax(t, 20, 4)
+		untilYield(t, c, 1, 20)
 		require.Equal(t, 14, c.Limit())
-		y := quiet(t, c, 30, 14)
+		y := untilYield(t, c, 30, 14)
 		assert.Equal(t, 9, c.Limit(), "14 × 0.7 = 9.8: 30%")
 		assert.Greater(t, y, 30.0)
 	})
 }
 
 func TestDefaultUntakenYieldsOfInitialComeHalfAsOften(t *testing.T) {
-	// A lane alone, its calls the whole of its Max: every yield frees
-	// slots that nobody takes. Round trips of 1 s, each success sent when
-	// the one before came back.
-	newLane := func(t *testing.T, max int) *Controller {
-		c := New(Config{AdmissionWindow: -1, Max: max, Initial: 8}, t0)
-		for i := 0; c.Limit() < max; i++ {
-			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(1+0.01*float64(i))), "success %d", i)
-		}
-		return c
-	}
-	// untilYield runs quiet round trips with inFlight calls in flight
-	// from from on, and returns the instant of the yield.
-	untilYield := func(t *testing.T, c *Controller, from float64, inFlight int) float64 {
-		t.Helper()
-		for r := 1; r <= 4*yieldRounds; r++ {
-			sec := from + float64(r)
-			if ev := c.ObserveAt(ok(1, inFlight), at(sec)); ev == Yielded {
-				return sec
-			}
-		}
-		require.FailNow(t, "no yield")
-		return 0
-	}
-	// back slow-starts the lane back to max with calls sent after a
-	// yield at y: the round trip after the yield.
-	back := func(t *testing.T, c *Controller, y float64, max int) {
-		t.Helper()
-		for i := 0; c.Limit() < max; i++ {
-			require.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(y+1.01+0.01*float64(i))), "success %d after the yield", i)
-		}
-	}
-
 	t.Run("above Initial/yieldShare", func(t *testing.T) {
-		c := newLane(t, 64)
+		c := aloneAtMax(t, 64, 8)
 		y := untilYield(t, c, 1, 64)
 		require.Equal(t, 44, c.Limit(), "the first yield: 30% of 64")
-		back(t, c, y, 64)
+		backToMax(t, c, y, 64)
 		// Nobody took the 19 slots: the next yield gives back Initial (8),
 		// after 20 quiet round trips (the one back, then 19) instead of 10.
 		next := untilYield(t, c, y+1, 64)
 		assert.Equal(t, y+1+2*yieldRounds, next, "yieldRounds × untakenStretch round trips after the last yield")
 		assert.Equal(t, 56, c.Limit(), "64 - Initial")
 		y = next
-		back(t, c, y, 64)
+		backToMax(t, c, y, 64)
 		next = untilYield(t, c, y+1, 64)
 		assert.Equal(t, y+1+2*yieldRounds, next, "still nobody took them")
 		y = next
-		back(t, c, y, 64)
+		backToMax(t, c, y, 64)
 		// A 429: someone else wants slots. The yields come every 10 quiet
 		// round trips again, and give back 30%.
 		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 64), at(y+1.9)))
@@ -898,10 +871,10 @@ func TestDefaultUntakenYieldsOfInitialComeHalfAsOften(t *testing.T) {
 	t.Run("at most Initial/yieldShare", func(t *testing.T) {
 		// 20 calls: a yield of 30% gives back 6, fewer than Initial, and
 		// keeps its period untaken or not.
-		c := newLane(t, 20)
+		c := aloneAtMax(t, 20, 8)
 		y := untilYield(t, c, 1, 20)
 		require.Equal(t, 14, c.Limit())
-		back(t, c, y, 20)
+		backToMax(t, c, y, 20)
 		next := untilYield(t, c, y+1, 20)
 		assert.Equal(t, y+1+yieldRounds, next)
 		assert.Equal(t, 14, c.Limit())
