@@ -353,16 +353,16 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		c.giveUp(ctx, e)
 		return true
 	}
-	paced := false // a 429 the request budget explains
+	emptyBudget := false // a 429 of an empty request budget
 	if err == nil {
-		paced = c.observeBudgets(resp, oc, start, now)
+		emptyBudget = c.observeBudgets(resp, oc, start, now)
 		s := resp.StatusCode()
 		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
 	d.Attempts++
 	d.Execution += latency
 	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
-	if paced {
+	if emptyBudget {
 		l.ObserveEmptyBudget(c.seq, latency, c.granted, now)
 	} else {
 		l.Observe(oc, latency, c.granted, now)
@@ -569,11 +569,11 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 // cost. (A stream's usage is counted as it passes: see streamBody.) It
 // reports whether the answer is a 429 that says the request budget held
 // no call for it.
-func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) (paced bool) {
+func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) (emptyBudget bool) {
 	l := c.l
 	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
 		l.ObserveBudget(b, c.seq, start, now)
-		paced = resp.StatusCode() == fasthttp.StatusTooManyRequests && b.Remaining < 1
+		emptyBudget = resp.StatusCode() == fasthttp.StatusTooManyRequests && b.Remaining < 1
 	}
 	// The usage first: it corrects what the lane booked for this call,
 	// which the budget the answer reports is then weighed against.
@@ -602,5 +602,5 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 			l.ObserveTokens(r, c.mark, start, now)
 		}
 	}
-	return paced
+	return emptyBudget
 }
