@@ -24,10 +24,18 @@
 //     set), back to back, at each -concurrency, JSON and SSE. Added
 //     latency, throughput, CPU per call, peak RSS, time to first streamed
 //     byte.
-//   - goodput (s1..s4): 64 closed-loop clients push calls through Governor
-//     into a provider that limits them; makespan against the optimum the
-//     limit allows, calls lost and duplicated, 429s, convergence. Each runs
-//     once per -presets entry (default and phoenix), side by side.
+//   - goodput (s1..s4, s2shared): 64 closed-loop clients push calls through
+//     Governor into a provider that limits them; makespan against the
+//     optimum the limit allows, calls lost and duplicated, 429s,
+//     convergence. Each runs once per -presets entry (default and
+//     phoenix), side by side.
+//   - s2shared: 2 and 4 Governor processes (-s2shared-governors), each
+//     with its share of 64 clients, spend S2's request bucket, as the
+//     replicas of a service spend one API key's requests per minute:
+//     without coordination and over Redis, at each of
+//     -s2shared-latencies, for -s2shared-duration. Calls answered against
+//     the most the bucket allows, 429s per 100 calls, Jain's fairness
+//     between the Governors, calls lost and duplicated.
 //   - memory: 10,000 calls waiting in one lane; resident memory per waiting
 //     call above idle.
 //   - matrix (only when asked for): providers that limit the way real ones

@@ -78,6 +78,13 @@ func evaluateGoals(res *results) *table {
 				r.tally.lost+r.tally.unfinished == 0 && r.tally.duplicated == 0)
 		}
 	}
+	for _, r := range res.bucketShare {
+		if r.preset == "default" {
+			lost += r.tally.lost + r.tally.unfinished
+			dup += r.tally.duplicated
+			runs++
+		}
+	}
 	if runs > 0 {
 		add("0 calls lost, 0 duplicated (every goodput scenario)", fmt.Sprintf("%d lost or unfinished, %d duplicated", lost, dup), lost == 0 && dup == 0)
 	}

@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		notes = append(notes, w.nginxNote)
 		fmt.Fprintf(stderr, "govbench: %s\n", w.nginxNote)
 	}
-	if w.redisNote != "" && slices.Contains(o.scenarios, "s4") {
+	if w.redisNote != "" && (slices.Contains(o.scenarios, "s4") || slices.Contains(o.scenarios, "s2shared")) {
 		notes = append(notes, w.redisNote)
 		fmt.Fprintf(stderr, "govbench: %s\n", w.redisNote)
 	}
@@ -140,6 +140,12 @@ func runScenarios(ctx context.Context, w *workspace, o *options, res *results, l
 					return err
 				}
 				res.goodput = append(res.goodput, r)
+			}
+		case "s2shared":
+			r, err := runBucketShares(ctx, w, o, log)
+			res.bucketShare = append(res.bucketShare, r...)
+			if err != nil {
+				return err
 			}
 		case "matrix":
 			r, err := runMatrix(ctx, w, o, log)

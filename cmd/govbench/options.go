@@ -13,7 +13,7 @@ import (
 
 // options are govbench's flags.
 type options struct {
-	scenarios []string // in run order: overhead, s1, s2, s3, s4, memory
+	scenarios []string // in run order: see allScenarios
 	smoke     bool
 	out       string
 	keep      bool
@@ -47,27 +47,35 @@ type options struct {
 
 	s4Latency  time.Duration // zero: the goodput scenarios' latency
 	s4Variants []coordination
+
+	bucketShareGovernors []int
+	bucketShareLatencies []time.Duration
+	bucketShareVariants  []coordination
+	bucketShareDuration  time.Duration
 }
 
 // allScenarios is every scenario in the order govbench runs them.
-var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "memory", "tenants", "matrix"}
+var allScenarios = []string{"overhead", "s1", "s2", "s3", "s4", "s2shared", "memory", "tenants", "matrix"}
 
 // smokeDefaults replace the defaults of flags not given on the command line
 // when -smoke is set: every scenario runs, each in a second or two.
 var smokeDefaults = map[string]string{
-	"concurrency":       "16",
-	"overhead-duration": "300ms",
-	"overhead-warmup":   "100ms",
-	"overhead-rounds":   "1",
-	"presets":           "default",
-	"goodput-duration":  "1s",
-	"calls":             "96",
-	"memory-calls":      "500",
-	"matrix-caps":       "2",
-	"matrix-latencies":  "100ms",
-	"matrix-knees":      "4",
-	"matrix-rounds":     "8",
-	"tenants-duration":  "1s",
+	"concurrency":        "16",
+	"overhead-duration":  "300ms",
+	"overhead-warmup":    "100ms",
+	"overhead-rounds":    "1",
+	"presets":            "default",
+	"goodput-duration":   "1s",
+	"calls":              "96",
+	"memory-calls":       "500",
+	"matrix-caps":        "2",
+	"matrix-latencies":   "100ms",
+	"matrix-knees":       "4",
+	"matrix-rounds":      "8",
+	"tenants-duration":   "1s",
+	"s2shared-governors": "2",
+	"s2shared-latencies": "100ms",
+	"s2shared-duration":  "1s",
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -75,7 +83,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("govbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var scenarios, concurrency, presets string
-	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory,tenants", "scenarios to run: overhead, goodput (s1,s2,s3,s4), s1, s2, s3, s4, memory, tenants, matrix")
+	fs.StringVar(&scenarios, "scenarios", "overhead,goodput,memory,tenants", "scenarios to run: overhead, goodput (s1,s2,s3,s4,s2shared), s1, s2, s3, s4, s2shared, memory, tenants, matrix")
 	fs.BoolVar(&o.smoke, "smoke", false, "a run of a few seconds that exercises every scenario (for CI; figures are meaningless)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this `file`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, process logs, each goodput run's lane samples as CSV)")
@@ -90,7 +98,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil
 	})
 	fs.StringVar(&o.nginxBin, "nginx", "nginx", "nginx `binary` for the overhead comparison; empty, or not found, skips nginx")
-	fs.StringVar(&o.redisBin, "redis", "redis-server", "redis-server `binary` for S4 with coordination (GOVERNOR_REDIS_URL); empty, or not found, skips those rows")
+	fs.StringVar(&o.redisBin, "redis", "redis-server", "redis-server `binary` for S4 and S2 shared with coordination (GOVERNOR_REDIS_URL); empty, or not found, skips those rows")
 	fs.StringVar(&concurrency, "concurrency", "1,16,64", "overhead: concurrent clients, comma-separated")
 	fs.DurationVar(&o.overheadDuration, "overhead-duration", 2*time.Second, "overhead: measured time per target, level, mode and round")
 	fs.DurationVar(&o.overheadWarmup, "overhead-warmup", 500*time.Millisecond, "overhead: unmeasured load before each measurement")
@@ -111,6 +119,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.s4Latency, "s4-latency", 0, "s4: the provider's median latency (default: the goodput scenarios', -goodput-duration over ⌈-calls/16⌉); e.g. 100ms for embeddings")
 	var s4Variants string
 	fs.StringVar(&s4Variants, "s4-variants", "none,redis,killed", "s4: the rows to run, comma-separated: none (each Governor alone, every preset), redis (coordinated, default preset), killed (redis killed mid-run)")
+	var bsGovernors, bsLatencies, bsVariants string
+	fs.StringVar(&bsGovernors, "s2shared-governors", "2,4", "s2shared: how many Governor processes share S2's request bucket, comma-separated (64 clients in all, split evenly)")
+	fs.StringVar(&bsLatencies, "s2shared-latencies", "100ms,480ms", "s2shared: the provider's median latencies, comma-separated")
+	fs.StringVar(&bsVariants, "s2shared-variants", "none,redis", "s2shared: the rows to run, comma-separated: none (each Governor alone, every preset), redis (coordinated, default preset)")
+	fs.DurationVar(&o.bucketShareDuration, "s2shared-duration", 15*time.Second, "s2shared: how long the clients send calls in each run")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: govbench [flags]
 
@@ -153,18 +166,29 @@ Flags:
 	if o.matrixKnees, err = parseIntsOrNone(matrixKnees); err != nil {
 		return nil, fmt.Errorf("-matrix-knees: %w", err)
 	}
-	for _, f := range splitList(matrixLatencies) {
-		d, err := time.ParseDuration(f)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("-matrix-latencies: %q is not a positive duration", f)
-		}
-		o.matrixLatencies = append(o.matrixLatencies, d)
+	if o.matrixLatencies, err = parseDurations(matrixLatencies); err != nil {
+		return nil, fmt.Errorf("-matrix-latencies: %w", err)
 	}
-	if len(o.matrixLatencies) == 0 || o.matrixRounds < 1 {
-		return nil, errors.New("-matrix-latencies must not be empty, -matrix-rounds at least 1")
+	if o.matrixRounds < 1 {
+		return nil, errors.New("-matrix-rounds must be at least 1")
 	}
 	if o.s4Variants, err = parseVariants(s4Variants); err != nil {
 		return nil, fmt.Errorf("-s4-variants: %w", err)
+	}
+	if o.bucketShareGovernors, err = parseInts(bsGovernors); err != nil {
+		return nil, fmt.Errorf("-s2shared-governors: %w", err)
+	}
+	if o.bucketShareLatencies, err = parseDurations(bsLatencies); err != nil {
+		return nil, fmt.Errorf("-s2shared-latencies: %w", err)
+	}
+	if o.bucketShareVariants, err = parseVariants(bsVariants); err != nil {
+		return nil, fmt.Errorf("-s2shared-variants: %w", err)
+	}
+	if slices.Contains(o.bucketShareVariants, coordRedisKilled) {
+		return nil, errors.New("-s2shared-variants: killed is S4's only (want none or redis)")
+	}
+	if g := o.bucketShareGovernors[len(o.bucketShareGovernors)-1]; g > bucketShareClients {
+		return nil, fmt.Errorf("-s2shared-governors: %d is more than the %d clients", g, bucketShareClients)
 	}
 	o.presets = splitList(presets)
 	for _, p := range o.presets {
@@ -189,6 +213,8 @@ Flags:
 		return nil, errors.New("-tenants-duration must be positive")
 	case o.s4Latency < 0:
 		return nil, errors.New("-s4-latency must not be negative")
+	case o.bucketShareDuration <= 0:
+		return nil, errors.New("-s2shared-duration must be positive")
 	}
 	return o, nil
 }
@@ -199,10 +225,10 @@ func parseScenarios(s string) ([]string, error) {
 	for _, name := range splitList(s) {
 		switch name {
 		case "goodput":
-			for _, g := range []string{"s1", "s2", "s3", "s4"} {
+			for _, g := range []string{"s1", "s2", "s3", "s4", "s2shared"} {
 				want[g] = true
 			}
-		case "overhead", "s1", "s2", "s3", "s4", "memory", "tenants", "matrix":
+		case "overhead", "s1", "s2", "s3", "s4", "s2shared", "memory", "tenants", "matrix":
 			want[name] = true
 		default:
 			return nil, fmt.Errorf("unknown scenario %q", name)
@@ -239,6 +265,22 @@ func parseVariants(s string) ([]coordination, error) {
 		if want[c] {
 			out = append(out, c)
 		}
+	}
+	return out, nil
+}
+
+// parseDurations parses a list of positive durations, in the order given.
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range splitList(s) {
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration", f)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty")
 	}
 	return out, nil
 }

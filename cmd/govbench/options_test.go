@@ -12,7 +12,7 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(nil, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"overhead", "s1", "s2", "s3", "s4", "memory", "tenants"}, o.scenarios, "all but the matrix")
+	assert.Equal(t, []string{"overhead", "s1", "s2", "s3", "s4", "s2shared", "memory", "tenants"}, o.scenarios, "all but the matrix")
 	assert.Equal(t, 10*time.Second, o.tenantsDuration)
 	assert.Equal(t, []int{1, 2, 4, 8, 16, 64, 256}, o.matrixCaps)
 	assert.Equal(t, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 5 * time.Second}, o.matrixLatencies)
@@ -52,7 +52,23 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, 480*time.Millisecond, goodputLatency(o), "and not the other scenarios'")
 	assert.Equal(t, []coordination{coordRedis, coordRedisKilled}, o.s4Variants, "run order, not flag order")
 
+	assert.Equal(t, []int{2, 4}, o.bucketShareGovernors, "S2 shared by 2 and 4 Governors by default")
+	assert.Equal(t, []time.Duration{100 * time.Millisecond, 480 * time.Millisecond}, o.bucketShareLatencies)
+	assert.Equal(t, []coordination{coordNone, coordRedis}, o.bucketShareVariants)
+	o, err = parseOptions([]string{"-scenarios", "s2shared", "-s2shared-governors", "8,3", "-s2shared-latencies", "2s,100ms", "-s2shared-variants", "redis"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"s2shared"}, o.scenarios)
+	assert.Equal(t, []int{3, 8}, o.bucketShareGovernors)
+	assert.Equal(t, []time.Duration{2 * time.Second, 100 * time.Millisecond}, o.bucketShareLatencies, "in the order given")
+	assert.Equal(t, []coordination{coordRedis}, o.bucketShareVariants)
+
 	for _, args := range [][]string{
+		{"-s2shared-governors", "0"},
+		{"-s2shared-governors", "65"},
+		{"-s2shared-latencies", "0s"},
+		{"-s2shared-latencies", ""},
+		{"-s2shared-variants", "killed"},
+		{"-s2shared-duration", "0s"},
 		{"-s4-variants", "sometimes"},
 		{"-s4-variants", ""},
 		{"-s4-latency", "-1s"},
@@ -79,4 +95,16 @@ func TestGoodputSpecs(t *testing.T) {
 	}
 	assert.Equal(t, 3000, specs["s3"].calls)
 	assert.Equal(t, "20s:cap=8,40s:cap=32", specs["s3"].mock.schedule)
+}
+
+func TestBucketShareOptimum(t *testing.T) {
+	// S2's bucket at its default size: 33.0 a second, burst 33.
+	o, err := parseOptions(nil, io.Discard)
+	require.NoError(t, err)
+	s2 := goodputSpecs(o)["s2"]
+	assert.InDelta(t, 33.04, s2.mock.rate, 0.01)
+	assert.Equal(t, 33, s2.mock.burst)
+	assert.InDelta(t, 33+s2.mock.rate*14.52, bucketShareOptimum(s2.mock.burst, s2.mock.rate, 15*time.Second, 480*time.Millisecond), 1e-9,
+		"the burst, then the refill, each call taking L")
+	assert.Zero(t, bucketShareOptimum(33, 33, 100*time.Millisecond, time.Second), "no call can finish before L")
 }

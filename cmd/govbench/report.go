@@ -13,9 +13,11 @@ import (
 type results struct {
 	overhead *overheadResult
 	goodput  []goodputRun // S1–S4, each preset, in run order
-	memory   *memoryResult
-	matrix   []matrixRun
-	tenants  *tenantsResult
+	// bucketShare is S2 shared, each cell in run order.
+	bucketShare []bucketShareRun
+	memory      *memoryResult
+	matrix      []matrixRun
+	tenants     *tenantsResult
 }
 
 // writeReport writes the Markdown report of a run.
@@ -36,6 +38,9 @@ func writeReport(w io.Writer, m machine, o *options, args []string, res *results
 	}
 	if len(res.goodput) > 0 {
 		writeGoodput(w, res.goodput)
+	}
+	if len(res.bucketShare) > 0 {
+		writeBucketShares(w, res.bucketShare)
 	}
 	if res.memory != nil {
 		writeMemory(w, *res.memory)

@@ -22,7 +22,7 @@ type workspace struct {
 	mockBin       string
 	nginxBin      string // empty when nginx is skipped
 	nginxNote     string // why nginx is skipped
-	redisBin      string // empty when S4 with coordination is skipped
+	redisBin      string // empty when the rows coordinated over Redis are skipped
 	redisNote     string // why it is skipped
 }
 
@@ -58,7 +58,7 @@ func newWorkspace(ctx context.Context, o *options, log io.Writer) (*workspace, e
 		}
 	}
 	w.nginxBin, w.nginxNote = findTool("nginx", o.nginxBin, "the overhead comparison", "nginx")
-	w.redisBin, w.redisNote = findTool("redis", o.redisBin, "S4 with coordination", "redis-server")
+	w.redisBin, w.redisNote = findTool("redis", o.redisBin, "S4 and S2 shared with coordination", "redis-server")
 	return w, nil
 }
 
