@@ -315,7 +315,16 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		// Grow only while the limit is what holds the lane back
 		// (RFC 7661's "cwnd-limited"): otherwise an idle or lightly used
 		// lane would wind its target up to Max and release a burst later.
-		if s.InFlight > 0 && s.InFlight < c.limitLocked() {
+		// Calls held by the caller for a provider's budget (Held) count
+		// in InFlight but are not at the provider: the budget holds the
+		// lane back, as a sender held by its pacer is not cwnd-limited
+		// (Linux's tcp_is_cwnd_limited), and the limit stays near what
+		// the provider holds instead of climbing to Max on answers that
+		// say nothing of it. Such a sample still clocks the yields above:
+		// each gives back a share of the calls in flight, held ones
+		// included, so a limit that grew before the budget bound comes
+		// down toward the calls the budget lets out.
+		if s.Held || s.InFlight > 0 && s.InFlight < c.limitLocked() {
 			return None
 		}
 		if c.latencyOn() {

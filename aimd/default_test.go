@@ -194,6 +194,44 @@ func TestDefaultNoGrowthWhenNotInUse(t *testing.T) {
 	assert.Equal(t, Increased, c.ObserveAt(ok(1, 0), at(201)), "InFlight 0: unknown, counts as in use")
 }
 
+// A lane whose caller held calls in their slots for a provider's budget
+// while a call was out (Sample.Held) is held back by the budget, not by its
+// limit: the answer does not grow the limit, in slow start or above it,
+// however many calls are in flight; it still clocks the yields.
+func TestDefaultNoGrowthWhileCallsAreHeld(t *testing.T) {
+	held := func(c *Controller, lat float64) Sample {
+		s := inUse(c, lat)
+		s.Held = true
+		return s
+	}
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+	for i := range 100 {
+		assert.Equal(t, None, c.ObserveAt(held(c, 1), at(1+0.001*float64(i))), "held success %d in slow start", i)
+	}
+	assert.InDelta(t, 8, c.State().Target, 1e-9, "slow start stopped")
+	assert.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(2)), "none held: the limit holds the lane back")
+	assert.Equal(t, 10, c.Limit())
+
+	// Nor, after a decrease, does it slow start back or probe (the
+	// yields that the round trips clock may lower it).
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 10), at(3)))
+	level := c.State().Target
+	for i := range 50 {
+		ev := c.ObserveAt(held(c, 0.5), at(4+0.5*float64(i)))
+		require.NotEqual(t, Increased, ev, "held round trip %d after a decrease", i)
+		require.LessOrEqual(t, c.State().Target, level, "held round trip %d after a decrease", i)
+	}
+
+	// The yields still come: they bring a limit that grew before the
+	// budget bound down toward the calls the budget lets out.
+	c = New(Config{AdmissionWindow: -1, Max: 64, Initial: 10}, t0)
+	for r := 1; r < yieldRounds; r++ {
+		assert.Equal(t, None, c.ObserveAt(held(c, 1), at(float64(r))), "round trip %d", r)
+	}
+	require.Equal(t, Yielded, c.ObserveAt(held(c, 1), at(yieldRounds)))
+	assert.InDelta(t, 7, c.State().Target, 1e-9, "10 × 0.7")
+}
+
 func TestDefaultNoWindUpAboveMax(t *testing.T) {
 	c := New(Config{AdmissionWindow: -1, Max: 10}, t0)
 	for i := range 1000 {

@@ -27,9 +27,11 @@
 // got in leaves the lane asking at Initial, as a newcomer to an account
 // that others fill.
 //
-// Success (a 2xx, or a final 4xx) may raise the limit; RateLimited (429,
-// 529) and Timeout lower it; Failure (a 5xx, a connection error) is not a
-// congestion signal and changes nothing. The Event returned says what the
+// Success (a 2xx, or a final 4xx) may raise the limit (the Default preset
+// raises it only while it holds the lane back: the limit in use, and no
+// call held by the caller for a provider's budget meanwhile, Sample.Held);
+// RateLimited (429, 529) and Timeout lower it; Failure (a 5xx, a
+// connection error) is not a congestion signal and changes nothing. The Event returned says what the
 // sample did, for logs and metrics; State is a snapshot. Adopt replaces the
 // target with one decided elsewhere, for a lane that several processes
 // govern together.

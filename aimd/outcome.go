@@ -52,9 +52,13 @@ type Sample struct {
 	Dispatched time.Time
 	// Held reports that, while this call was out, the caller held other
 	// calls in their slots before sending them (to meet a provider's
-	// request budget). The limit then does not say what the provider
-	// holds: the Default preset does not read the silence of the calls
-	// out as queueing at the provider (see overdue.go).
+	// request or token budget). The limit then does not say what the
+	// provider holds, and is not what holds the lane back: the Default
+	// preset does not grow the target on such an answer (RFC 7661's
+	// "cwnd-limited"), nor read the silence of the calls out as
+	// queueing at the provider (see overdue.go). Congestion signals,
+	// yields and the slow-start threshold are as without it. Phoenix's
+	// preset ignores it.
 	Held bool
 }
 

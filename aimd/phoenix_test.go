@@ -185,3 +185,21 @@ func TestLatencyEWMA(t *testing.T) {
 		})
 	}
 }
+
+// Phoenix's preset ignores Sample.Held: the same answers, held or not, take
+// it through the same states.
+func TestPhoenixIgnoresHeld(t *testing.T) {
+	plain, held := New(Config{Preset: Phoenix, Max: 64}, t0), New(Config{Preset: Phoenix, Max: 64}, t0)
+	for i := range 400 {
+		s := ok(0.5, plain.Limit())
+		if i%37 == 36 {
+			s = limited(0.5, plain.Limit())
+		}
+		now := at(0.1 * float64(i))
+		ev := plain.ObserveAt(s, now)
+		s.Held = true
+		require.Equal(t, ev, held.ObserveAt(s, now), "answer %d", i)
+		require.Equal(t, plain.State(), held.State(), "answer %d", i)
+	}
+	assert.Greater(t, plain.State().Decreases, uint64(0), "the run saw decreases")
+}
