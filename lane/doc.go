@@ -14,15 +14,18 @@
 //
 // Each Lane has a queue.Queue and an aimd.Controller. For each attempt the
 // caller takes a slot from the lane's Queue, calls Reserve (and waits what
-// it says, holding the slot: the provider's request budget, learned from
-// ObserveBudget), makes the attempt, then reports it with Observe, which
-// feeds the controller and sets the queue's limit from it (a 429 whose
+// it says, holding the slot, between Hold and Unhold: the provider's
+// request budget, learned from ObserveBudget), makes the attempt, then
+// reports it with Observe, which feeds the controller and sets the queue's limit from it (a 429 whose
 // report says the request budget was empty: ObserveEmptyBudget, which
 // leaves a call sent before the lane knew the budget to the pacer), and
 // releases the slot. A lane that knows one of its provider's token budgets
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
-// with ReserveTokens before it is sent, and gives it back with
-// GiveBackTokens when the provider refuses the call (see tokens.go).
+// with ReserveTokens before it is sent (the wait, Hold to Unhold, is the
+// longer of the two), and gives it back with GiveBackTokens when the
+// provider refuses the call (see tokens.go). Held counts the calls that
+// wait so; the controller does not grow the limit on answers that come
+// while any does (aimd.Sample.Held): the budget holds the lane back.
 // Pause holds the lane's dispatches for a provider's Retry-After until a
 // call succeeds (Answered) or the time comes, whichever is first (if the
 // time comes with calls of the lane in flight, the queue lets one call

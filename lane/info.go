@@ -7,13 +7,19 @@ import (
 
 // Info is one lane as GET /governor/lanes shows it.
 type Info struct {
-	ID              string         `json:"id"`
-	Upstream        string         `json:"upstream"`
-	Model           string         `json:"model"`
-	Credential      string         `json:"credential"` // a short hash, never the key
-	Target          float64        `json:"target"`
-	Limit           int            `json:"limit"`
-	InFlight        int            `json:"in_flight"`
+	ID         string  `json:"id"`
+	Upstream   string  `json:"upstream"`
+	Model      string  `json:"model"`
+	Credential string  `json:"credential"` // a short hash, never the key
+	Target     float64 `json:"target"`
+	Limit      int     `json:"limit"`
+	InFlight   int     `json:"in_flight"`
+	// Held is how many of InFlight wait in their slots for a provider's
+	// request or token budget before they are sent: InFlight - Held are
+	// at the provider or on their way. The controller does not grow the
+	// limit on answers that come while calls wait so (the budget, not
+	// the limit, holds the lane back).
+	Held            int            `json:"held"`
 	Queued          int            `json:"queued"`
 	QueuedByUrgency map[string]int `json:"queued_by_urgency"`
 	LatencyEWMAMs   float64        `json:"latency_ewma_ms"`
@@ -89,6 +95,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		Limit:             qs.Limit, // the controller's, or this Governor's share of it
 		SharedLimit:       st.Limit,
 		InFlight:          qs.InFlight,
+		Held:              l.Held(),
 		Queued:            qs.Waiting,
 		QueuedByUrgency:   map[string]int{},
 		Tenants:           []TenantInfo{},

@@ -54,8 +54,10 @@ type Lane struct {
 	lastUsed atomic.Int64
 	rejected atomic.Bool
 	accepted atomic.Bool
-	// heldAt is when a call was last told to wait for a provider's
-	// budget holding its slot (Unix nanoseconds; 0 never): see heldSince.
+	// held counts the calls waiting for a provider's budget in their
+	// slots now (Hold to Unhold), and heldAt is when one last started or
+	// ended such a wait (Unix nanoseconds; 0 never): see heldSince.
+	held   atomic.Int64
 	heldAt atomic.Int64
 }
 
@@ -334,7 +336,7 @@ func (l *Lane) wakeRetriesLocked() {
 // ObserveBudget) and how long the call must wait before it is sent. With
 // no budget known the wait is 0. A coordinated lane books the bucket every
 // Governor on the lane draws from, unless the Coordinator fails or is
-// slow; ctx bounds that.
+// slow; ctx bounds that. The caller waits between Hold and Unhold.
 func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait time.Duration) {
 	l.armAdmit(now)
 	seq, wait = l.pace.reserve(now)
@@ -343,22 +345,38 @@ func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait tim
 			wait = d
 		}
 	}
-	l.noteHeld(wait, now)
 	return seq, wait
 }
 
-// noteHeld notes that a call was told at now to wait before it is sent,
-// holding its slot, if wait > 0 (see heldSince).
-func (l *Lane) noteHeld(wait time.Duration, now time.Time) {
-	if wait > 0 {
-		l.heldAt.Store(now.UnixNano())
-	}
+// Hold counts, from now, a call that waits in its slot before it is sent,
+// for the wait Reserve or ReserveTokens said (the provider's budget), until
+// Unhold. While calls wait so, the lane's calls in flight are more than the
+// provider holds, and the limit is not what holds the lane back: the
+// controller does not grow it on the answers of calls out meanwhile (see
+// aimd.Sample.Held). Held counts them.
+func (l *Lane) Hold(now time.Time) {
+	l.held.Add(1)
+	l.heldAt.Store(now.UnixNano())
 }
 
-// heldSince reports whether a call was told to wait for a provider's
-// budget, holding its slot, at or after t: while it waits the lane's
-// calls in flight are more than the provider holds.
+// Unhold ends at now a wait begun with Hold: the call is sent, or has
+// given up its slot.
+func (l *Lane) Unhold(now time.Time) {
+	l.heldAt.Store(now.UnixNano())
+	l.held.Add(-1)
+}
+
+// Held returns the number of the lane's calls in flight that wait in
+// their slots for a provider's budget now (see Hold).
+func (l *Lane) Held() int { return int(l.held.Load()) }
+
+// heldSince reports whether a call of the lane has waited in its slot for
+// a provider's budget at any time since t: one waits now, or one began or
+// ended such a wait at or after t.
 func (l *Lane) heldSince(t time.Time) bool {
+	if l.held.Load() > 0 {
+		return true
+	}
 	at := l.heldAt.Load()
 	return at != 0 && at >= t.UnixNano()
 }

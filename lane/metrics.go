@@ -53,6 +53,9 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 	// Governor's share of it when the lane is coordinated.
 	set.NewGauge(name("governor_lane_limit{%s}", lbl), func() float64 { return float64(l.q.Stats().Limit) })
 	set.NewGauge(name("governor_lane_in_flight{%s}", lbl), func() float64 { return float64(l.q.Stats().InFlight) })
+	// The calls among them that wait in their slots for a provider's
+	// budget (Hold): the rest are at the provider.
+	set.NewGauge(name("governor_lane_held{%s}", lbl), func() float64 { return float64(l.Held()) })
 	set.NewGauge(name("governor_lane_queued{%s}", lbl), func() float64 { return float64(l.q.Len()) })
 	// 1 while the lane's dispatches are paused (a provider's Retry-After,
 	// here or, on a coordinated lane, at another Governor).

@@ -339,11 +339,10 @@ func (l *Lane) EstimateCost(bodyBytes, maxTokens int) Cost {
 // call's slot, and returns how long the call must wait before it is sent
 // (at most MaxPause) and its mark for ObserveTokens; with no budget known
 // the wait is 0. A call that costs more than a whole budget gets
-// ErrCostExceedsBudget and must not be sent: no wait makes it fit.
+// ErrCostExceedsBudget and must not be sent: no wait makes it fit. The
+// caller waits between Hold and Unhold.
 func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark, error) {
-	wait, mark, err := l.tokens.reserve(cost, now, l.pace.maxGap)
-	l.noteHeld(wait, now)
-	return wait, mark, err
+	return l.tokens.reserve(cost, now, l.pace.maxGap)
 }
 
 // ObserveTokens takes a token budget that the answer to the call booked at

@@ -85,6 +85,42 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 	assert.Equal(t, int64(4), seen.Load(), "no call was sent before its wait")
 }
 
+// A call that waits for the provider's budget holds its slot: it counts in
+// the lane's in_flight and in held until it is sent, and held is 0 again
+// once it is.
+func TestCallWaitingForTheBudgetIsHeld(t *testing.T) {
+	checkLeaks(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A bucket of 1 that refills in 1 s, empty after this call.
+		w.Header().Set("X-Ratelimit-Limit-Requests", "1")
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x"}`)
+	}))
+	t.Cleanup(up.Close)
+	clock := newManualClock()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
+	c := client(t)
+	resp, _ := chat(t, c, base, nil) // learns the budget: the next call waits 1 s
+	require.Equal(t, 200, resp.StatusCode)
+	require.Zero(t, lanesOf(t, c, base)[0].Held)
+
+	done := make(chan int)
+	go func() {
+		resp, _ := chat(t, c, base, nil)
+		done <- resp.StatusCode
+	}()
+	var li lane.Info
+	require.Eventually(t, func() bool { li = lanesOf(t, c, base)[0]; return li.Held == 1 }, 5*time.Second, time.Millisecond,
+		"the call waiting for the refill is held")
+	assert.Equal(t, 1, li.InFlight, "held in its slot")
+	assert.Equal(t, 200, <-done)
+	li = lanesOf(t, c, base)[0]
+	assert.Zero(t, li.Held, "sent and answered: no longer held")
+	assert.Zero(t, li.InFlight)
+}
+
 // Against mockllm's token bucket every call of a burst succeeds, each
 // attempt Governor reports reaching the provider once.
 func TestTokenBucketBurstSucceeds(t *testing.T) {

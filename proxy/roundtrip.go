@@ -294,7 +294,10 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	}
 	if delay > 0 {
 		ctx = c.own(ctx)
-		if err := sleepCtx(ctx, delay, nil); err != nil {
+		l.Hold(now)
+		err := sleepCtx(ctx, delay, nil)
+		l.Unhold(p.cfg.Now())
+		if err != nil {
 			l.Queue().ReleaseTenant(c.o.tenant)
 			return ctx, p.waitError(ctx, err)
 		}

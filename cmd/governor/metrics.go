@@ -32,6 +32,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_target", "gauge", "The lane's controller target (the shared target on a coordinated lane)."},
 	{"governor_lane_limit", "gauge", "Calls the lane may have in flight here now."},
 	{"governor_lane_in_flight", "gauge", "The lane's calls in flight."},
+	{"governor_lane_held", "gauge", "The lane's calls in flight that wait in their slots for a provider's request or token budget before they are sent."},
 	{"governor_lane_queued", "gauge", "The lane's calls waiting in its queue."},
 	{"governor_lane_paused", "gauge", "1 while the lane's dispatches are paused by a provider's Retry-After (here, or at another Governor on a coordinated lane)."},
 	{"governor_lane_tenants", "gauge", "Tenants (X-Governor-Tenant) with calls waiting or in flight in the lane."},
