@@ -16,13 +16,14 @@ import (
 // limit, not the provider's in-flight count, is the controller's decision:
 // a limit above the capacity is 429s, one below it is capacity left unused.
 
-// laneSample is the lane limit and calls in flight of each governor of a
-// run at one instant; -1 for a governor that is not running or did not
-// answer.
+// laneSample is the lane limit, calls in flight and calls among them held
+// for the provider's budget of each governor of a run at one instant; -1
+// for a governor that is not running or did not answer.
 type laneSample struct {
 	at       time.Duration
 	limits   []int
 	inFlight []int
+	held     []int
 }
 
 // sampler polls GET /governor/lanes of its governors from one goroutine.
@@ -67,14 +68,15 @@ func (s *sampler) poll(ctx context.Context, t0 time.Time) {
 	s.mu.Lock()
 	govs := append([]*governor(nil), s.govs...)
 	s.mu.Unlock()
-	smp := laneSample{at: time.Since(t0), limits: make([]int, len(govs)), inFlight: make([]int, len(govs))}
+	smp := laneSample{at: time.Since(t0), limits: make([]int, len(govs)), inFlight: make([]int, len(govs)),
+		held: make([]int, len(govs))}
 	for i, g := range govs {
-		smp.limits[i], smp.inFlight[i] = -1, -1
+		smp.limits[i], smp.inFlight[i], smp.held[i] = -1, -1, -1
 		if g == nil {
 			continue
 		}
 		if li, err := g.lanes(ctx); err == nil {
-			smp.limits[i], smp.inFlight[i] = li.Limit, li.InFlight
+			smp.limits[i], smp.inFlight[i], smp.held[i] = li.Limit, li.InFlight, li.Held
 		}
 	}
 	if ctx.Err() != nil {
@@ -164,22 +166,26 @@ func convergences(samples []laneSample, changes []capChange, end, hold time.Dura
 }
 
 // writeSamples writes samples as CSV to path: the time in milliseconds,
-// then each polled Governor's limit and calls in flight (-1 while not
-// polled). govbench writes one file per goodput run into its work
+// then each polled Governor's limit, calls in flight and calls among them
+// held for the provider's budget (-1 while not polled). govbench writes one file per goodput run into its work
 // directory, which -keep keeps: a run's timeline, for plotting.
 func writeSamples(path string, samples []laneSample) error {
 	var b strings.Builder
 	b.WriteString("ms")
 	if len(samples) > 0 {
 		for i := range samples[0].limits {
-			fmt.Fprintf(&b, ",limit%d,inflight%d", i+1, i+1)
+			fmt.Fprintf(&b, ",limit%d,inflight%d,held%d", i+1, i+1, i+1)
 		}
 	}
 	b.WriteByte('\n')
 	for _, s := range samples {
 		fmt.Fprintf(&b, "%d", s.at.Milliseconds())
 		for i := range s.limits {
-			fmt.Fprintf(&b, ",%d,%d", s.limits[i], s.inFlight[i])
+			held := -1
+			if i < len(s.held) {
+				held = s.held[i]
+			}
+			fmt.Fprintf(&b, ",%d,%d,%d", s.limits[i], s.inFlight[i], held)
 		}
 		b.WriteByte('\n')
 	}

@@ -104,11 +104,11 @@ func TestSamplerPollsUntilStopped(t *testing.T) {
 func TestWriteSamples(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lanes.csv")
 	samples := []laneSample{
-		{at: 96 * time.Millisecond, limits: []int{8, -1}, inFlight: []int{7, -1}},
-		{at: 1500 * time.Millisecond, limits: []int{9, 1}, inFlight: []int{9, 0}},
+		{at: 96 * time.Millisecond, limits: []int{8, -1}, inFlight: []int{7, -1}, held: []int{2, -1}},
+		{at: 1500 * time.Millisecond, limits: []int{9, 1}, inFlight: []int{9, 0}, held: []int{0, 0}},
 	}
 	require.NoError(t, writeSamples(path, samples))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	assert.Equal(t, "ms,limit1,inflight1,limit2,inflight2\n96,8,7,-1,-1\n1500,9,9,1,0\n", string(b))
+	assert.Equal(t, "ms,limit1,inflight1,held1,limit2,inflight2,held2\n96,8,7,2,-1,-1,-1\n1500,9,9,0,1,0,0\n", string(b))
 }

@@ -66,6 +66,7 @@ func startGovernor(ctx context.Context, w *workspace, name, upstream string, env
 type laneInfo struct {
 	Limit    int `json:"limit"`
 	InFlight int `json:"in_flight"`
+	Held     int `json:"held"`
 	Queued   int `json:"queued"`
 }
 
@@ -82,6 +83,7 @@ func (g *governor) lanes(ctx context.Context) (laneInfo, error) {
 	for _, l := range out.Lanes {
 		sum.Limit += l.Limit
 		sum.InFlight += l.InFlight
+		sum.Held += l.Held
 		sum.Queued += l.Queued
 	}
 	return sum, nil
