@@ -1,8 +1,9 @@
 // Package ui serves Governor's live page, GET /governor/ui, on the main
-// listener: every lane with its limit, target, calls in flight and waiting,
-// latency, 429s, pauses and collapses, with charts of the last minutes, and
-// every batch, async job or sync batch under way, with its progress, rate
-// and ETA, and for a job a cancel button.
+// listener: every lane with its limit, target, calls in flight (and those
+// of them held for the provider's budget) and waiting, latency, 429s,
+// pauses and collapses, with charts of the last minutes, and every batch,
+// async job or sync batch under way, with its progress, rate and ETA, and
+// for a job a cancel button.
 //
 // The page is static HTML, CSS and JavaScript embedded in the binary; it
 // loads nothing from elsewhere and holds no data of its own. Its script

@@ -168,6 +168,12 @@
     if (l.coordinated && l.shared_limit !== l.limit) c.limit.append(el('span', 'sub', `of ${count(l.shared_limit)}`));
     c.target.textContent = nf1.format(l.target);
     setNum(c.inflight, l.in_flight);
+    if (l.held > 0) {
+      c.inflight.append(el('span', 'sub', `${count(l.held)} held`));
+      c.inflight.title = `${count(l.held)} of them wait for the provider's request or token budget before they are sent`;
+    } else {
+      c.inflight.title = '';
+    }
 
     setNum(c.waiting, l.queued);
     const urg = Object.entries(l.queued_by_urgency || {}).sort(([a], [b]) => a.localeCompare(b));
