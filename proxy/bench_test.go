@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -224,6 +225,32 @@ func BenchmarkClientConnRequestRead(b *testing.B) {
 					}
 					got += n
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkAnswerBudgets measures reading the provider's budgets from an
+// answer's headers (request budget, then token budgets), as each attempt
+// does: an answer that reports none (most providers' JSON answers behind
+// a proxy, and mockllm's without a bucket), and one with OpenAI's six.
+func BenchmarkAnswerBudgets(b *testing.B) {
+	plain := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: Thu, 26 Nov 2026 08:00:00 GMT\r\n" +
+		"X-Request-Id: req_0123456789\r\nOpenai-Processing-Ms: 120\r\nContent-Length: 2\r\n\r\n{}"
+	openai := strings.Replace(plain, "Content-Length", "X-Ratelimit-Limit-Requests: 500\r\nX-Ratelimit-Remaining-Requests: 499\r\n"+
+		"X-Ratelimit-Reset-Requests: 120ms\r\nX-Ratelimit-Limit-Tokens: 30000\r\nX-Ratelimit-Remaining-Tokens: 29000\r\n"+
+		"X-Ratelimit-Reset-Tokens: 2s\r\nContent-Length", 1)
+	now := time.Now()
+	for _, c := range []struct{ name, raw string }{{"none", plain}, {"openai", openai}} {
+		b.Run(c.name, func(b *testing.B) {
+			var resp fasthttp.Response
+			if err := resp.Read(bufio.NewReader(strings.NewReader(c.raw))); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = rateLimitHeaders(&resp.Header, now)
+				_, _ = tokenBudgets(&resp.Header)
 			}
 		})
 	}

@@ -17,23 +17,34 @@ var budgetHeaders = [6]string{
 	"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset",
 }
 
-// peekBudget returns the values of budgetHeaders in h, each the first of
-// its name, as Peek would: in one pass over the headers, where a Peek per
-// name costs a pass each (and most answers have none of them).
+// peekBudget returns the values of budgetHeaders in h (see peekFirst).
 func peekBudget(h *fasthttp.ResponseHeader) (v [len(budgetHeaders)][]byte) {
-	var seen [len(budgetHeaders)]bool
+	peekFirst(h, budgetHeaders[:], v[:])
+	return v
+}
+
+// peekFirst sets v[i] to the value of the first header of h named
+// names[i], in any case, as Peek would, and leaves it nil when there is
+// none: in one pass over the headers, where a Peek per name costs a pass
+// each (and most answers have none of the rate-limit headers). v is as
+// long as names, at most 64.
+func peekFirst(h *fasthttp.ResponseHeader, names []string, v [][]byte) {
+	var seen uint64 // bit i: names[i] was found
+	shortest := len(names[0])
+	for _, name := range names {
+		shortest = min(shortest, len(name))
+	}
 	for k, val := range h.All() {
-		if len(k) < len(budgetHeaders[0]) { // the shortest name
+		if len(k) < shortest {
 			continue
 		}
-		for i, name := range budgetHeaders {
-			if !seen[i] && len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
-				v[i], seen[i] = val, true
+		for i, name := range names {
+			if seen&(1<<i) == 0 && len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+				v[i], seen = val, seen|1<<i
 				break
 			}
 		}
 	}
-	return v
 }
 
 // rateLimitHeaders reads a provider's request budget from an answer, for

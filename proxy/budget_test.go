@@ -164,6 +164,22 @@ func TestPeekBudgetIsPeek(t *testing.T) {
 	assert.Empty(t, got[1], "the first X-Ratelimit-Remaining-Requests is empty")
 }
 
+// So does it for the token budget headers (tokenBudgets).
+func TestPeekFirstIsPeekForTokenHeaders(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nx-ratelimit-limit-tokens:\r\nX-Ratelimit-Limit-Tokens: 3000\r\n" +
+		"anthropic-ratelimit-input-tokens-limit: 40000\r\nANTHROPIC-RATELIMIT-INPUT-TOKENS-REMAINING: 39000\r\n" +
+		"Anthropic-Ratelimit-Input-Tokens-Remaining: 1\r\nX-Ratelimit-Remaining-Tokens: 2900\r\n\r\n"
+	var h fasthttp.ResponseHeader
+	require.NoError(t, h.Read(bufio.NewReader(strings.NewReader(raw))))
+	var got [len(tokenHeaderNames)][]byte
+	peekFirst(&h, tokenHeaderNames[:], got[:])
+	for i, name := range tokenHeaderNames {
+		assert.Equal(t, string(h.Peek(name)), string(got[i]), name)
+	}
+	assert.Empty(t, got[0], "the first X-Ratelimit-Limit-Tokens is empty")
+	assert.Equal(t, "39000", string(got[3]))
+}
+
 // A 429 whose own request budget report says the budget was empty, to a
 // call let out before any answer told the lane that budget, is the
 // pacer's to meet (the report makes the next calls wait for the refill):

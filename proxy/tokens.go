@@ -28,6 +28,15 @@ var tokenHeaders = [...]struct {
 	{lane.Tokens, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", true},
 }
 
+// tokenHeaderNames are the names of tokenHeaders: limit, remaining, and
+// so on, in their order.
+var tokenHeaderNames = func() (names [2 * len(tokenHeaders)]string) {
+	for i, th := range tokenHeaders {
+		names[2*i], names[2*i+1] = th.limit, th.remaining
+	}
+	return names
+}()
+
 // roundedRemaining is what a remaining count rounded to the nearest
 // thousand can stand for at least: a multiple of 1,000 may be up to 500
 // more than what is left, and a budget that a lane spends to the last
@@ -44,12 +53,14 @@ func roundedRemaining(remaining float64) float64 {
 // its input and output budgets, so it counts only when neither of those
 // is reported. Malformed values are skipped.
 func tokenBudgets(h *fasthttp.ResponseHeader) (out [len(tokenHeaders)]lane.TokenReport, n int) {
+	var v [len(tokenHeaderNames)][]byte
+	peekFirst(h, tokenHeaderNames[:], v[:])
 	split := false // Anthropic's input or output budget was reported
 	for i, th := range tokenHeaders {
 		if th.kind == lane.Tokens && i > 0 && split {
 			continue
 		}
-		l, r := h.Peek(th.limit), h.Peek(th.remaining)
+		l, r := v[2*i], v[2*i+1]
 		if len(l) == 0 || len(r) == 0 {
 			continue
 		}
