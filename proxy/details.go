@@ -41,12 +41,23 @@ const (
 	HeaderShouldRetry = "X-Should-Retry"
 )
 
+// The names of the detail headers as fasthttp stores them (canonical), so
+// that setting them skips normalizing the names.
+var (
+	headerStatusKey      = []byte(HeaderStatus)
+	headerAttemptsKey    = []byte(HeaderAttempts)
+	headerQueueMsKey     = []byte(HeaderQueueMs)
+	headerShouldRetryKey = []byte(HeaderShouldRetry)
+	falseValue           = []byte("false")
+)
+
 // setDetailHeaders adds a call's execution details to its answer.
 func setDetailHeaders(h *fasthttp.ResponseHeader, d *Details) {
-	h.Set(HeaderStatus, string(d.Status))
-	h.Set(HeaderAttempts, strconv.Itoa(d.Attempts))
-	h.Set(HeaderQueueMs, strconv.FormatInt(d.Queue.Milliseconds(), 10))
+	var buf [20]byte
+	h.SetCanonical(headerStatusKey, []byte(d.Status))
+	h.SetCanonical(headerAttemptsKey, strconv.AppendInt(buf[:0], int64(d.Attempts), 10))
+	h.SetCanonical(headerQueueMsKey, strconv.AppendInt(buf[:0], d.Queue.Milliseconds(), 10))
 	if d.Status == StatusFailed {
-		h.Set(HeaderShouldRetry, "false")
+		h.SetCanonical(headerShouldRetryKey, falseValue)
 	}
 }
