@@ -223,11 +223,6 @@ type clientConn struct {
 	// writeDeadline is the write deadline last set. Only the goroutine
 	// that serves the connection sets write deadlines.
 	writeDeadline time.Time
-
-	// ahead holds the bytes read ahead of fasthttp's reader (see Read);
-	// nil when there are none. Only the goroutine that serves the
-	// connection uses it.
-	ahead *readAhead
 }
 
 // SetWriteDeadline sets the write deadline and remembers it.
@@ -268,10 +263,7 @@ func (c *clientConn) Close() error {
 		_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
 		buf := make([]byte, 16<<10)
 		for {
-			// From the socket: Close may be called by another goroutine
-			// than the one that reads (a shutdown closing idle
-			// connections), and what was read ahead is discarded anyway.
-			if _, err := c.TCPConn.Read(buf); err != nil {
+			if _, err := c.Read(buf); err != nil {
 				break
 			}
 		}
