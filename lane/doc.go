@@ -18,8 +18,9 @@
 // request budget, learned from ObserveBudget), makes the attempt, then
 // reports it with Observe, which feeds the controller and sets the queue's limit from it (a 429 whose
 // report says the request budget was empty: ObserveEmptyBudget, which
-// leaves a call sent before the lane knew the budget to the pacer), and
-// releases the slot. A lane that knows one of its provider's token budgets
+// leaves a call sent before the lane knew the budget to the pacer, and
+// for a later one also shrinks the share of the budget the pacer takes as
+// the lane's own, since others spend it too), and releases the slot. A lane that knows one of its provider's token budgets
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
 // with ReserveTokens before it is sent (the wait, Hold to Unhold, is the
 // longer of the two), and gives it back with GiveBackTokens when the

@@ -141,10 +141,12 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 // first calls, would hold the lane below the concurrency the refill rate
 // allows for several round trips of probing. A refusal of a call the
 // pacer let out knowing the budget means its count was wrong (others
-// spend the same budget, or the rate moved), and the controller hears it
-// as any 429, as Phoenix's controller, which has no pacer to lean on,
-// always does.
+// spend the same budget, or the rate moved): the pacer takes a smaller
+// share of the budget as its own, and the controller hears it as any
+// 429, as Phoenix's controller, which has no pacer to lean on, always
+// does.
 func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched, now time.Time) {
+	l.pace.refused(seq, now)
 	if l.pace.blind(seq) && l.ctrl.Config().Preset != aimd.Phoenix {
 		l.countAttempt(RateLimited, latency, now)
 		return

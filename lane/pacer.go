@@ -33,8 +33,10 @@ func (b Budget) Valid() bool {
 // one: when none is left it waits for the next refill, like
 // rate.Limiter.Reserve. Each report bounds the count by what the bucket
 // can hold, the provider having counted the reported call at some instant
-// between its dispatch and its answer (see bucket.bound). With no report
-// the pacer never delays anything.
+// between its dispatch and its answer (see bucket.bound). Of the bucket
+// the pacer counts only its share, which others' spending, told by the
+// refusals of its calls, makes smaller (see refused). With no report the
+// pacer never delays anything.
 type pacer struct {
 	mu        sync.Mutex
 	rate      float64 // tokens per second; 0 = unknown, no pacing
@@ -49,10 +51,20 @@ type pacer struct {
 	lows, ups extreme
 	reportAt  time.Time
 
+	// share is the part of the bucket the pacer takes as its own (see
+	// shareCut): 1 from the first report (0 before it), cut on a
+	// refusal, grown back with time since grownAt; cutSeq is the last
+	// dispatch booked before the last cut.
+	share   float64
+	grownAt time.Time
+	cutSeq  uint64
+
 	// maxGap bounds the wait for one token, as MaxPause bounds a
 	// Retry-After: a budget that refills in hours, or a nonsense one,
 	// cannot stall the lane. Zero: no bound. Set before the pacer is used.
 	maxGap time.Duration
+
+	limit float64 // the bucket's size, as last reported
 }
 
 // paceMargin is the share of the provider's refill rate at which a call
@@ -112,6 +124,30 @@ func (m *extreme) get(now time.Time, pick func(a, b float64) float64) float64 {
 	return of(pick, m.cur, m.prev)
 }
 
+// The share of a bucket that others draw on too. The replicas of a
+// service that share an API key spend one bucket, and each one's answers
+// report what all of them left in it; nothing in a report says how much
+// of the refill the others take. A pacer that counted the whole refill as
+// its own would let out, between two reports, what the others spend too:
+// N replicas would send N times the refill and collect 429s for the rest.
+// So the pacer takes a share of the bucket as its own: its count refills
+// at share of the rate and takes share of what each report says is left.
+// A refusal for an empty bucket of a call the pacer let out knowing the
+// budget says that share was too large (others spend the bucket, or its
+// rate moved): the share is cut to shareCut of itself, once for the calls
+// booked before the cut (they were spaced at the old share, and their
+// refusals say nothing of the new one). While the reports show the bucket
+// holding more than the reported call, the share grows back by
+// shareGrowth of the bucket a second, up to all of it. Additive growth and
+// multiplicative cuts bring replicas on one bucket to equal shares (Chiu
+// and Jain, 1989); a pacer alone, whose count is right, is not refused
+// and keeps the whole bucket.
+const (
+	shareCut    = 0.7
+	shareGrowth = 0.02 // of the bucket, a second
+	shareFloor  = 1.0 / 64
+)
+
 // pacing reports whether the pacer knows a refill rate to pace by. It
 // requires p.mu to be held.
 func (p *pacer) pacing() bool { return p.rate > 0 && !math.IsInf(p.rate, 0) }
@@ -119,8 +155,8 @@ func (p *pacer) pacing() bool { return p.rate > 0 && !math.IsInf(p.rate, 0) }
 // refillRate is the rate the count refills at, and spaceRate the rate
 // that waits for a token are spaced at (paceMargin of it): the refill
 // rate, but at least one token each maxGap. They require p.mu to be held.
-func (p *pacer) refillRate() float64 { return p.atLeastOneAGap(p.rate) }
-func (p *pacer) spaceRate() float64  { return p.atLeastOneAGap(p.rate * paceMargin) }
+func (p *pacer) refillRate() float64 { return p.atLeastOneAGap(p.rate * p.share) }
+func (p *pacer) spaceRate() float64  { return p.atLeastOneAGap(p.rate * p.share * paceMargin) }
 
 func (p *pacer) atLeastOneAGap(rate float64) float64 {
 	if p.maxGap > 0 {
@@ -149,6 +185,34 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	// Duration: no wait exceeds maxDelay.
 	wait := min((1-tokens)/p.spaceRate(), maxDelay.Seconds())
 	return p.seq, time.Duration(wait * float64(time.Second))
+}
+
+// refused takes a refusal at now, for an empty bucket, of dispatch seq:
+// unless the pacer let it out blind, or booked it before its share was
+// last cut, the share is cut (see shareCut).
+func (p *pacer) refused(seq uint64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq <= p.blindTo || seq <= p.cutSeq || !p.pacing() {
+		return
+	}
+	p.growShare(now, false)
+	p.share = max(shareFloor, p.share*shareCut)
+	p.cutSeq = p.seq
+	p.count.capacity = p.share * p.limit
+	p.count.take(0, now) // the count so far at the old rate, capped
+	p.count.rate = p.refillRate()
+}
+
+// growShare grows the share by shareGrowth a second since it last grew,
+// up to 1. It requires p.mu to be held.
+func (p *pacer) growShare(now time.Time, grow bool) {
+	if d := now.Sub(p.grownAt); d > 0 {
+		if grow {
+			p.share = min(1, p.share+shareGrowth*d.Seconds())
+		}
+		p.grownAt = now
+	}
 }
 
 // blind reports whether dispatch seq was let out before the pacer knew a
@@ -197,14 +261,20 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 		}
 	}
 	p.reportSeq = seq
-	left := remaining - float64(p.seq-seq)
+	p.limit = limit
 	if !counting {
 		// No count yet: the report as of its answer, which credits no
 		// refill that did not happen.
-		p.count = bucket{capacity: limit, rate: p.refillRate(), tokens: left, at: now}
+		p.share, p.grownAt = 1, now
+		p.count = bucket{capacity: limit, rate: p.refillRate(), tokens: remaining - float64(p.seq-seq), at: now}
 		p.reportAt = now
 		return
 	}
+	// The count so far refilled at the share it had; the report is read
+	// with the share it has now.
+	p.count.take(0, now)
+	p.growShare(now, remaining >= 1)
+	left := p.share*remaining - float64(p.seq-seq)
 	// The count is the pacer's own, so the report may be dated as early
 	// as the provider can have counted the call, its dispatch: that
 	// reading credits too much only when the count is higher still.
@@ -213,10 +283,10 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	// since the last report, the refill at the rate's upper bound less
 	// that, which this report may give back (within its own bounds).
 	if up := p.ups.get(now, math.Min); up > p.rate && now.After(p.reportAt) {
-		p.count.take(-(up-p.rate)*now.Sub(p.reportAt).Seconds(), now)
+		p.count.take(-(up-p.rate)*p.share*now.Sub(p.reportAt).Seconds(), now)
 	}
 	p.reportAt = now
-	p.count.bound(left, dispatched, now, limit, p.refillRate())
+	p.count.bound(left, dispatched, now, p.share*limit, p.refillRate())
 }
 
 // learned returns the refill rate and bucket size the pacer has learned,
@@ -227,5 +297,5 @@ func (p *pacer) learned() (rate, capacity float64) {
 	if !p.pacing() {
 		return 0, 0
 	}
-	return p.rate, p.count.capacity
+	return p.rate, p.limit
 }

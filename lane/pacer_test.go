@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -240,12 +241,29 @@ func TestPacerReportOfACallCountedOrAnsweredLate(t *testing.T) {
 // the next call. A call the provider refuses is answered at once. It
 // returns when the last answer came and how many calls were refused.
 func runPacer(p *pacer, provider *providerBucket, start time.Time, calls, slots int, travel, latency time.Duration) (end time.Time, refused int) {
+	r := runPacers([]*pacer{p}, provider, start, calls, start.Add(maxDelay), slots, travel, latency)
+	return r.end, r.refused[0]
+}
+
+// pacersRun is what runPacers saw of each pacer's calls.
+type pacersRun struct {
+	end     time.Time // the last answer
+	served  []int     // calls the provider took, by pacer
+	refused []int     // calls it refused, by pacer
+}
+
+// runPacers runs pacers side by side on one provider bucket, as
+// runPacer runs one: each has slots of its own and sends calls until it
+// has sent calls or until stop, whichever is first.
+func runPacers(pacers []*pacer, provider *providerBucket, start time.Time, calls int, stop time.Time, slots int, travel, latency time.Duration) pacersRun {
 	type event struct {
 		at      time.Time
 		kind    int // reserve, count or answer
+		pacer   int
 		seq     uint64
 		sent    time.Time
 		report  Budget
+		refused bool
 		ordinal int // keeps the events of one instant in the order they were made
 	}
 	const (
@@ -264,34 +282,44 @@ func runPacer(p *pacer, provider *providerBucket, start time.Time, calls, slots 
 		events = slices.Insert(events, i, e)
 	}
 	for range slots {
-		push(event{at: start, kind: reserve})
+		for i := range pacers {
+			push(event{at: start, kind: reserve, pacer: i})
+		}
 	}
-	started := 0
+	r := pacersRun{served: make([]int, len(pacers)), refused: make([]int, len(pacers))}
+	started := make([]int, len(pacers))
 	for len(events) > 0 {
 		e := events[0]
 		events = events[1:]
+		p := pacers[e.pacer]
 		switch e.kind {
 		case reserve:
-			if started < calls {
-				started++
+			if started[e.pacer] < calls && e.at.Before(stop) {
+				started[e.pacer]++
 				seq, wait := p.reserve(e.at)
 				sent := e.at.Add(wait)
-				push(event{at: sent.Add(travel), kind: count, seq: seq, sent: sent})
+				push(event{at: sent.Add(travel), kind: count, pacer: e.pacer, seq: seq, sent: sent})
 			}
 		case count:
-			answered := e.sent.Add(latency)
-			if !provider.count(e.at) {
-				refused++
+			answered, ok := e.sent.Add(latency), provider.count(e.at)
+			switch {
+			case !ok:
+				r.refused[e.pacer]++
 				answered = e.at
+			case e.at.Before(stop):
+				r.served[e.pacer]++
 			}
-			push(event{at: answered, kind: answer, seq: e.seq, sent: e.sent, report: provider.report(e.at)})
+			push(event{at: answered, kind: answer, pacer: e.pacer, seq: e.seq, sent: e.sent, report: provider.report(e.at), refused: !ok})
 		case answer:
 			p.observe(e.report, e.seq, e.sent, e.at)
-			end = e.at
-			push(event{at: e.at, kind: reserve})
+			if e.refused {
+				p.refused(e.seq, e.at)
+			}
+			r.end = e.at
+			push(event{at: e.at, kind: reserve, pacer: e.pacer})
 		}
 	}
-	return end, refused
+	return r
 }
 
 // A bucket can hold less than what it refills while one answer is
@@ -317,4 +345,101 @@ func TestPacerSpendsTheRateWhenAnswersOutlastTheBucket(t *testing.T) {
 	t.Logf("makespan %v, optimum %v: %.3f, %d refused", took, optimum, optimum.Seconds()/took.Seconds(), refused)
 	assert.LessOrEqual(t, refused, calls/100, "calls the provider refused")
 	assert.GreaterOrEqual(t, optimum.Seconds()/took.Seconds(), 0.97)
+}
+
+// Replicas of a service that share one API key spend one request bucket,
+// and every answer reports what all of them left in it. Each pacer learns
+// the share of the bucket that is its own from the refusals of its calls:
+// together they spend the bucket's rate, with a few calls refused while
+// they learn it, and split it evenly. (A pacer that took the whole refill
+// as its own has about half of its calls refused beside one other, and
+// three in four beside three.)
+func TestPacersShareOneBucket(t *testing.T) {
+	for _, tc := range []struct {
+		pacers  int
+		latency time.Duration
+	}{{2, 100 * time.Millisecond}, {4, 100 * time.Millisecond}, {2, 480 * time.Millisecond}, {4, 480 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("%d pacers, %v", tc.pacers, tc.latency), func(t *testing.T) {
+			// S2's bucket: 33 a second, as many at once.
+			provider := providerBucket{capacity: 33, rate: 33, level: 33, at: t0}
+			pacers := make([]*pacer, tc.pacers)
+			for i := range pacers {
+				// One call each learns the budget, as a lane's first
+				// calls do.
+				pacers[i] = &pacer{}
+				seq, _ := pacers[i].reserve(t0)
+				require.True(t, provider.count(t0))
+				pacers[i].observe(provider.report(t0), seq, t0, t0.Add(tc.latency))
+			}
+			const run = 20 * time.Second
+			start := t0.Add(tc.latency)
+			r := runPacers(pacers, &provider, start, math.MaxInt, start.Add(run), 64/tc.pacers, time.Millisecond, tc.latency)
+			served, refused := 0, 0
+			shares := make([]float64, len(pacers))
+			for i := range pacers {
+				served += r.served[i]
+				refused += r.refused[i]
+				shares[i] = float64(r.served[i])
+			}
+			optimum := 33 + 33*run.Seconds()
+			per100 := 100 * float64(refused) / float64(served+refused)
+			fairness := jain(shares)
+			t.Logf("served %d of %.0f (%.3f), %.2f refused per 100, Jain %.3f, %v", served, optimum, float64(served)/optimum, per100, fairness, r.served)
+			assert.LessOrEqual(t, per100, 20.0, "calls refused per 100")
+			assert.GreaterOrEqual(t, float64(served)/optimum, 0.95, "of the bucket's rate")
+			assert.GreaterOrEqual(t, fairness, 0.95, "Jain's fairness index over the pacers' calls served")
+		})
+	}
+}
+
+// A refusal of a call the pacer let out knowing the budget cuts its share
+// of the bucket, once for the calls booked before the cut; a refusal of a
+// call let out blind cuts nothing. Reports of a bucket that holds more
+// than the reported call grow the share back, by shareGrowth a second.
+func TestPacerShare(t *testing.T) {
+	// wait is the time to refill missing tokens at share of the rate, of
+	// which the pacer spends paceMargin.
+	wait := func(missing, rate float64) time.Duration {
+		return time.Duration(missing / (rate * paceMargin) * float64(time.Second))
+	}
+	var p pacer
+	blind, _ := p.reserve(t0)
+	// Capacity 10, none left, full in 900 ms: 10 a second.
+	p.observe(Budget{Limit: 10, Remaining: 0, Reset: 900 * time.Millisecond}, blind, t0, ms(50))
+	p.refused(blind, ms(50))
+	_, d := p.reserve(ms(50))
+	assert.Equal(t, wait(1, 10), d, "a blind call's refusal cuts nothing")
+
+	seq, _ := p.reserve(ms(50))
+	booked, _ := p.reserve(ms(50)) // before the cut
+	p.refused(seq, ms(60))
+	p.refused(booked, ms(60))
+	assert.InDelta(t, shareCut, p.share, 1e-9, "one cut for the calls booked before it")
+	// Four calls are booked ahead of the next one, and the count, at
+	// share of the rate, refilled 10 ms since its first report.
+	_, d = p.reserve(ms(60))
+	assert.Equal(t, wait(4-0.1, 10*shareCut), d)
+
+	// A report of the bucket holding more than the reported call, 5 s
+	// on, grows the share back; one of an empty bucket does not.
+	after, _ := p.reserve(ms(60))
+	p.observe(Budget{Limit: 10, Remaining: 0, Reset: 900 * time.Millisecond}, after, ms(5060), ms(5060))
+	assert.InDelta(t, shareCut, p.share, 1e-9, "the bucket held no call: the share stays")
+	last, _ := p.reserve(ms(5060))
+	p.observe(Budget{Limit: 10, Remaining: 3, Reset: 630 * time.Millisecond}, last, ms(10060), ms(10060))
+	assert.InDelta(t, shareCut+5*shareGrowth, p.share, 1e-9, "the bucket held calls for 5 s")
+	p.refused(last, ms(10070))
+	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.share, 1e-9, "a call booked after the cut")
+	p.refused(after, ms(10080))
+	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.share, 1e-9, "a call booked before the second cut")
+}
+
+// jain is Jain's fairness index of x: (Σx)² / (n·Σx²).
+func jain(x []float64) float64 {
+	var sum, sq float64
+	for _, v := range x {
+		sum += v
+		sq += v * v
+	}
+	return sum * sum / (float64(len(x)) * sq)
 }
