@@ -60,6 +60,9 @@ type Info struct {
 	// beyond its admission window, since a refusal takes that long to
 	// come back.
 	UpstreamConnectMs float64 `json:"upstream_connect_ms"`
+	// RequestBudget is the provider's request budget the lane paces its
+	// calls by; nil until an answer has reported one it can pace by.
+	RequestBudget *RequestBudgetInfo `json:"request_budget"`
 	// TokenBudgets are the provider's token budgets the lane has learned
 	// (from its headers or its 429s), each per minute with the estimate
 	// of what is left now; empty until one is reported.
@@ -106,6 +109,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		RateLimited:       l.m.attempts[RateLimited].Get(),
 		Pauses:            l.m.pauses.Get(),
 	}
+	li.RequestBudget = l.pace.info(now)
 	li.TokenBudgets = l.tokens.info(now)
 	if li.TokenBudgets == nil {
 		li.TokenBudgets = []TokenBudgetInfo{}

@@ -289,6 +289,30 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	p.count.bound(left, dispatched, now, p.share*limit, p.refillRate())
 }
 
+// RequestBudgetInfo is the provider's request budget as GET /governor/lanes
+// shows it, once the lane paces by it: the refill rate a minute, the
+// bucket's size, the share of both the lane takes as its own (1 unless
+// its calls were refused for an empty bucket, as when other Governors or
+// clients spend the same one; see pacer), and the estimate of what is left
+// of that share now.
+type RequestBudgetInfo struct {
+	PerMinute float64 `json:"per_minute"`
+	Burst     float64 `json:"burst"`
+	Share     float64 `json:"share"`
+	Remaining float64 `json:"remaining"`
+}
+
+// info describes the budget the pacer paces by at now; nil before it
+// knows a refill rate.
+func (p *pacer) info(now time.Time) *RequestBudgetInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.pacing() {
+		return nil
+	}
+	return &RequestBudgetInfo{PerMinute: p.rate * 60, Burst: p.limit, Share: p.share, Remaining: max(0, math.Floor(p.count.level(now)))}
+}
+
 // learned returns the refill rate and bucket size the pacer has learned,
 // zero if none.
 func (p *pacer) learned() (rate, capacity float64) {

@@ -403,9 +403,11 @@ func TestPacerShare(t *testing.T) {
 		return time.Duration(missing / (rate * paceMargin) * float64(time.Second))
 	}
 	var p pacer
+	assert.Nil(t, p.info(t0), "no budget reported: none shown")
 	blind, _ := p.reserve(t0)
 	// Capacity 10, none left, full in 900 ms: 10 a second.
 	p.observe(Budget{Limit: 10, Remaining: 0, Reset: 900 * time.Millisecond}, blind, t0, ms(50))
+	assert.Equal(t, &RequestBudgetInfo{PerMinute: 600, Burst: 10, Share: 1, Remaining: 0}, p.info(ms(50)))
 	p.refused(blind, ms(50))
 	_, d := p.reserve(ms(50))
 	assert.Equal(t, wait(1, 10), d, "a blind call's refusal cuts nothing")
@@ -415,6 +417,7 @@ func TestPacerShare(t *testing.T) {
 	p.refused(seq, ms(60))
 	p.refused(booked, ms(60))
 	assert.InDelta(t, shareCut, p.share, 1e-9, "one cut for the calls booked before it")
+	assert.InDelta(t, shareCut, p.info(ms(60)).Share, 1e-9, "the lane shows the share it takes")
 	// Four calls are booked ahead of the next one, and the count, at
 	// share of the rate, refilled 10 ms since its first report.
 	_, d = p.reserve(ms(60))

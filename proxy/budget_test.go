@@ -83,6 +83,14 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 		assert.Less(t, ms, 100, "call %d waits for one refill", i+2)
 	}
 	assert.Equal(t, int64(4), seen.Load(), "no call was sent before its wait")
+	b := lanesOf(t, c, base)[0].RequestBudget
+	require.NotNil(t, b, "the lane shows the budget it paces by")
+	// 19 to 20 a second: providers round remaining down, and the lane
+	// paces by the rate's lower bound.
+	assert.InDelta(t, 1170, b.PerMinute, 30)
+	assert.Equal(t, 20.0, b.Burst)
+	assert.Equal(t, 1.0, b.Share, "alone on the budget, never refused")
+	assert.GreaterOrEqual(t, b.Remaining, 0.0)
 }
 
 // A call that waits for the provider's budget holds its slot: it counts in
