@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/llmgovernor/governor/internal/fdlimit"
@@ -223,6 +224,18 @@ type clientConn struct {
 	// writeDeadline is the write deadline last set. Only the goroutine
 	// that serves the connection sets write deadlines.
 	writeDeadline time.Time
+
+	// ahead holds the bytes read ahead of fasthttp's reader (see Read);
+	// nil when there are none. It and the fields below are used only by
+	// the goroutine that serves the connection.
+	ahead *readAhead
+	raw   syscall.RawConn
+	// readReady is readArrived, which sets arrived, arrivedN and
+	// arrivedErr (see readFirst).
+	readReady  func(fd uintptr) bool
+	arrived    *readAhead
+	arrivedN   int
+	arrivedErr error
 }
 
 // SetWriteDeadline sets the write deadline and remembers it.
@@ -263,7 +276,10 @@ func (c *clientConn) Close() error {
 		_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
 		buf := make([]byte, 16<<10)
 		for {
-			if _, err := c.Read(buf); err != nil {
+			// From the socket: Close may be called by another goroutine
+			// than the one that reads (a shutdown closing idle
+			// connections), and what was read ahead is discarded anyway.
+			if _, err := c.TCPConn.Read(buf); err != nil {
 				break
 			}
 		}
