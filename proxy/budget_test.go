@@ -37,6 +37,24 @@ func TestRateLimitHeadersReadsAnthropicHeaders(t *testing.T) {
 	assert.False(t, ok, "malformed budgets are ignored")
 }
 
+// emptyBucketUpstream is a provider whose every answer reports a request
+// bucket of size calls, refilled in 1 s and empty after the call; seen
+// counts the calls it got.
+func emptyBucketUpstream(t *testing.T, size int) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	seen := new(atomic.Int64)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		w.Header().Set("X-Ratelimit-Limit-Requests", strconv.Itoa(size))
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x"}`)
+	}))
+	t.Cleanup(up.Close)
+	return up, seen
+}
+
 // Against a token bucket, Governor learns the pace from the provider's
 // headers and holds a call for the refill it needs instead of sending it
 // into a 429.
@@ -49,18 +67,9 @@ func TestRateLimitHeadersReadsAnthropicHeaders(t *testing.T) {
 // checked on a fake clock in package lane.
 func TestTokenBucketIsMetByPacing(t *testing.T) {
 	checkLeaks(t)
-	var seen atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen.Add(1)
-		// A bucket of 20 that refills in 1 s: 20 calls a second, and it is
-		// empty after this call.
-		w.Header().Set("X-Ratelimit-Limit-Requests", "20")
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x"}`)
-	}))
-	t.Cleanup(up.Close)
+	// A bucket of 20 that refills in 1 s: 20 calls a second, and it is
+	// empty after each call.
+	up, seen := emptyBucketUpstream(t, 20)
 	clock := newManualClock()
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
 	c := client(t)
@@ -98,15 +107,7 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 // once it is.
 func TestCallWaitingForTheBudgetIsHeld(t *testing.T) {
 	checkLeaks(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A bucket of 1 that refills in 1 s, empty after this call.
-		w.Header().Set("X-Ratelimit-Limit-Requests", "1")
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", "1s")
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x"}`)
-	}))
-	t.Cleanup(up.Close)
+	up, _ := emptyBucketUpstream(t, 1) // refills in 1 s, empty after each call
 	clock := newManualClock()
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
 	c := client(t)
