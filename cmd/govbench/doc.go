@@ -30,12 +30,14 @@
 //     convergence. Each runs once per -presets entry (default and
 //     phoenix), side by side.
 //   - s2shared: 2 and 4 Governor processes (-s2shared-governors), each
-//     with its share of 64 clients, spend S2's request bucket, as the
-//     replicas of a service spend one API key's requests per minute:
-//     without coordination and over Redis, at each of
-//     -s2shared-latencies, for -s2shared-duration. Calls answered against
-//     the most the bucket allows, 429s per 100 calls, Jain's fairness
-//     between the Governors, calls lost and duplicated.
+//     with its share of 64 clients, spend one budget, as the replicas of
+//     a service spend one API key's: S2's request bucket (requests per
+//     minute) at each of -s2shared-latencies, and the matrix's OpenAI
+//     tokens-per-minute budget with its headers, calls of mixed sizes
+//     (-s2shared-budgets); without coordination and over Redis (which
+//     shares no token budget), for -s2shared-duration. Calls answered
+//     against the most the budget allows, 429s per 100 calls, Jain's
+//     fairness between the Governors, calls lost and duplicated.
 //   - memory: 10,000 calls waiting in one lane; resident memory per waiting
 //     call above idle.
 //   - matrix (only when asked for): providers that limit the way real ones

@@ -51,6 +51,7 @@ type options struct {
 	bucketShareGovernors []int
 	bucketShareLatencies []time.Duration
 	bucketShareVariants  []coordination
+	bucketShareBudgets   []shareBudget
 	bucketShareDuration  time.Duration
 }
 
@@ -119,9 +120,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.s4Latency, "s4-latency", 0, "s4: the provider's median latency (default: the goodput scenarios', -goodput-duration over ⌈-calls/16⌉); e.g. 100ms for embeddings")
 	var s4Variants string
 	fs.StringVar(&s4Variants, "s4-variants", "none,redis,killed", "s4: the rows to run, comma-separated: none (each Governor alone, every preset), redis (coordinated, default preset), killed (redis killed mid-run)")
-	var bsGovernors, bsLatencies, bsVariants string
-	fs.StringVar(&bsGovernors, "s2shared-governors", "2,4", "s2shared: how many Governor processes share S2's request bucket, comma-separated (64 clients in all, split evenly)")
-	fs.StringVar(&bsLatencies, "s2shared-latencies", "100ms,480ms", "s2shared: the provider's median latencies, comma-separated")
+	var bsGovernors, bsLatencies, bsVariants, bsBudgets string
+	fs.StringVar(&bsGovernors, "s2shared-governors", "2,4", "s2shared: how many Governor processes share the budget, comma-separated (64 clients in all, split evenly)")
+	fs.StringVar(&bsLatencies, "s2shared-latencies", "100ms,480ms", "s2shared: the provider's median latencies of the request budget's cells, comma-separated")
+	fs.StringVar(&bsBudgets, "s2shared-budgets", "requests,tpm", "s2shared: the budgets shared, comma-separated: requests (S2's request bucket, at each -s2shared-latencies), tpm (the matrix's OpenAI tokens-per-minute budget with its headers, calls of mixed sizes)")
 	fs.StringVar(&bsVariants, "s2shared-variants", "none,redis", "s2shared: the rows to run, comma-separated: none (each Governor alone, every preset), redis (coordinated, default preset)")
 	fs.DurationVar(&o.bucketShareDuration, "s2shared-duration", 15*time.Second, "s2shared: how long the clients send calls in each run")
 	fs.Usage = func() {
@@ -183,6 +185,9 @@ Flags:
 	}
 	if o.bucketShareVariants, err = parseVariants(bsVariants); err != nil {
 		return nil, fmt.Errorf("-s2shared-variants: %w", err)
+	}
+	if o.bucketShareBudgets, err = parseShareBudgets(bsBudgets); err != nil {
+		return nil, fmt.Errorf("-s2shared-budgets: %w", err)
 	}
 	if slices.Contains(o.bucketShareVariants, coordRedisKilled) {
 		return nil, errors.New("-s2shared-variants: killed is S4's only (want none or redis)")

@@ -55,12 +55,17 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, []int{2, 4}, o.bucketShareGovernors, "S2 shared by 2 and 4 Governors by default")
 	assert.Equal(t, []time.Duration{100 * time.Millisecond, 480 * time.Millisecond}, o.bucketShareLatencies)
 	assert.Equal(t, []coordination{coordNone, coordRedis}, o.bucketShareVariants)
-	o, err = parseOptions([]string{"-scenarios", "s2shared", "-s2shared-governors", "8,3", "-s2shared-latencies", "2s,100ms", "-s2shared-variants", "redis"}, io.Discard)
+	assert.Equal(t, []shareBudget{shareRequests, shareTPM}, o.bucketShareBudgets, "the request budget and the token budget by default")
+	o, err = parseOptions([]string{"-scenarios", "s2shared", "-s2shared-governors", "8,3", "-s2shared-latencies", "2s,100ms", "-s2shared-variants", "redis", "-s2shared-budgets", "tpm"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"s2shared"}, o.scenarios)
 	assert.Equal(t, []int{3, 8}, o.bucketShareGovernors)
 	assert.Equal(t, []time.Duration{2 * time.Second, 100 * time.Millisecond}, o.bucketShareLatencies, "in the order given")
 	assert.Equal(t, []coordination{coordRedis}, o.bucketShareVariants)
+	assert.Equal(t, []shareBudget{shareTPM}, o.bucketShareBudgets)
+	o, err = parseOptions([]string{"-s2shared-budgets", "tpm,requests"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []shareBudget{shareRequests, shareTPM}, o.bucketShareBudgets, "run order, not flag order")
 
 	for _, args := range [][]string{
 		{"-s2shared-governors", "0"},
@@ -68,6 +73,8 @@ func TestParseOptions(t *testing.T) {
 		{"-s2shared-latencies", "0s"},
 		{"-s2shared-latencies", ""},
 		{"-s2shared-variants", "killed"},
+		{"-s2shared-budgets", "rpm"},
+		{"-s2shared-budgets", ""},
 		{"-s2shared-duration", "0s"},
 		{"-s4-variants", "sometimes"},
 		{"-s4-variants", ""},

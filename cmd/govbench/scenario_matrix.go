@@ -65,6 +65,18 @@ func matrixCost() float64 {
 	return sum / float64(len(matrixPrompts))
 }
 
+// matrixTokenRate is the TPM cells' budget in calls a second.
+const matrixTokenRate = 4.0
+
+// matrixTPM is the TPM cells' OpenAI budget, tokens a minute:
+// matrixTokenRate calls of the mean cost a second.
+func matrixTPM() int { return int(matrixTokenRate * matrixCost() * 60) }
+
+// matrixTokenMeanLatency is a TPM cell's mean call, first byte to last.
+func matrixTokenMeanLatency() time.Duration {
+	return matrixTokenLatency + time.Duration(float64(matrixMaxTokens[0]+matrixMaxTokens[1]+matrixMaxTokens[2])/3/matrixTokenSpeed*float64(time.Second))
+}
+
 // matrixBody returns call i's body of a TPM cell.
 func matrixBody(anthropic bool) func(i int) []byte {
 	return func(i int) []byte {
@@ -105,12 +117,10 @@ func matrixSpecs(o *options) []matrixSpec {
 	// start); each call takes 0.2 s + max_tokens/500 s (0.75 s on
 	// average), so 64 clients would send 85 a second. The calls are the
 	// minute's worth and -matrix-rounds seconds at the budget's rate.
-	cost := matrixCost()
-	perSecond := 4.0
-	tpm := int(perSecond * cost * 60)
+	perSecond, tpm := matrixTokenRate, matrixTPM()
 	burst := int(perSecond * 60)
 	n := burst + int(perSecond*float64(rounds))
-	meanLatency := matrixTokenLatency + time.Duration(float64(matrixMaxTokens[0]+matrixMaxTokens[1]+matrixMaxTokens[2])/3/matrixTokenSpeed*float64(time.Second))
+	meanLatency := matrixTokenMeanLatency()
 	token := func(name, title string, anthropic, headers bool) matrixSpec {
 		s := matrixSpec{goal: matrixGoal{goodput: 0.95, per100: 3}}
 		if headers {

@@ -12,33 +12,73 @@ import (
 	"time"
 )
 
-// S2 shared: several Governor processes spend one request bucket, S2's
-// (see goodputSpecs), as the replicas of a service spend one API key's
-// requests per minute. The bucket reports itself on every answer
-// (x-ratelimit-{limit,remaining,reset}-requests), so each Governor's pacer
-// learns its size and rate; what no answer says is how much of the refill
-// the other Governors spend. Without coordination each Governor must find
-// its share from the reports and its 429s; with coordination (redis) they
-// book the bucket together over a Redis that govbench starts, the
-// reference.
+// S2 shared: several Governor processes spend one budget, as the replicas
+// of a service spend one API key's: S2's request bucket (see goodputSpecs,
+// requests per minute), or the matrix's OpenAI tokens-per-minute budget
+// (see matrixSpecs, calls of mixed sizes). The budget reports itself on
+// every answer (x-ratelimit-{limit,remaining,reset}-{requests,tokens}),
+// so each Governor's pacer learns its size and rate; what no answer says
+// is how much of the refill the other Governors spend. Without
+// coordination each Governor must find its share from the reports and its
+// 429s; with coordination (redis) they book the request bucket together
+// over a Redis that govbench starts, the reference (Redis shares no token
+// budget: there each Governor still spends the tokens alone).
 //
 // bucketShareClients closed-loop clients, split evenly over the
 // Governors, send calls from the start of the run until
 // -s2shared-duration; every Governor runs from before the first call to
-// after the last, so each could spend the whole bucket alone. A cell runs
-// for each count of -s2shared-governors, each latency of
-// -s2shared-latencies and each of -s2shared-variants (none with every
-// preset, redis with the default one).
+// after the last, so each could spend the whole budget alone. A cell runs
+// for each budget of -s2shared-budgets, each count of
+// -s2shared-governors, each latency of -s2shared-latencies (the request
+// budget's; the token budget's calls take the TPM cells' latencies) and
+// each of -s2shared-variants (none with every preset, redis with the
+// default one).
 const bucketShareClients = 64
+
+// shareBudget is the budget the Governors of S2 shared spend.
+type shareBudget int
+
+const (
+	shareRequests shareBudget = iota // S2's request bucket
+	shareTPM                         // the TPM cells' OpenAI token budget
+)
+
+var shareBudgetNames = [...]string{"requests", "tpm"}
+
+func (b shareBudget) String() string { return shareBudgetNames[b] }
+
+// parseShareBudgets parses -s2shared-budgets, in run order.
+func parseShareBudgets(s string) ([]shareBudget, error) {
+	want := map[shareBudget]bool{}
+	for _, f := range splitList(s) {
+		i := slices.Index(shareBudgetNames[:], f)
+		if i < 0 {
+			return nil, fmt.Errorf("unknown budget %q (want requests or tpm)", f)
+		}
+		want[shareBudget(i)] = true
+	}
+	if len(want) == 0 {
+		return nil, errors.New("empty")
+	}
+	var out []shareBudget
+	for b := range shareBudgetNames {
+		if want[shareBudget(b)] {
+			out = append(out, shareBudget(b))
+		}
+	}
+	return out, nil
+}
 
 // bucketShareRun is the outcome of one cell of S2 shared.
 type bucketShareRun struct {
+	budget    shareBudget
 	governors int
 	preset    string
 	coord     coordination
 	latency   time.Duration
-	rate      float64 // the bucket's refill, a second
-	burst     int     // and its size
+	rate      float64 // the budget's refill, calls a second
+	burst     int     // and its size, calls
+	tpm       int     // the token budget, tokens a minute (0: requests)
 	d         time.Duration
 	// completed are the calls answered 2xx by d, optimum the most the
 	// bucket allows by then: the burst, then the refill, each call
@@ -84,10 +124,28 @@ func bucketShareOptimum(b int, r float64, d, l time.Duration) float64 {
 }
 
 // runBucketShares runs every cell of S2 shared that o selects, in order:
-// by latency, then Governors, then variant.
+// by budget, latency, then Governors, then variant.
 func runBucketShares(ctx context.Context, w *workspace, o *options, log io.Writer) ([]bucketShareRun, error) {
 	var out []bucketShareRun
-	for _, l := range o.bucketShareLatencies {
+	for _, b := range o.bucketShareBudgets {
+		latencies := o.bucketShareLatencies
+		if b == shareTPM {
+			latencies = []time.Duration{matrixTokenMeanLatency()}
+		}
+		rs, err := runBucketShareCells(ctx, w, o, b, latencies, log)
+		out = append(out, rs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// runBucketShareCells runs the cells of S2 shared on budget b at each
+// latency, by latency, then Governors, then variant.
+func runBucketShareCells(ctx context.Context, w *workspace, o *options, b shareBudget, latencies []time.Duration, log io.Writer) ([]bucketShareRun, error) {
+	var out []bucketShareRun
+	for _, l := range latencies {
 		for _, n := range o.bucketShareGovernors {
 			for _, c := range o.bucketShareVariants {
 				presets := o.presets
@@ -98,7 +156,7 @@ func runBucketShares(ctx context.Context, w *workspace, o *options, log io.Write
 					presets = []string{"default"}
 				}
 				for _, p := range presets {
-					r, err := runBucketShare(ctx, w, o, n, l, p, c, log)
+					r, err := runBucketShare(ctx, w, o, b, n, l, p, c, log)
 					if err != nil {
 						return out, err
 					}
@@ -111,17 +169,33 @@ func runBucketShares(ctx context.Context, w *workspace, o *options, log io.Write
 }
 
 // runBucketShare runs one cell: n Governors with the preset and the
-// coordination given, calls of median latency l.
-func runBucketShare(ctx context.Context, w *workspace, o *options, n int, l time.Duration, preset string, coord coordination, log io.Writer) (run bucketShareRun, err error) {
-	s2 := goodputSpecs(o)["s2"]
+// coordination given on budget b, calls of median latency l (a request
+// budget's; a token budget's calls take the TPM cells' latencies, of mean
+// l).
+func runBucketShare(ctx context.Context, w *workspace, o *options, b shareBudget, n int, l time.Duration, preset string, coord coordination, log io.Writer) (run bucketShareRun, err error) {
 	d := o.bucketShareDuration
-	run = bucketShareRun{governors: n, preset: preset, coord: coord, latency: l, rate: s2.mock.rate, burst: s2.mock.burst, d: d}
+	run = bucketShareRun{budget: b, governors: n, preset: preset, coord: coord, latency: l, d: d}
+	var mc mockConfig
+	body := func(int) []byte { return chatBody(false) }
 	name := fmt.Sprintf("s2shared-%dgov-%v-%s%s", n, l, preset, strings.ReplaceAll(strings.ReplaceAll(coord.suffix(), " + ", "-"), ", ", "-"))
-	fmt.Fprintf(log, "govbench: S2 shared by %d Governors, preset %s%s: bucket %.1f/s burst %d, latency %v, %v\n",
-		n, preset, coord.suffix(), run.rate, run.burst, l, d)
+	switch b {
+	case shareRequests:
+		s2 := goodputSpecs(o)["s2"]
+		run.rate, run.burst = s2.mock.rate, s2.mock.burst
+		mc = mockConfig{latency: l, spread: latencySpread, seed: o.seed, rate: run.rate, burst: run.burst}
+		fmt.Fprintf(log, "govbench: S2 shared by %d Governors, preset %s%s: bucket %.1f/s burst %d, latency %v, %v\n",
+			n, preset, coord.suffix(), run.rate, run.burst, l, d)
+	case shareTPM:
+		run.rate, run.burst, run.tpm = matrixTokenRate, int(matrixTokenRate*60), matrixTPM()
+		mc = mockConfig{latency: matrixTokenLatency, spread: latencySpread, seed: o.seed,
+			fill: true, tokensPerSecond: matrixTokenSpeed, tpm: run.tpm}
+		body = matrixBody(false)
+		name = "s2shared-tpm-" + strings.TrimPrefix(name, "s2shared-")
+		fmt.Fprintf(log, "govbench: TPM shared by %d Governors, preset %s%s: %d tokens/min (%.1f calls/s, burst %d), mean latency %v, %v\n",
+			n, preset, coord.suffix(), run.tpm, run.rate, run.burst, l, d)
+	}
 	var g group
 	defer func() { err = errors.Join(err, g.stopAll()) }()
-	mc := mockConfig{latency: l, spread: latencySpread, seed: o.seed, rate: run.rate, burst: run.burst}
 	m, err := startMock(ctx, w, name+"-mockllm", mc)
 	if err != nil {
 		return run, err
@@ -163,7 +237,7 @@ func runBucketShare(ctx context.Context, w *workspace, o *options, n int, l time
 			defer lc.close()
 			results[i] = runUntil(ctx, clients, t0, d, func(ctx context.Context, k int, buf []byte) callResult {
 				id := fmt.Sprintf("%s-g%d-%06d", name, i+1, k)
-				return lc.call(ctx, t0, request{url: gov.url + "/v1/chat/completions", body: chatBody(false), id: id}, buf)
+				return lc.call(ctx, t0, request{url: gov.url + "/v1/chat/completions", body: body(k), id: id}, buf)
 			})
 		})
 	}
@@ -176,7 +250,7 @@ func runBucketShare(ctx context.Context, w *workspace, o *options, n int, l time
 		return run, err
 	}
 	if err := g.alive(); err != nil {
-		return run, fmt.Errorf("S2 shared by %d Governors, preset %s%s: %w", n, preset, coord.suffix(), err)
+		return run, fmt.Errorf("%s shared by %d Governors, preset %s%s: %w", b, n, preset, coord.suffix(), err)
 	}
 	st, err := m.stats(ctx)
 	if err != nil {
@@ -203,8 +277,24 @@ func runBucketShare(ctx context.Context, w *workspace, o *options, n int, l time
 	return run, nil
 }
 
-// writeBucketShares writes the table of S2 shared.
+// writeBucketShares writes the tables of S2 shared, one a budget.
 func writeBucketShares(w io.Writer, runs []bucketShareRun) {
+	for _, b := range []shareBudget{shareRequests, shareTPM} {
+		var of []bucketShareRun
+		for _, r := range runs {
+			if r.budget == b {
+				of = append(of, r)
+			}
+		}
+		if len(of) > 0 {
+			writeBucketShareTable(w, of)
+		}
+	}
+}
+
+// writeBucketShareTable writes the table of S2 shared's runs on one
+// budget.
+func writeBucketShareTable(w io.Writer, runs []bucketShareRun) {
 	t := table{
 		header: []string{"Governors", "L", "preset", "calls", "goodput", "429s/100 calls", "Jain", "calls/s per Governor", "lost", "duplicated", "decreases / collapses / pauses"},
 		align:  "rrlrrrrlrrr",
@@ -220,5 +310,10 @@ func writeBucketShares(w io.Writer, runs []bucketShareRun) {
 			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), r.events.String())
 	}
 	r := runs[0]
+	if r.budget == shareTPM {
+		fmt.Fprintf(w, "\n## Goodput: an OpenAI TPM budget (%d tokens/min with headers, %.1f calls/s of mixed sizes, a minute's worth at the start) shared by several Governors, %v\n\n%s",
+			r.tpm, r.rate, r.d, t.markdown())
+		return
+	}
 	fmt.Fprintf(w, "\n## Goodput: S2's bucket (%.1f/s, burst %d) shared by several Governors, %v\n\n%s", r.rate, r.burst, r.d, t.markdown())
 }
