@@ -24,7 +24,10 @@
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
 // with ReserveTokens before it is sent (the wait, Hold to Unhold, is the
 // longer of the two), and gives it back with GiveBackTokens when the
-// provider refuses the call (see tokens.go). Held counts the calls that
+// provider refuses the call; a refusal whose report shows the budget
+// without room for it (TokensRefused) shrinks the share of that budget
+// the lane takes as its own, as for the request budget (see share.go and
+// tokens.go). Held counts the calls that
 // wait so; the controller does not grow the limit on answers that come
 // while any does (aimd.Sample.Held): the budget holds the lane back.
 // Pause holds the lane's dispatches for a provider's Retry-After until a

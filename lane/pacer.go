@@ -52,12 +52,9 @@ type pacer struct {
 	reportAt  time.Time
 
 	// share is the part of the bucket the pacer takes as its own (see
-	// shareCut): 1 from the first report (0 before it), cut on a
-	// refusal, grown back with time since grownAt; cutSeq is the last
-	// dispatch booked before the last cut.
-	share   float64
-	grownAt time.Time
-	cutSeq  uint64
+	// share): all of it from the first report (none before it); its
+	// bookings are dispatches.
+	share share
 
 	// maxGap bounds the wait for one token, as MaxPause bounds a
 	// Retry-After: a budget that refills in hours, or a nonsense one,
@@ -124,30 +121,6 @@ func (m *extreme) get(now time.Time, pick func(a, b float64) float64) float64 {
 	return of(pick, m.cur, m.prev)
 }
 
-// The share of a bucket that others draw on too. The replicas of a
-// service that share an API key spend one bucket, and each one's answers
-// report what all of them left in it; nothing in a report says how much
-// of the refill the others take. A pacer that counted the whole refill as
-// its own would let out, between two reports, what the others spend too:
-// N replicas would send N times the refill and collect 429s for the rest.
-// So the pacer takes a share of the bucket as its own: its count refills
-// at share of the rate and takes share of what each report says is left.
-// A refusal for an empty bucket of a call the pacer let out knowing the
-// budget says that share was too large (others spend the bucket, or its
-// rate moved): the share is cut to shareCut of itself, once for the calls
-// booked before the cut (they were spaced at the old share, and their
-// refusals say nothing of the new one). While the reports show the bucket
-// holding more than the reported call, the share grows back by
-// shareGrowth of the bucket a second, up to all of it. Additive growth and
-// multiplicative cuts bring replicas on one bucket to equal shares (Chiu
-// and Jain, 1989); a pacer alone, whose count is right, is not refused
-// and keeps the whole bucket.
-const (
-	shareCut    = 0.7
-	shareGrowth = 0.02 // of the bucket, a second
-	shareFloor  = 1.0 / 64
-)
-
 // pacing reports whether the pacer knows a refill rate to pace by. It
 // requires p.mu to be held.
 func (p *pacer) pacing() bool { return p.rate > 0 && !math.IsInf(p.rate, 0) }
@@ -155,8 +128,8 @@ func (p *pacer) pacing() bool { return p.rate > 0 && !math.IsInf(p.rate, 0) }
 // refillRate is the rate the count refills at, and spaceRate the rate
 // that waits for a token are spaced at (paceMargin of it): the refill
 // rate, but at least one token each maxGap. They require p.mu to be held.
-func (p *pacer) refillRate() float64 { return p.atLeastOneAGap(p.rate * p.share) }
-func (p *pacer) spaceRate() float64  { return p.atLeastOneAGap(p.rate * p.share * paceMargin) }
+func (p *pacer) refillRate() float64 { return p.atLeastOneAGap(p.rate * p.share.of) }
+func (p *pacer) spaceRate() float64  { return p.atLeastOneAGap(p.rate * p.share.of * paceMargin) }
 
 func (p *pacer) atLeastOneAGap(rate float64) float64 {
 	if p.maxGap > 0 {
@@ -189,30 +162,16 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 
 // refused takes a refusal at now, for an empty bucket, of dispatch seq:
 // unless the pacer let it out blind, or booked it before its share was
-// last cut, the share is cut (see shareCut).
+// last cut, the share is cut (see share).
 func (p *pacer) refused(seq uint64, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if seq <= p.blindTo || seq <= p.cutSeq || !p.pacing() {
+	if seq <= p.blindTo || !p.pacing() || !p.share.cut(float64(seq), float64(p.seq), now) {
 		return
 	}
-	p.growShare(now, false)
-	p.share = max(shareFloor, p.share*shareCut)
-	p.cutSeq = p.seq
-	p.count.capacity = p.share * p.limit
+	p.count.capacity = p.share.of * p.limit
 	p.count.take(0, now) // the count so far at the old rate, capped
 	p.count.rate = p.refillRate()
-}
-
-// growShare grows the share by shareGrowth a second since it last grew,
-// up to 1. It requires p.mu to be held.
-func (p *pacer) growShare(now time.Time, grow bool) {
-	if d := now.Sub(p.grownAt); d > 0 {
-		if grow {
-			p.share = min(1, p.share+shareGrowth*d.Seconds())
-		}
-		p.grownAt = now
-	}
 }
 
 // blind reports whether dispatch seq was let out before the pacer knew a
@@ -265,7 +224,7 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	if !counting {
 		// No count yet: the report as of its answer, which credits no
 		// refill that did not happen.
-		p.share, p.grownAt = 1, now
+		p.share.start(now)
 		p.count = bucket{capacity: limit, rate: p.refillRate(), tokens: remaining - float64(p.seq-seq), at: now}
 		p.reportAt = now
 		return
@@ -273,8 +232,8 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	// The count so far refilled at the share it had; the report is read
 	// with the share it has now.
 	p.count.take(0, now)
-	p.growShare(now, remaining >= 1)
-	left := p.share*remaining - float64(p.seq-seq)
+	p.share.grow(now, remaining >= 1)
+	left := p.share.of*remaining - float64(p.seq-seq)
 	// The count is the pacer's own, so the report may be dated as early
 	// as the provider can have counted the call, its dispatch: that
 	// reading credits too much only when the count is higher still.
@@ -283,10 +242,10 @@ func (p *pacer) observe(b Budget, seq uint64, dispatched, now time.Time) {
 	// since the last report, the refill at the rate's upper bound less
 	// that, which this report may give back (within its own bounds).
 	if up := p.ups.get(now, math.Min); up > p.rate && now.After(p.reportAt) {
-		p.count.take(-(up-p.rate)*p.share*now.Sub(p.reportAt).Seconds(), now)
+		p.count.take(-(up-p.rate)*p.share.of*now.Sub(p.reportAt).Seconds(), now)
 	}
 	p.reportAt = now
-	p.count.bound(left, dispatched, now, p.share*limit, p.refillRate())
+	p.count.bound(left, dispatched, now, p.share.of*limit, p.refillRate())
 }
 
 // RequestBudgetInfo is the provider's request budget as GET /governor/lanes
@@ -310,7 +269,7 @@ func (p *pacer) info(now time.Time) *RequestBudgetInfo {
 	if !p.pacing() {
 		return nil
 	}
-	return &RequestBudgetInfo{PerMinute: p.rate * 60, Burst: p.limit, Share: p.share, Remaining: max(0, math.Floor(p.count.level(now)))}
+	return &RequestBudgetInfo{PerMinute: p.rate * 60, Burst: p.limit, Share: p.share.of, Remaining: max(0, math.Floor(p.count.level(now)))}
 }
 
 // learned returns the refill rate and bucket size the pacer has learned,

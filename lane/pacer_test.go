@@ -416,7 +416,7 @@ func TestPacerShare(t *testing.T) {
 	booked, _ := p.reserve(ms(50)) // before the cut
 	p.refused(seq, ms(60))
 	p.refused(booked, ms(60))
-	assert.InDelta(t, shareCut, p.share, 1e-9, "one cut for the calls booked before it")
+	assert.InDelta(t, shareCut, p.share.of, 1e-9, "one cut for the calls booked before it")
 	assert.InDelta(t, shareCut, p.info(ms(60)).Share, 1e-9, "the lane shows the share it takes")
 	// Four calls are booked ahead of the next one, and the count, at
 	// share of the rate, refilled 10 ms since its first report.
@@ -427,14 +427,14 @@ func TestPacerShare(t *testing.T) {
 	// on, grows the share back; one of an empty bucket does not.
 	after, _ := p.reserve(ms(60))
 	p.observe(Budget{Limit: 10, Remaining: 0, Reset: 900 * time.Millisecond}, after, ms(5060), ms(5060))
-	assert.InDelta(t, shareCut, p.share, 1e-9, "the bucket held no call: the share stays")
+	assert.InDelta(t, shareCut, p.share.of, 1e-9, "the bucket held no call: the share stays")
 	last, _ := p.reserve(ms(5060))
 	p.observe(Budget{Limit: 10, Remaining: 3, Reset: 630 * time.Millisecond}, last, ms(10060), ms(10060))
-	assert.InDelta(t, shareCut+5*shareGrowth, p.share, 1e-9, "the bucket held calls for 5 s")
+	assert.InDelta(t, shareCut+5*shareGrowth, p.share.of, 1e-9, "the bucket held calls for 5 s")
 	p.refused(last, ms(10070))
-	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.share, 1e-9, "a call booked after the cut")
+	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.share.of, 1e-9, "a call booked after the cut")
 	p.refused(after, ms(10080))
-	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.share, 1e-9, "a call booked before the second cut")
+	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.share.of, 1e-9, "a call booked before the second cut")
 }
 
 // jain is Jain's fairness index of x: (Σx)² / (n·Σx²).

@@ -20,7 +20,8 @@ import (
 // each report bounds it by what the budget can be, the provider having
 // counted the call at some instant between its dispatch and its answer
 // (ObserveTokens), and each answer's usage corrects its call's cost
-// (ObserveUsage).
+// (ObserveUsage). Of each budget it counts only its share, which others
+// spending the same budget make smaller: see share and TokensRefused.
 
 // TokenKind names one of a provider's token budgets.
 type TokenKind uint8
@@ -74,19 +75,34 @@ func (r TokenReport) Valid() bool {
 var ErrCostExceedsBudget = errors.New("lane: call costs more tokens than the whole budget")
 
 // TokenBudgetInfo is one token budget as GET /governor/lanes shows it: the
-// budget per minute, and the estimate of what is left now.
+// budget per minute, the share of it the lane takes as its own (1 unless
+// its calls were refused for want of it, as when other Governors spend
+// the same budget; see TokensRefused), and the estimate of what is left
+// of that share now.
 type TokenBudgetInfo struct {
 	Kind      string  `json:"kind"`
 	PerMinute float64 `json:"per_minute"`
+	Share     float64 `json:"share"`
 	Remaining float64 `json:"remaining"`
 }
 
-// tokenBucket is one token budget: the lane's count of it, whose capacity
-// is the budget per minute (0 = unknown) and whose rate a sixtieth of that
-// (per-minute limits are buckets that refill continuously).
+// tokenBucket is one token budget: the lane's count of its share of it,
+// whose capacity is share of the budget per minute and whose rate a
+// sixtieth of that (per-minute limits are buckets that refill
+// continuously).
 type tokenBucket struct {
 	bucket
+	limit float64 // the budget per minute, as last reported; 0 = unknown
+	share share   // its bookings are spent
 	spent float64 // every cost booked so far, for TokenMark
+}
+
+// resize sets the count's capacity and rate to its share of the budget,
+// at now, the count so far refilled at the old ones.
+func (b *tokenBucket) resize(now time.Time) {
+	b.take(0, now)
+	b.capacity, b.rate = b.share.of*b.limit, b.share.of*b.limit/60
+	b.tokens = min(b.tokens, b.capacity)
 }
 
 // TokenMark is where a call's booking stands among the lane's bookings:
@@ -96,7 +112,7 @@ type tokenBucket struct {
 // report is taken as is.
 type TokenMark [numTokenKinds]float64
 
-func (b *tokenBucket) known() bool { return b.capacity > 0 }
+func (b *tokenBucket) known() bool { return b.limit > 0 }
 
 // tokenPacer spends a lane's token budgets.
 type tokenPacer struct {
@@ -171,14 +187,15 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 			continue
 		}
 		c := cost.of(TokenKind(k))
-		if c > b.capacity {
-			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.capacity)
+		if c > b.limit {
+			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
 		}
 		// Spend at the refill rate, keeping tokenSlack of the budget
 		// unspent (see there). Unlike the request pacer's, the rate is
 		// not an estimate (the limit is per minute), and a call that
 		// reaches the provider later than planned finds more tokens,
-		// not fewer: spending less than the rate would only lose it.
+		// not fewer: spending less than the rate would only lose it. (A
+		// call that costs more than the lane's share waits maxWait.)
 		lvl := b.level(now) - tokenSlack*b.capacity
 		if lvl < c {
 			w := time.Duration((c - lvl) / b.rate * float64(time.Second))
@@ -214,12 +231,39 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 	if mark != (TokenMark{}) {
 		since = math.Max(0, b.spent-mark[r.Kind])
 	}
-	left := math.Min(r.Remaining, r.Limit) - since
+	remaining := math.Min(r.Remaining, r.Limit)
 	if !b.known() {
-		b.bucket = bucket{capacity: r.Limit, rate: r.Limit / 60, tokens: left, at: counted}
+		b.limit = r.Limit
+		b.share.start(answered)
+		// The calls booked so far went out blind: their refusals
+		// cut nothing, as those of calls booked before a cut.
+		b.share.cutAt = b.spent
+		b.bucket = bucket{capacity: r.Limit, rate: r.Limit / 60, tokens: remaining - since, at: counted}
 		return
 	}
-	b.bound(left, counted, answered, r.Limit, r.Limit/60)
+	// The count so far refilled at the share it had; the report is read
+	// with the share it has now.
+	b.limit = r.Limit
+	b.share.grow(answered, remaining > tokenSlack*r.Limit)
+	b.resize(answered)
+	b.bound(b.share.of*remaining-since, counted, answered, b.capacity, b.rate)
+}
+
+// refused takes a refusal at now of the call booked at mark and
+// estimated at est, whose 429 reported r: if r shows less left than the
+// call costs, and the call was booked knowing the budget, after the
+// lane's share of it was last cut, the share is cut (see share).
+func (p *tokenPacer) refused(r TokenReport, est Cost, mark TokenMark, now time.Time) {
+	if !r.Valid() || r.Remaining >= est.of(r.Kind) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := &p.buckets[r.Kind]
+	if !b.known() || mark[r.Kind] == 0 || !b.share.cut(mark[r.Kind], b.spent, now) {
+		return
+	}
+	b.resize(now)
 }
 
 // countedLocked returns the earliest instant to which a report of a call
@@ -320,7 +364,7 @@ func (p *tokenPacer) info(now time.Time) []TokenBudgetInfo {
 	var out []TokenBudgetInfo
 	for k := range p.buckets {
 		if b := &p.buckets[k]; b.known() {
-			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.capacity, Remaining: math.Floor(b.level(now))})
+			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.limit, Share: b.share.of, Remaining: math.Floor(b.level(now))})
 		}
 	}
 	return out
@@ -360,6 +404,20 @@ func (l *Lane) ReserveTokens(cost Cost, now time.Time) (time.Duration, TokenMark
 // estimate down. The first report of a budget sets it.
 func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered time.Time) {
 	l.tokens.observe(r, mark, dispatched, answered)
+}
+
+// TokensRefused takes the refusal (429) at now of the call booked at mark
+// and estimated at est, with a token budget r that its answer reported:
+// if r shows less left than the call costs, the budget held no room for
+// it. A call booked knowing the budget (not the zero mark) was let out
+// by the lane's count of it, which was wrong: others spend the same
+// budget (replicas that share an API key), or it moved. The lane then
+// takes a smaller share of the budget as its own (70% of what it took,
+// once for the calls booked before), and grows it back by 2% of the
+// budget a second while the budgets its answers report hold more than
+// the slack it leaves. Call it after ObserveTokens with the same report.
+func (l *Lane) TokensRefused(r TokenReport, est Cost, mark TokenMark, now time.Time) {
+	l.tokens.refused(r, est, mark, now)
 }
 
 // GiveBackTokens gives back to the lane's token budgets, at now, what the

@@ -1,6 +1,10 @@
 package lane
 
 import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
 	"testing"
 	"time"
 
@@ -31,7 +35,7 @@ func TestTokenPacerSpendsReportedBudget(t *testing.T) {
 	// Refill: 10 s later, 1000 tokens have come back.
 	info := p.info(t0.Add(10 * time.Second))
 	require.Len(t, info, 1)
-	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Remaining: 400 + slack}, info[0])
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Share: 1, Remaining: 400 + slack}, info[0])
 }
 
 func TestTokenReportCountsCallsBookedSince(t *testing.T) {
@@ -69,7 +73,7 @@ func TestUsageCorrectsEstimates(t *testing.T) {
 	// The prompt was 200 tokens (2 bytes a token), the answer 50 of 500.
 	p.observeUsage(est, 400, 200, 50, t0)
 	info := p.info(t0)
-	assert.Equal(t, []TokenBudgetInfo{{"input_tokens", 6000, 5800}, {"output_tokens", 6000, 5950}}, info)
+	assert.Equal(t, []TokenBudgetInfo{{"input_tokens", 6000, 1, 5800}, {"output_tokens", 6000, 1, 5950}}, info)
 	assert.Equal(t, Cost{Prompt: 200, Output: 50}, p.estimate(400, 0), "learned: 2 bytes a token, 50 output tokens")
 	assert.Equal(t, Cost{Prompt: 200, Output: 64}, p.estimate(400, 64))
 }
@@ -209,4 +213,181 @@ func TestTokenBookingOfARefusedCallComesBack(t *testing.T) {
 	p.giveBack(cost, t0)
 	p.observe(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 7000}, mark, t0, at(time.Millisecond))
 	assert.InDelta(t, 7001, remaining(time.Millisecond), 1, "the report bounds what came back")
+}
+
+// A refusal that reports less of a budget left than the call costs, of a
+// call booked knowing the budget, cuts the lane's share of it, once for
+// the calls booked before the cut; the count then refills at that share
+// of the rate. Reports of a budget holding more than the slack grow the
+// share back, by shareGrowth a second.
+func TestTokenBudgetShare(t *testing.T) {
+	var p tokenPacer
+	cost := Cost{Prompt: 100, Output: 200} // 300 tokens
+	empty := TokenReport{Kind: Tokens, Limit: 6000, Remaining: 0}
+	_, blind, _ := p.reserve(cost, t0, time.Minute)
+	// 6000 a minute (100 a second), none left.
+	p.observe(empty, blind, t0, t0)
+	p.refused(empty, cost, blind, t0)
+	assert.Equal(t, 1.0, p.buckets[Tokens].share.of, "a call booked blind cuts nothing")
+
+	_, a, _ := p.reserve(cost, t0, time.Minute)
+	_, booked, _ := p.reserve(cost, t0, time.Minute) // before the cut
+	p.refused(empty, cost, a, ms(10))
+	p.refused(empty, cost, booked, ms(10))
+	assert.InDelta(t, shareCut, p.buckets[Tokens].share.of, 1e-9, "one cut for the calls booked before it")
+	_, c, _ := p.reserve(cost, ms(10), time.Minute)
+	p.refused(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300}, cost, c, ms(10))
+	assert.InDelta(t, shareCut, p.buckets[Tokens].share.of, 1e-9, "the budget had room for the call: its refusal was not this budget's")
+
+	// Booked: 600 at t0 (the count -600), 10 ms of refill at the full
+	// rate (1), then 300 more: the count is -899 at ms(10), and refills
+	// at shareCut of 100 a second, keeping the slack of its share.
+	w, _, err := p.reserve(cost, ms(10), time.Minute)
+	require.NoError(t, err)
+	assert.InDelta(t, (300+899+tokenSlack*6000*shareCut)/(100*shareCut), w.Seconds(), 1e-6)
+	info := p.info(ms(10))[0]
+	assert.Equal(t, 6000.0, info.PerMinute, "the budget, not the share")
+	assert.InDelta(t, shareCut, info.Share, 1e-9)
+
+	// A report of a budget holding more than the slack, 5 s on, grows the
+	// share back; one holding less does not.
+	_, d, _ := p.reserve(cost, ms(5010), time.Minute)
+	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 3000}, d, ms(5010), ms(5010))
+	assert.InDelta(t, shareCut+5*shareGrowth, p.buckets[Tokens].share.of, 1e-9, "the budget held room for 5 s")
+	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 50}, d, ms(10010), ms(10010))
+	assert.InDelta(t, shareCut+5*shareGrowth, p.buckets[Tokens].share.of, 1e-9, "the budget held no more than the slack")
+	_, e, _ := p.reserve(cost, ms(10010), time.Minute)
+	p.refused(empty, cost, e, ms(10010))
+	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.buckets[Tokens].share.of, 1e-9, "a call booked after the cut")
+}
+
+// providerTokens is a provider's token budget: limit a minute, refilled
+// continuously; a call is counted whole when it arrives.
+type providerTokens struct {
+	limit, level float64
+	at           time.Time
+}
+
+// count takes a call of cost arriving at now, or refuses it when the
+// budget holds less.
+func (b *providerTokens) count(cost float64, now time.Time) bool {
+	b.level = min(b.limit, b.level+b.limit/60*now.Sub(b.at).Seconds())
+	b.at = now
+	if b.level < cost {
+		return false
+	}
+	b.level -= cost
+	return true
+}
+
+// Replicas of a service that share one API key spend its token budget
+// together, and every answer reports what all of them left in it. Each
+// lane learns its share of the budget from the refusals of its calls:
+// together they spend the budget's rate, with a few calls refused while
+// they learn it, and split it evenly. (Lanes that each took the whole
+// refill as their own had 30 of every 100 calls refused beside one
+// other, 52 beside three.)
+func TestTokenPacersShareOneBudget(t *testing.T) {
+	costs := []Cost{{Prompt: 60, Output: 64}, {Prompt: 500, Output: 256}, {Prompt: 2000, Output: 512}}
+	mean := (124.0 + 756 + 2512) / 3
+	const latency, travel, run = 750 * time.Millisecond, time.Millisecond, 60 * time.Second
+	for _, lanes := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d lanes", lanes), func(t *testing.T) {
+			// 4 calls a second, the budget empty at the start (each lane
+			// learned it from one call).
+			provider := providerTokens{limit: 4 * mean * 60, at: t0}
+			pacers := make([]tokenPacer, lanes)
+			for i := range pacers {
+				pacers[i].observe(TokenReport{Kind: Tokens, Limit: provider.limit, Remaining: 0}, TokenMark{}, t0, t0)
+			}
+			const (
+				reserve = iota
+				count
+				answer
+			)
+			type event struct {
+				at      time.Time
+				kind    int
+				lane, n int
+				sent    time.Time
+				mark    TokenMark
+				refused bool
+				report  TokenReport
+				ordinal int // keeps the events of one instant in the order they were made
+			}
+			var events []event
+			ordinal := 0
+			push := func(e event) {
+				ordinal++
+				e.ordinal = ordinal
+				i := sort.Search(len(events), func(i int) bool {
+					return events[i].at.After(e.at) || events[i].at.Equal(e.at) && events[i].ordinal > e.ordinal
+				})
+				events = slices.Insert(events, i, e)
+			}
+			for i := range lanes {
+				for range 64 / lanes {
+					push(event{at: t0, kind: reserve, lane: i})
+				}
+			}
+			served, refused, answered := make([]float64, lanes), 0, 0 // tokens, calls, calls
+			calls := make([]int, lanes)
+			stop := t0.Add(run)
+			for len(events) > 0 {
+				e := events[0]
+				events = events[1:]
+				p := &pacers[e.lane]
+				cost := costs[e.n%len(costs)]
+				switch e.kind {
+				case reserve:
+					if e.at.After(stop) {
+						continue
+					}
+					wait, mark, err := p.reserve(cost, e.at, time.Minute)
+					require.NoError(t, err)
+					sent := e.at.Add(wait)
+					push(event{at: sent.Add(travel), kind: count, lane: e.lane, n: e.n, sent: sent, mark: mark})
+				case count:
+					ok := provider.count(cost.of(Tokens), e.at)
+					answered := e.sent.Add(latency)
+					if !ok {
+						answered = e.at.Add(travel)
+					}
+					r := TokenReport{Kind: Tokens, Limit: provider.limit, Remaining: math.Floor(provider.level)}
+					push(event{at: answered, kind: answer, lane: e.lane, n: e.n, sent: e.sent, mark: e.mark, refused: !ok, report: r})
+				case answer:
+					next := event{at: e.at, kind: reserve, lane: e.lane}
+					if e.refused {
+						// The call is retried after the provider's
+						// Retry-After of a second.
+						refused++
+						p.giveBack(cost, e.at)
+						next.at, next.n = e.at.Add(time.Second), e.n
+					} else {
+						if e.at.Before(stop) {
+							served[e.lane] += cost.of(Tokens)
+							answered++
+						}
+						calls[e.lane]++
+						next.n = calls[e.lane]*lanes + e.lane
+					}
+					p.observe(e.report, e.mark, e.sent, e.at)
+					if e.refused {
+						p.refused(e.report, cost, e.mark, e.at)
+					}
+					push(next)
+				}
+			}
+			total := 0.0
+			for _, s := range served {
+				total += s
+			}
+			optimum := provider.limit / 60 * (run - latency).Seconds() // tokens
+			per100 := 100 * float64(refused) / float64(answered+refused)
+			t.Logf("served %.0f of %.0f (%.3f), %.2f refused per 100, Jain %.3f, %v", total, optimum, total/optimum, per100, jain(served), served)
+			assert.LessOrEqual(t, per100, 10*float64(lanes), "calls refused per 100")
+			assert.GreaterOrEqual(t, total/optimum, 0.95, "of the budget's rate")
+			assert.GreaterOrEqual(t, jain(served), 0.95, "Jain's fairness index over the lanes' tokens served")
+		})
+	}
 }

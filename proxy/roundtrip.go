@@ -597,6 +597,9 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	reports, n := tokenBudgets(&resp.Header)
 	for _, r := range reports[:n] {
 		l.ObserveTokens(r, c.mark, start, now)
+		if oc == lane.RateLimited {
+			l.TokensRefused(r, c.cost, c.mark, now)
+		}
 	}
 	if oc == lane.RateLimited && n == 0 {
 		if r, ok := tokensFrom429(bufferedBody(resp)); ok {

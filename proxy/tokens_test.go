@@ -32,6 +32,21 @@ func chatMax(t *testing.T, c *http.Client, base string, maxTokens int) (int, str
 	return resp.StatusCode, string(b)
 }
 
+// postOnce posts a chat completion of content asking for at most
+// maxTokens, not to be retried, and returns the status.
+func postOnce(c *http.Client, base, content string, maxTokens int) (int, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(fmt.Sprintf(`{"model":"gpt-test","max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)))
+	req.Header.Set(HeaderMaxRetries, "0")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // The lane learns the token budget from x-ratelimit-*-tokens and spends
 // it: calls beyond it wait in Governor instead of collecting 429s; a call
 // that costs more than the whole budget fails at once, unsent.
@@ -103,7 +118,7 @@ func TestTokenBudgetLearnedFrom429(t *testing.T) {
 	assert.Equal(t, int64(2), mock.Stats().RateLimited, "the request too large, and one for the spent budget")
 	budgets := lanesOf(t, c, base)[0].TokenBudgets
 	require.Len(t, budgets, 1)
-	assert.Equal(t, lane.TokenBudgetInfo{Kind: "tokens", PerMinute: 60000, Remaining: budgets[0].Remaining}, budgets[0])
+	assert.Equal(t, lane.TokenBudgetInfo{Kind: "tokens", PerMinute: 60000, Share: 1, Remaining: budgets[0].Remaining}, budgets[0])
 
 	received := mock.Stats().Received
 	status, body = chatMax(t, c, base, 70000)
@@ -239,18 +254,7 @@ func TestTokens429CountsCallsBookedSince(t *testing.T) {
 	clock := newManualClock()
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
 	c := client(t)
-	post := func(content string, maxTokens int) (int, error) {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
-			strings.NewReader(fmt.Sprintf(`{"model":"gpt-test","max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)))
-		req.Header.Set(HeaderMaxRetries, "0")
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
+	post := func(content string, maxTokens int) (int, error) { return postOnce(c, base, content, maxTokens) }
 
 	status, err := post("first", 1)
 	require.NoError(t, err)
@@ -309,4 +313,52 @@ func TestRefusedCallsTokensAreGivenBack(t *testing.T) {
 	require.Len(t, budgets, 1)
 	// 10,000 less the 3,000 and a few dozen (its prompt's estimate).
 	assert.InDelta(t, 7000, budgets[0].Remaining, 100, "the call's tokens are booked once")
+}
+
+// A 429 whose token headers show less left than the call costs, of a call
+// booked knowing the budget, says others spend the budget too: the lane
+// takes a smaller share of it. A 429 whose headers show room (another
+// budget's refusal) takes nothing.
+func TestTokenRefusalCutsTheLanesShare(t *testing.T) {
+	checkLeaks(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Ratelimit-Limit-Tokens", "60000")
+		switch {
+		case strings.Contains(string(b), "empty"):
+			w.Header().Set("X-Ratelimit-Remaining-Tokens", "0")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"error":{"message":"Rate limit reached on tokens per min (TPM)","type":"tokens","code":"rate_limit_exceeded"}}`)
+			return
+		case strings.Contains(string(b), "room"):
+			w.Header().Set("X-Ratelimit-Remaining-Tokens", "50000")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"error":{"message":"Rate limit reached on requests per min (RPM)","type":"requests","code":"rate_limit_exceeded"}}`)
+			return
+		}
+		w.Header().Set("X-Ratelimit-Remaining-Tokens", "60000")
+		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
+	}))
+	t.Cleanup(up.Close)
+	clock := newManualClock()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
+	c := client(t)
+	post := func(content string) int {
+		status, err := postOnce(c, base, content, 100)
+		require.NoError(t, err)
+		return status
+	}
+	share := func() float64 {
+		budgets := lanesOf(t, c, base)[0].TokenBudgets
+		require.Len(t, budgets, 1)
+		return budgets[0].Share
+	}
+
+	require.Equal(t, http.StatusOK, post("first"), "the budget is known from its headers")
+	assert.Equal(t, 1.0, share())
+	require.Equal(t, http.StatusTooManyRequests, post("room"))
+	assert.Equal(t, 1.0, share(), "the budget had room: not its refusal")
+	require.Equal(t, http.StatusTooManyRequests, post("empty"))
+	assert.InDelta(t, 0.7, share(), 1e-9, "the budget was empty")
 }
