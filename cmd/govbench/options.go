@@ -77,6 +77,7 @@ var smokeDefaults = map[string]string{
 	"s2shared-governors": "2",
 	"s2shared-latencies": "100ms",
 	"s2shared-duration":  "1s",
+	"s2shared-variants":  "none", // S4 exercises Redis
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
