@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-	"sort"
 	"testing"
 	"time"
 
@@ -30,8 +29,7 @@ type budgetRun struct {
 	l        *Lane
 	provider providerBucket
 	latency  time.Duration
-	events   []budgetEvent
-	made     int
+	events   *schedule[budgetEvent]
 	stopAt   time.Time // no call takes a slot from then on
 
 	// answered counts the calls answered before stopAt, and refused
@@ -47,7 +45,6 @@ type budgetRun struct {
 // A budgetEvent is a held call sent, or a call answered.
 type budgetEvent struct {
 	at      time.Time
-	ordinal int
 	answer  bool
 	held    bool
 	seq     uint64
@@ -67,16 +64,8 @@ func newBudgetRun(t *testing.T, preset aimd.Preset, provider providerBucket, lat
 	l, err := r.Get(Key{Upstream: "default", Model: "m"})
 	require.NoError(t, err)
 	provider.at = t0
-	return &budgetRun{t: t, clock: clock, set: set, r: r, l: l, provider: provider, latency: latency}
-}
-
-func (b *budgetRun) push(e budgetEvent) {
-	b.made++
-	e.ordinal = b.made
-	i := sort.Search(len(b.events), func(i int) bool {
-		return b.events[i].at.After(e.at) || b.events[i].at.Equal(e.at) && b.events[i].ordinal > e.ordinal
-	})
-	b.events = slices.Insert(b.events, i, e)
+	return &budgetRun{t: t, clock: clock, set: set, r: r, l: l, provider: provider, latency: latency,
+		events: newSchedule(func(e budgetEvent) time.Time { return e.at })}
 }
 
 // fill lets out calls at now while the lane has slots for them.
@@ -88,7 +77,7 @@ func (b *budgetRun) fill(now time.Time) {
 			continue
 		}
 		b.l.Hold(now)
-		b.push(budgetEvent{at: now.Add(wait), held: true, seq: seq, granted: now})
+		b.events.push(budgetEvent{at: now.Add(wait), held: true, seq: seq, granted: now})
 	}
 }
 
@@ -103,7 +92,7 @@ func (b *budgetRun) send(e budgetEvent) {
 	if e.ok {
 		e.at = e.at.Add(b.latency)
 	}
-	b.push(e)
+	b.events.push(e)
 }
 
 // answer takes the answer e at e.at and gives its slot back.
@@ -137,9 +126,8 @@ func (b *budgetRun) answer(e budgetEvent) {
 func (b *budgetRun) run(d time.Duration) {
 	b.stopAt = t0.Add(d)
 	b.fill(t0)
-	for len(b.events) > 0 {
-		e := b.events[0]
-		b.events = b.events[1:]
+	for b.events.len() > 0 {
+		e := b.events.pop()
 		b.clock.Set(e.at)
 		if e.answer {
 			b.answer(e)

@@ -3,6 +3,8 @@ package lane
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +111,30 @@ func (c *coordLane) canDispatch() bool {
 	}
 	c.l.q.ReleaseTenant("")
 	return true
+}
+
+// schedule is the queue of a discrete-event test run: its events come out
+// in the order of their instants (at), those of one instant in the order
+// they were pushed.
+type schedule[E any] struct {
+	at     func(E) time.Time
+	events []E
+}
+
+func newSchedule[E any](at func(E) time.Time) *schedule[E] { return &schedule[E]{at: at} }
+
+func (s *schedule[E]) push(e E) {
+	t := s.at(e)
+	i := sort.Search(len(s.events), func(i int) bool { return s.at(s.events[i]).After(t) })
+	s.events = slices.Insert(s.events, i, e)
+}
+
+// len is the number of events still to come.
+func (s *schedule[E]) len() int { return len(s.events) }
+
+// pop takes the next event; the schedule must not be empty.
+func (s *schedule[E]) pop() E {
+	e := s.events[0]
+	s.events = s.events[1:]
+	return e
 }

@@ -3,8 +3,6 @@ package lane
 import (
 	"fmt"
 	"math"
-	"slices"
-	"sort"
 	"testing"
 	"time"
 
@@ -264,23 +262,14 @@ func runPacers(pacers []*pacer, provider *providerBucket, start time.Time, calls
 		sent    time.Time
 		report  Budget
 		refused bool
-		ordinal int // keeps the events of one instant in the order they were made
 	}
 	const (
 		reserve = iota
 		count
 		answer
 	)
-	var events []event
-	made := 0
-	push := func(e event) {
-		made++
-		e.ordinal = made
-		i := sort.Search(len(events), func(i int) bool {
-			return events[i].at.After(e.at) || events[i].at.Equal(e.at) && events[i].ordinal > e.ordinal
-		})
-		events = slices.Insert(events, i, e)
-	}
+	events := newSchedule(func(e event) time.Time { return e.at })
+	push := events.push
 	for range slots {
 		for i := range pacers {
 			push(event{at: start, kind: reserve, pacer: i})
@@ -288,9 +277,8 @@ func runPacers(pacers []*pacer, provider *providerBucket, start time.Time, calls
 	}
 	r := pacersRun{served: make([]int, len(pacers)), refused: make([]int, len(pacers))}
 	started := make([]int, len(pacers))
-	for len(events) > 0 {
-		e := events[0]
-		events = events[1:]
+	for events.len() > 0 {
+		e := events.pop()
 		p := pacers[e.pacer]
 		switch e.kind {
 		case reserve:

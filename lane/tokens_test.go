@@ -3,8 +3,6 @@ package lane
 import (
 	"fmt"
 	"math"
-	"slices"
-	"sort"
 	"testing"
 	"time"
 
@@ -313,18 +311,9 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 				mark    TokenMark
 				refused bool
 				report  TokenReport
-				ordinal int // keeps the events of one instant in the order they were made
 			}
-			var events []event
-			ordinal := 0
-			push := func(e event) {
-				ordinal++
-				e.ordinal = ordinal
-				i := sort.Search(len(events), func(i int) bool {
-					return events[i].at.After(e.at) || events[i].at.Equal(e.at) && events[i].ordinal > e.ordinal
-				})
-				events = slices.Insert(events, i, e)
-			}
+			events := newSchedule(func(e event) time.Time { return e.at })
+			push := events.push
 			for i := range lanes {
 				for range 64 / lanes {
 					push(event{at: t0, kind: reserve, lane: i})
@@ -333,9 +322,8 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 			served, refused, answered := make([]float64, lanes), 0, 0 // tokens, calls, calls
 			calls := make([]int, lanes)
 			stop := t0.Add(run)
-			for len(events) > 0 {
-				e := events[0]
-				events = events[1:]
+			for events.len() > 0 {
+				e := events.pop()
 				p := &pacers[e.lane]
 				cost := costs[e.n%len(costs)]
 				switch e.kind {
