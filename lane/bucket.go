@@ -32,6 +32,14 @@ func (b *bucket) take(n float64, now time.Time) float64 {
 	return lvl
 }
 
+// resize gives the count capacity and rate from now, the count so far
+// refilled at the old ones.
+func (b *bucket) resize(capacity, rate float64, now time.Time) {
+	b.take(0, now)
+	b.capacity, b.rate = capacity, rate
+	b.tokens = min(b.tokens, capacity)
+}
+
 // bound takes a report of an answer at answered: left remained after the
 // call the provider counted at some instant up to answered, less what the
 // calls booked since are to cost. Dated at the answer, the report cannot

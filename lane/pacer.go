@@ -169,9 +169,7 @@ func (p *pacer) refused(seq uint64, now time.Time) {
 	if seq <= p.blindTo || !p.pacing() || !p.share.cut(float64(seq), float64(p.seq), now) {
 		return
 	}
-	p.count.capacity = p.share.of * p.limit
-	p.count.take(0, now) // the count so far at the old rate, capped
-	p.count.rate = p.refillRate()
+	p.count.resize(p.share.of*p.limit, p.refillRate(), now)
 }
 
 // blind reports whether dispatch seq was let out before the pacer knew a

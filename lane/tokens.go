@@ -100,9 +100,7 @@ type tokenBucket struct {
 // resize sets the count's capacity and rate to its share of the budget,
 // at now, the count so far refilled at the old ones.
 func (b *tokenBucket) resize(now time.Time) {
-	b.take(0, now)
-	b.capacity, b.rate = b.share.of*b.limit, b.share.of*b.limit/60
-	b.tokens = min(b.tokens, b.capacity)
+	b.bucket.resize(b.share.of*b.limit, b.share.of*b.limit/60, now)
 }
 
 // TokenMark is where a call's booking stands among the lane's bookings:
