@@ -41,21 +41,24 @@ func FuzzPacer(f *testing.F) {
 }
 
 // FuzzLabelSafe checks that whatever the model, the lane id and metric
-// label built from it are short and plain.
+// label built from it are short and plain, and that a model shown in part
+// is marked so (with "~" and a hash), never mistaken for one shown whole.
 func FuzzLabelSafe(f *testing.F) {
-	for _, s := range []string{"", "gpt-4o", "claude-3-5-sonnet@20240620", `a"b`, "é", strings.Repeat("m", 100), "a\nb{c}"} {
+	for _, s := range []string{"", "gpt-4o", "claude-3-5-sonnet@20240620", `a"b`, "é", strings.Repeat("m", 100), "a\nb{c}", "a~b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, m string) {
 		l := labelSafe(m)
-		if len(l) == 0 || len(l) > 64 {
+		if len(l) == 0 || len(l) > maxLabel {
 			t.Fatalf("%q: label %q", m, l)
 		}
 		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-@/", c) >= 0) {
+			if c := l[i]; !labelByte(rune(c)) && c != '~' {
 				t.Fatalf("%q: label %q has %q", m, l, c)
 			}
+		}
+		if shownWhole := !strings.Contains(l, "~"); shownWhole != (l == m) && m != "" {
+			t.Fatalf("%q: label %q", m, l)
 		}
 	})
 }

@@ -72,6 +72,7 @@ type Registry struct {
 
 	mu      sync.RWMutex
 	byKey   map[Key]*Lane
+	ids     map[string]bool           // the ids of the lanes in byKey
 	ordered []*Lane                   // in creation order, for All
 	creds   map[[sha256.Size]byte]int // lanes per credential
 	loads   map[string]*connLoad      // by upstream name
@@ -100,7 +101,7 @@ func newRegistry(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{cfg: c, byKey: map[Key]*Lane{},
+	r := &Registry{cfg: c, byKey: map[Key]*Lane{}, ids: map[string]bool{},
 		creds:      map[[sha256.Size]byte]int{},
 		loads:      map[string]*connLoad{},
 		evictAfter: max(minEvictAfter, 2*c.MaxPause, 2*c.MaxBackoff),
@@ -154,6 +155,7 @@ func (r *Registry) Get(key Key) (*Lane, error) {
 		// its place in the Coordinator.
 		r.leaving = slices.DeleteFunc(r.leaving, func(id string) bool { return id == l.id })
 		r.byKey[key] = l
+		r.ids[l.id] = true
 		r.ordered = append(r.ordered, l)
 		r.creds[key.Credential]++
 	}
@@ -191,6 +193,7 @@ func (r *Registry) evictLocked(now time.Time) bool {
 	l := r.ordered[victim]
 	r.ordered = append(r.ordered[:victim], r.ordered[victim+1:]...)
 	delete(r.byKey, l.key)
+	delete(r.ids, l.id)
 	if r.creds[l.key.Credential]--; r.creds[l.key.Credential] == 0 {
 		delete(r.creds, l.key.Credential)
 	}
@@ -228,7 +231,7 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 		cfg.AdmissionWindow = -1
 	}
 	l := &Lane{
-		id:       fmt.Sprintf("%s/%s/%s", key.Upstream, labelSafe(key.Model), credHash),
+		id:       r.newIDLocked(key, credHash),
 		key:      key,
 		credHash: credHash,
 		ctrl:     aimd.New(cfg, now),
@@ -259,19 +262,52 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 	return l
 }
 
-// labelSafe maps a model name to the characters that are safe in a lane id
-// and a metric label, bounded in length.
+// newIDLocked returns the id of a new lane of key: upstream/model/credential
+// hash, unique among the lanes held. Distinct keys rarely share that form (a
+// model's label keeps a hash of a name it cannot show whole, see
+// labelSafe), but two credentials can share a short hash, and a model can
+// be named after another's label: the later lane then gets "~2", "~3", …
+// at the end. An id names the lane's metric series, which must not be
+// registered twice. It requires r.mu to be held for writing.
+func (r *Registry) newIDLocked(key Key, credHash string) string {
+	base := fmt.Sprintf("%s/%s/%s", key.Upstream, labelSafe(key.Model), credHash)
+	id := base
+	for n := 2; r.ids[id]; n++ {
+		id = fmt.Sprintf("%s~%d", base, n)
+	}
+	return id
+}
+
+// maxLabel is the longest model label in a lane id.
+const maxLabel = 64
+
+// labelSafe maps a model name to a label that is safe in a lane id and a
+// metric label, at most maxLabel bytes: the name itself if it is that short
+// and made of letters, digits and "._:-@/" only; else as much of it as
+// fits, other bytes replaced by "_", then "~" and a hash of the whole name,
+// so that names that differ only past the prefix, or only in the bytes
+// replaced, still get labels of their own.
 func labelSafe(s string) string {
 	if s == "" {
 		return "none"
 	}
-	b := []byte(s[:min(len(s), 64)])
+	if len(s) <= maxLabel && strings.IndexFunc(s, func(c rune) bool { return !labelByte(c) }) < 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	tag := "~" + hex.EncodeToString(sum[:5])
+	b := []byte(s[:min(len(s), maxLabel-len(tag))])
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-@/", c) >= 0) {
+		if !labelByte(rune(c)) {
 			b[i] = '_'
 		}
 	}
-	return string(b)
+	return string(b) + tag
+}
+
+// labelByte reports whether c may appear in a lane id's model label as is.
+func labelByte(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._:-@/", c)
 }
 
 // takeLeaving returns the ids of the lanes evicted since the last call, for

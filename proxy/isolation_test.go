@@ -109,3 +109,25 @@ func TestHopByHopCredentialIsNotALaneKey(t *testing.T) {
 	assert.Empty(t, out.Header.Peek("Authorization"))
 	assert.Equal(t, credentialHash(&out.Header), credentialHash(&in.Header))
 }
+
+// Two models whose names differ only past the 64 bytes a lane id shows
+// (long fine-tune names), or only in bytes a metric label cannot carry,
+// each get a lane of their own, and Governor keeps serving: their lanes'
+// metric series once collided, and a second registration panics.
+func TestModelsAlikeInTheirLabelsGetLanesOfTheirOwn(t *testing.T) {
+	checkLeaks(t)
+	_, up := newRecorder(t)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	c := client(t)
+
+	long := "ft:gpt-4o-mini-2024-07-18:acme-corporation:sentiment-classifier:"
+	models := []string{long + "9xYz1234", long + "9xYz5678", "gpt 4o", "gpt_4o"}
+	for _, m := range models {
+		require.Equal(t, 200, chatModel(t, c, base, m, nil), m)
+	}
+	ids := map[string]bool{}
+	for _, l := range lanesOf(t, c, base) {
+		ids[l.ID] = true
+	}
+	assert.Len(t, ids, len(models), "one lane id per model")
+}
