@@ -68,3 +68,27 @@ func TestLaneIDOfAModel(t *testing.T) {
 	assert.Len(t, model, 64, l.ID())
 	assert.True(t, strings.HasPrefix(model, strings.Repeat("m", 53)+"~"), l.ID())
 }
+
+// A lane keeps at most maxModel bytes of its model's name, however long
+// the names request bodies carry (a body may hold 32 MiB): long names alike
+// in their first bytes still get lanes of their own, and the same name
+// finds its lane again.
+func TestLaneKeepsABoundedModelName(t *testing.T) {
+	r := newTestRegistry(t, &fakeClock{now: t0}, 8)
+	huge := strings.Repeat("m", 1<<20)
+	a, err := r.Get(key("sk", huge+"a"))
+	require.NoError(t, err)
+	b, err := r.Get(key("sk", huge+"b"))
+	require.NoError(t, err)
+	assert.NotSame(t, a, b, "two names alike in their first MiB")
+	again, err := r.Get(key("sk", huge+"a"))
+	require.NoError(t, err)
+	assert.Same(t, a, again)
+	for _, info := range r.Info(t0) {
+		assert.LessOrEqual(t, len(info.Model), maxModel)
+		assert.True(t, strings.HasPrefix(info.Model, "mmmm"), info.Model[:min(len(info.Model), 80)])
+	}
+	short, err := r.Get(key("sk", "gpt-4o"))
+	require.NoError(t, err)
+	assert.Equal(t, "gpt-4o", short.key.Model)
+}

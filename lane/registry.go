@@ -121,8 +121,10 @@ func (r *Registry) EvictAfter() time.Duration { return r.evictAfter }
 
 // Get returns the lane of key, creating it on first use, or
 // ErrTooManyLanes. Once MaxLanes lanes exist, a new model gets its
-// credential's OtherModel lane.
+// credential's OtherModel lane. A model name longer than 256 bytes is
+// kept as its first bytes, "~" and a hash of the whole name.
 func (r *Registry) Get(key Key) (*Lane, error) {
+	key.Model = boundModel(key.Model)
 	now := r.cfg.Now()
 	r.mu.RLock()
 	l := r.byKey[key]
@@ -276,6 +278,23 @@ func (r *Registry) newIDLocked(key Key, credHash string) string {
 		id = fmt.Sprintf("%s~%d", base, n)
 	}
 	return id
+}
+
+// maxModel is the longest model name a lane keeps (see boundModel).
+const maxModel = 256
+
+// boundModel returns m if it is at most maxModel bytes, else its first
+// bytes, "~" and a hash of the whole name, maxModel bytes in all (a new
+// string: the lane does not hold on to m). So the names a lane keeps and
+// shows are bounded, however long the names request bodies carry, and
+// long names still get lanes of their own.
+func boundModel(m string) string {
+	if len(m) <= maxModel {
+		return m
+	}
+	sum := sha256.Sum256([]byte(m))
+	tag := "~" + hex.EncodeToString(sum[:16])
+	return m[:maxModel-len(tag)] + tag
 }
 
 // maxLabel is the longest model label in a lane id.
