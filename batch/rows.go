@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -81,6 +82,16 @@ func (m *memRows) row(i int, _ bool) (Row, bool, error) {
 }
 
 func (m *memRows) Close() error { return nil }
+
+// sentRows keeps no row: a progress answer sends each row as it is
+// recorded, and nothing reads them back.
+type sentRows struct{}
+
+func (sentRows) put(int, *Row) error { return nil }
+
+func (sentRows) reader() (rowReader, error) {
+	return nil, errors.New("the rows of a progress answer are not kept")
+}
 
 // codeResultsFull is the error of an item whose answer was dropped because
 // the answers held in memory reached their bound.

@@ -278,13 +278,15 @@ func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
 
 // streamProgress answers with one NDJSON line per item as it finishes,
 // then a summary line. The batch runs in the background; the client
-// leaving cancels it.
+// leaving cancels it. Rows are sent, not kept, and a client that reads
+// slowly holds back the batch (see lineStream).
 func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 	s.m.batches["progress"].Inc()
 	cctx, stopWatch := s.p.ClientContext(ctx)
 	runCtx, cancel := context.WithCancelCause(cctx)
-	ls := newLineStream(ctx.Conn(), s.cfg.WriteIdle, func() { cancel(errClientGone) })
+	ls := newLineStream(ctx.Conn(), s.cfg.WriteIdle, runCtx.Done(), func() { cancel(errClientGone) })
 	fallback := e.options.Fallback
+	e.rows = sentRows{} // each row is sent as it is recorded
 	e.onRow = func(i int, r *Row) {
 		line, _ := json.Marshal(progressLine{Index: i, CustomID: e.customID(i),
 			Output: r.output(fallback), Detail: r.detail()})
