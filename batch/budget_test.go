@@ -1,9 +1,11 @@
 package batch_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +98,59 @@ func TestResultsOnDiskHoldNoMemory(t *testing.T) {
 	st := e.waitJob(t, e.createJob(t, mustJSON(t, map[string]any{"requests": items})).ID)
 	assert.Equal(t, 5, st.Counts["COMPLETED"])
 	assert.Zero(t, e.counter(t, memoryGauge))
+}
+
+// A sync batch answered with a document holds its answers until the
+// document is written: they count against the same bound as async jobs',
+// so an answer beyond it is dropped (its item FAILED, saying why), a new
+// sync batch gets 503 while running batches fill it, and the room comes
+// back once the document is written. Progress lines keep nothing: the same
+// items all complete that way.
+func TestSyncBatchAnswersAreBounded(t *testing.T) {
+	t.Parallel()
+	size := answerBytes(t)
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.MaxResultBytes = int64(2 * size) }})
+	three := mustJSON(t, map[string]any{"requests": []any{
+		chatItem("", "same", nil), chatItem("", "same", nil), chatItem("", "same", nil)}, "concurrency": 1})
+
+	doc := e.runBatch(t, three)
+	assert.Equal(t, 2, doc.Summary.Completed)
+	d := doc.Details[2]
+	assert.Equal(t, proxy.StatusFailed, d.Status)
+	assert.Equal(t, []string{"results_memory_full"}, d.Errors)
+	require.Eventually(t, func() bool { return e.counter(t, memoryGauge) == 0 }, 10*time.Second, time.Millisecond,
+		"the answers are let go once the document is written")
+
+	resp, out := e.post(t, batch.PathBatch, "application/json", three, "Accept", "application/x-ndjson")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	assert.Contains(t, out, `"COMPLETED":3`, "progress lines hold no answers")
+
+	// A sync batch that fills the bound, its third item hanging: a new
+	// sync batch is refused until the first one ends.
+	held := mustJSON(t, map[string]any{"requests": []any{
+		chatItem("", "same", nil), chatItem("", "same", nil),
+		chatItem("", "same", map[string]string{"X-Mock-Fault": "hang"}),
+	}, "concurrency": 1, "max_retries": 0, "timeout": "1h"})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+batch.PathBatch, strings.NewReader(held))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := e.c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	require.Eventually(t, func() bool { return e.mock.Stats().Hangs == 1 }, 10*time.Second, time.Millisecond)
+	resp, out = e.post(t, batch.PathBatch, "application/json", three)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, out)
+	assert.Contains(t, out, "results_memory_full")
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+	cancel() // the client leaves: the batch is cancelled, its answers let go
+	<-gone
+	require.Eventually(t, func() bool { return e.counter(t, memoryGauge) == 0 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, 2, e.runBatch(t, three).Summary.Completed)
 }

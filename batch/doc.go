@@ -24,10 +24,11 @@
 //     drain with the proxy's calls; async jobs are cancelled, unless
 //     they are kept in a batch directory (Config.Dir): then they start no
 //     more items, and those started get until Shutdown's ctx ends.
-//   - Without a batch directory, the answers async jobs hold in memory
-//     are bounded by Config.MaxResultBytes: finished jobs are forgotten
-//     early to make room, and an answer that still does not fit is
-//     dropped (its item FAILED, results_memory_full).
+//   - The answers batches hold in memory (async jobs without a batch
+//     directory; sync batches until their document is written) are
+//     bounded by Config.MaxResultBytes: finished jobs are forgotten early
+//     to make room, and an answer that still does not fit is dropped (its
+//     item FAILED, results_memory_full). A progress answer keeps none.
 //   - With a batch directory, a job's results are recorded on disk as
 //     items finish and read back from there; after a restart on the same
 //     directory, unfinished jobs resume by themselves, and an item whose

@@ -26,11 +26,6 @@ func newServerMetrics(set *metrics.Set, jobs *jobStore, budget *resultBudget) *s
 	m.rejected = set.NewCounter(`governor_batches_rejected_total`)
 	set.NewGauge(`governor_batch_jobs{state="running"}`, func() float64 { r, _ := jobs.counts(); return float64(r) })
 	set.NewGauge(`governor_batch_jobs{state="finished"}`, func() float64 { _, f := jobs.counts(); return float64(f) })
-	set.NewGauge(`governor_batch_results_memory_bytes`, func() float64 {
-		if budget == nil {
-			return 0
-		}
-		return float64(budget.bytes())
-	})
+	set.NewGauge(`governor_batch_results_memory_bytes`, func() float64 { return float64(budget.bytes()) })
 	return m
 }

@@ -20,6 +20,7 @@ type resultsStream struct {
 	sum       Summary
 	conn      net.Conn // the client's; its write deadline bounds a client that stops reading
 	writeIdle time.Duration
+	onClose   func() // if set, called by Close
 
 	step int // 0 opening, 1 outputs or lines, 2 between, 3 details, 4 summary, 5 end
 	i    int
@@ -55,8 +56,15 @@ func (rs *resultsStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Close releases the row reader.
-func (rs *resultsStream) Close() error { return rs.rr.Close() }
+// Close releases the row reader, then calls onClose.
+func (rs *resultsStream) Close() error {
+	err := rs.rr.Close()
+	if rs.onClose != nil {
+		rs.onClose()
+		rs.onClose = nil
+	}
+	return err
+}
 
 // next renders the next piece into rs.buf.
 func (rs *resultsStream) next() error {

@@ -100,15 +100,16 @@ const codeResultsFull = "results_memory_full"
 // dropAnswer turns a row whose answer cannot be kept into a FAILED row
 // that says why.
 func dropAnswer(r *Row, max int64) {
-	msg := fmt.Sprintf("the answer (%d bytes, status %d) was not kept: async jobs hold %d bytes of answers in memory at most (GOVERNOR_BATCH_MAX_RESULT_BYTES); set GOVERNOR_BATCH_DIR to keep results on disk",
+	msg := fmt.Sprintf("the answer (%d bytes, status %d) was not kept: batches hold %d bytes of answers in memory at most (GOVERNOR_BATCH_MAX_RESULT_BYTES); progress lines (Accept: application/x-ndjson) keep none, and GOVERNOR_BATCH_DIR keeps async jobs' results on disk",
 		len(r.Body), r.StatusCode, max)
 	*r = Row{Status: proxy.StatusFailed, Attempts: r.Attempts, Queue: r.Queue, Execution: r.Execution, Lane: r.Lane,
 		Errors: append(r.Errors, codeResultsFull),
 		Err:    &proxy.Error{Status: 507, Code: codeResultsFull, Message: msg}}
 }
 
-// resultBudget bounds the answer bytes that async jobs hold in memory,
-// all jobs together. When an answer does not fit, evict is called to
+// resultBudget bounds the answer bytes that batches hold in memory, all
+// together (async jobs without a batch directory, sync batches until
+// their answer is written). When an answer does not fit, evict is called to
 // forget the finished job that finished first, until it fits or there is
 // none left.
 type resultBudget struct {

@@ -36,11 +36,13 @@ type Config struct {
 	MaxJobs int
 	// TTL is how long a finished async job's results are kept. Default 1h.
 	TTL time.Duration
-	// MaxResultBytes bounds the answer bytes that async jobs keep in
-	// memory, all jobs together, without a batch directory. Beyond it,
-	// the finished jobs that finished first are forgotten early; if the
-	// running jobs alone fill it, a new answer is dropped (its item FAILED
-	// with results_memory_full) and new jobs get 503. Default 256 MiB.
+	// MaxResultBytes bounds the answer bytes that batches keep in memory,
+	// all together: async jobs without a batch directory, and sync batches
+	// answered with a document (JSON or JSONL, not progress lines) until
+	// it is written. Beyond it, the finished jobs that finished first are
+	// forgotten early (without a batch directory); if running batches
+	// alone fill it, a new answer is dropped (its item FAILED with
+	// results_memory_full) and new batches get 503. Default 256 MiB.
 	MaxResultBytes int64
 	// Dir, if set, is the batch directory: async jobs are kept there (see
 	// package journal), resume after a restart, and their results are
@@ -149,6 +151,8 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("batch: %w", err)
 		}
 		s.dir = dir
+		// Finished jobs are on disk: forgetting one frees no memory.
+		s.budget = &resultBudget{max: cfg.MaxResultBytes, evict: func() bool { return false }}
 	} else {
 		s.budget = &resultBudget{max: cfg.MaxResultBytes, evict: s.evictFinished}
 	}
@@ -266,6 +270,14 @@ func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
 		s.streamProgress(ctx, e)
 		return
 	}
+	// The answers are held until the document is written: they count
+	// against the same bound as async jobs' answers.
+	if s.budget.full() {
+		s.resultsFull(ctx)
+		return
+	}
+	rows := newMemRows(e.total, s.budget)
+	e.rows = rows
 	s.m.batches["sync"].Inc()
 	cctx, stop := s.p.ClientContext(ctx)
 	unlist := s.live.add(e, s.cfg.Now())
@@ -273,7 +285,15 @@ func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
 	unlist()
 	stop()
 	s.finished(e, "sync")
-	s.writeResults(ctx, e, fasthttp.StatusOK)
+	s.writeResults(ctx, e, fasthttp.StatusOK, rows.release)
+}
+
+// resultsFull answers 503 results_memory_full: running batches hold as
+// many answer bytes in memory as MaxResultBytes allows.
+func (s *Server) resultsFull(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
+	writeError(ctx, fasthttp.StatusServiceUnavailable, codeResultsFull,
+		fmt.Sprintf("running batches hold %d bytes of answers in memory, the most allowed (GOVERNOR_BATCH_MAX_RESULT_BYTES): wait for them to finish, ask for progress lines (Accept: application/x-ndjson), which keep none, or set GOVERNOR_BATCH_DIR to keep async jobs' results on disk", s.cfg.MaxResultBytes))
 }
 
 // streamProgress answers with one NDJSON line per item as it finishes,
@@ -385,9 +405,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 		if s.budget.full() {
 			cancel(nil)
 			s.jobs.remove(j.exec.id)
-			ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
-			writeError(ctx, fasthttp.StatusServiceUnavailable, codeResultsFull,
-				fmt.Sprintf("running batch jobs hold %d bytes of answers in memory, the most allowed (GOVERNOR_BATCH_MAX_RESULT_BYTES): wait for them to finish, or set GOVERNOR_BATCH_DIR to keep results on disk", s.cfg.MaxResultBytes))
+			s.resultsFull(ctx)
 			return
 		}
 		j.exec.rows = newMemRows(j.exec.total, s.budget)
@@ -470,7 +488,7 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 			"the batch is still running: poll "+PathBatches+"/"+j.exec.id+", or add ?partial=true for the items finished so far")
 		return
 	}
-	s.writeResults(ctx, j.exec, fasthttp.StatusOK)
+	s.writeResults(ctx, j.exec, fasthttp.StatusOK, nil)
 }
 
 // deleteJob cancels a running job (what has not started becomes
@@ -625,9 +643,15 @@ func credentials(h *fasthttp.RequestHeader) map[string]string {
 }
 
 // writeResults answers with a batch's results in its format: the JSON
-// document, or OpenAI Batch output lines, streamed a row at a time.
-func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int) {
+// document, or OpenAI Batch output lines, streamed a row at a time. done,
+// if set, is called once the answer is written or given up.
+func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int, done func()) {
 	rs, err := newResultsStream(e, s.cfg.Now(), ctx.Conn(), s.cfg.WriteIdle)
+	if err == nil {
+		rs.onClose = done
+	} else if done != nil {
+		done()
+	}
 	if err != nil {
 		s.cfg.Logger.Error("batch results unreadable", "batch", e.id, "err", err)
 		writeError(ctx, fasthttp.StatusInternalServerError, codeStoreError, err.Error())

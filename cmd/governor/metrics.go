@@ -48,7 +48,7 @@ var metricFamilies = []metricFamily{
 	{"governor_batches_rejected_total", "counter", "Batches refused whole (malformed, too large, too many jobs)."},
 	{"governor_batch_items_total", "counter", "Batch items finished, by status (COMPLETED, COMPLETED_WITH_RETRIES, FAILED, DID_NOT_RUN)."},
 	{"governor_batch_jobs", "gauge", "Async batch jobs held, by state (running, finished)."},
-	{"governor_batch_results_memory_bytes", "gauge", "Answer bytes async batch jobs hold in memory, at most GOVERNOR_BATCH_MAX_RESULT_BYTES (0 with GOVERNOR_BATCH_DIR: results are on disk)."},
+	{"governor_batch_results_memory_bytes", "gauge", "Answer bytes batches hold in memory (async jobs without GOVERNOR_BATCH_DIR, sync batches until their answer is written), at most GOVERNOR_BATCH_MAX_RESULT_BYTES."},
 	{"governor_redis_up", "gauge", "1 while coordinated through Redis, 0 while governing locally."},
 	{"governor_redis_fallbacks_total", "counter", "Switches from Redis coordination to local governing."},
 	{"governor_redis_errors_total", "counter", "Redis commands that failed or timed out."},
