@@ -82,6 +82,27 @@ func (t *connTracker) busy(c net.Conn) {
 	}
 }
 
+// closeAll closes every client connection still open, at once (no
+// lingering): at the end of a drain, those whose clients do not read their
+// answers.
+func (t *connTracker) closeAll() {
+	t.mu.Lock()
+	conns := make([]net.Conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		if cc, ok := c.(*clientConn); ok {
+			// fasthttp closes it again when its write fails, which
+			// counts it out of its listener's open connections.
+			_ = cc.TCPConn.Close()
+			continue
+		}
+		_ = c.Close()
+	}
+}
+
 // nudgeSilent gives every connection that carries no call, and was not
 // nudged before, a read deadline grace ahead.
 func (t *connTracker) nudgeSilent(grace time.Duration) {

@@ -238,16 +238,30 @@ wait:
 	}
 	// Out of time: answer whatever still waits with Governor's draining
 	// error, cut the calls still in flight upstream (they get the same
-	// error), then let the handlers write those answers.
+	// error), then let the handlers write those answers, for answerGrace
+	// at most: a client that does not read its answer would otherwise
+	// hold the drain until its write deadline (StreamIdleTimeout).
 	p.stop()
 	for _, up := range p.upstreams() {
 		up.cutConnections()
 	}
 	if done != nil {
-		<-done
+		grace := time.NewTimer(answerGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			p.conns.closeAll()
+			<-done
+		}
 	}
 	return ctx.Err()
 }
+
+// answerGrace is how long a drain that ran out of time lets the handlers
+// write their last answers before it closes the client connections still
+// open.
+const answerGrace = time.Second
 
 // drainReportEvery is how often a drain logs what it still waits for.
 const drainReportEvery = time.Second
