@@ -137,16 +137,44 @@ func TestJobsAreBoundedAndExpire(t *testing.T) {
 	body := mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}})
 	st := e.createJob(t, body)
 	e.waitJob(t, st.ID)
+	now = now.Add(time.Minute) // the finished job expires
+	resp, _ := e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 
+	// A running job fills the store: a new one is refused.
+	running := e.createJob(t, mustJSON(t, map[string]any{"requests": []any{
+		chatItem("", "x", map[string]string{"X-Mock-Latency": "1h"})}}))
 	resp, out := e.post(t, batch.PathBatches, "application/json", body)
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the store is full")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the store is full of running jobs")
 	assert.Contains(t, out, "too_many_batches")
 	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
-
-	now = now.Add(time.Minute) // the finished job expires
-	resp, _ = e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID, "", "")
-	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, _ = e.do(t, http.MethodDelete, batch.PathBatches+"/"+running.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	e.waitJob(t, running.ID)
 	e.createJob(t, body)
+}
+
+// Finished jobs do not hold the store until they expire: a new job makes
+// room by forgetting the one that finished first, so clients that never
+// DELETE their jobs (governor batch, the README's loops) can run more than
+// MaxJobs in a TTL.
+func TestFinishedJobsMakeRoomForNewOnes(t *testing.T) {
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.MaxJobs = 2 }})
+	body := mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}})
+	var ids []string
+	for range 5 {
+		st := e.createJob(t, body)
+		e.waitJob(t, st.ID)
+		ids = append(ids, st.ID)
+	}
+	for i, id := range ids {
+		resp, _ := e.do(t, http.MethodGet, batch.PathBatches+"/"+id, "", "")
+		if i < len(ids)-2 {
+			assert.Equal(t, http.StatusNotFound, resp.StatusCode, "job %d forgotten to make room", i)
+		} else {
+			assert.Equal(t, http.StatusOK, resp.StatusCode, "job %d, among the last 2, is kept", i)
+		}
+	}
 }
 
 func TestUnknownJobAndMethods(t *testing.T) {

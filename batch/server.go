@@ -32,7 +32,10 @@ type Config struct {
 	// Window bounds the items of one batch waiting in a queue or in flight
 	// at once. Default 128.
 	Window int
-	// MaxJobs bounds the async jobs held, running or finished. Default 100.
+	// MaxJobs bounds the async jobs held, running or finished: a new job
+	// beyond it makes room by forgetting the finished job that finished
+	// first, or gets 503 too_many_batches if they are all running.
+	// Default 100.
 	MaxJobs int
 	// TTL is how long a finished async job's results are kept. Default 1h.
 	TTL time.Duration
@@ -209,12 +212,17 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 // evictFinished forgets the finished job that finished first, to make room
 // for answers; false if there is none.
 func (s *Server) evictFinished() bool {
+	return s.forgetOldestFinished("batch job forgotten before its TTL: answers held in memory reached GOVERNOR_BATCH_MAX_RESULT_BYTES")
+}
+
+// forgetOldestFinished forgets the finished job that finished first, logging
+// why, and reports whether there was one.
+func (s *Server) forgetOldestFinished(why string) bool {
 	j := s.jobs.evictFinished()
 	if j == nil {
 		return false
 	}
-	s.cfg.Logger.Warn("batch job forgotten before its TTL: answers held in memory reached GOVERNOR_BATCH_MAX_RESULT_BYTES",
-		"batch", j.exec.id, "max_bytes", s.cfg.MaxResultBytes)
+	s.cfg.Logger.Warn(why, "batch", j.exec.id, "max_jobs", s.cfg.MaxJobs, "max_bytes", s.cfg.MaxResultBytes)
 	s.forget(j)
 	return true
 }
@@ -394,11 +402,15 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	// A job starts as it is created; a job resumed after a restart keeps
 	// that instant (its header's).
 	j.exec.started = now
-	if err := s.jobs.add(j, now); err != nil {
+	err := s.jobs.add(j, now)
+	for errors.Is(err, errTooManyJobs) && s.forgetOldestFinished("batch job forgotten before its TTL: GOVERNOR_BATCH_MAX_JOBS jobs are held") {
+		err = s.jobs.add(j, now)
+	}
+	if err != nil {
 		cancel(nil)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
 		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
-			fmt.Sprintf("%d batch jobs are held already; fetch and DELETE finished ones, or wait for them to expire", s.cfg.MaxJobs))
+			fmt.Sprintf("%d batch jobs are running already (GOVERNOR_BATCH_MAX_JOBS); retry once one has finished", s.cfg.MaxJobs))
 		return
 	}
 	if s.dir == nil {
