@@ -125,3 +125,24 @@ func TestClientThatLeavesCancelsItsBatch(t *testing.T) {
 		})
 	}
 }
+
+// A batch file saved as "UTF-8 with BOM", with Windows line ends (as
+// Notepad, Excel or PowerShell write it), runs like any other.
+func TestByteOrderMarkAndCRLFAreAccepted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	line := func(id string) string {
+		return `{"custom_id":"` + id + `","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`
+	}
+	resp, out := e.post(t, batch.PathBatch, "application/jsonl", "\xef\xbb\xbf"+line("a")+"\r\n"+line("b")+"\r\n")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	for i, id := range []string{"a", "b"} {
+		assert.Contains(t, lines[i], `"custom_id":"`+id+`"`)
+		assert.Contains(t, lines[i], `"status_code":200`)
+	}
+
+	doc := e.runBatch(t, "\xef\xbb\xbf"+mustJSON(t, map[string]any{"requests": []any{chatItem("", "hi", nil)}}))
+	assert.Equal(t, 1, doc.Summary.Completed)
+}

@@ -556,19 +556,22 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 		return nil, false
 	}
 	var b *Batch
+	// A file saved as "UTF-8 with BOM" (Windows editors, Excel, PowerShell)
+	// starts with one; it is no part of the JSON.
+	body := bytes.TrimPrefix(ctx.PostBody(), utf8BOM)
 	query, qerr := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
 	switch {
 	case qerr != nil:
 		err = &InputError{Where: "query", Err: qerr}
-	case format == FormatJSON && looksLikeJSONL(ctx.PostBody()):
+	case format == FormatJSON && looksLikeJSONL(body):
 		err = inputErr("", "the body looks like OpenAI Batch JSONL (one request per line, with custom_id and url) sent as %s: send it with the header \"Content-Type: application/jsonl\"",
 			orNone(ctx.Request.Header.ContentType()))
 	case format == FormatJSONL:
-		b, err = s.parser.parseJSONL(ctx.PostBody(), query)
+		b, err = s.parser.parseJSONL(body, query)
 	case len(query) > 0:
 		err = inputErr("query", "options of a JSON batch go in its body, not in the query")
 	default:
-		b, err = s.parser.parseJSON(ctx.PostBody())
+		b, err = s.parser.parseJSON(body)
 	}
 	if err == nil && b.Options.Tenant == "" {
 		if v := ctx.Request.Header.Peek(proxy.HeaderTenant); len(v) > 0 {
@@ -586,6 +589,9 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 	}
 	return b, true
 }
+
+// utf8BOM is the byte order mark a batch body may start with.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // looksLikeJSONL reports whether a body sent as JSON is a JSONL batch: its
 // first line is one request (custom_id, url or body at the top level, no
