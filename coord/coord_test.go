@@ -607,3 +607,43 @@ func TestOthersSynced(t *testing.T) {
 	s = sync1(t, b, Report{Demand: 8})
 	assert.True(t, t0.Add(120*time.Millisecond).Equal(s.OthersSynced), "a left: alone, got %v", s.OthersSynced)
 }
+
+// A Redis that answers PING but refuses writes (full under maxmemory with
+// noeviction, or a replica after a failover) is no Redis to coordinate
+// over: the Coordinator stays local until it takes writes again, rather
+// than rejoining at every ping and falling back at the next sync.
+func TestRedisThatRefusesWritesIsNotRejoined(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		refuse, allow []any
+		err           string
+	}{
+		{"full under maxmemory", []any{"config", "set", "maxmemory", "1"}, []any{"config", "set", "maxmemory", "0"}, "OOM"},
+		{"a read-only replica", []any{"replicaof", "127.0.0.1", "1"}, []any{"replicaof", "no", "one"}, "READONLY"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			srv := redistest.Start(t)
+			a := newCoord(t, srv, "a", nil)
+			sync1(t, a, Report{Initial: 8})
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer admin.Close()
+			ctx := context.Background()
+			require.NoError(t, admin.Do(ctx, tc.refuse...).Err())
+
+			_, err := a.Sync(ctx, []Report{{Lane: "default/m/abc123", Max: 64}})
+			require.ErrorIs(t, err, ErrLocal)
+			assert.Contains(t, err.Error(), tc.err)
+			err = a.join()
+			require.Error(t, err, "Redis answers PING but takes no write: no rejoin")
+			assert.Contains(t, err.Error(), tc.err)
+
+			require.NoError(t, admin.Do(ctx, tc.allow...).Err())
+			require.Eventually(t, a.Up, 5*time.Second, 10*time.Millisecond, "rejoins once Redis takes writes")
+			sync1(t, a, Report{})
+			assert.Equal(t, "1", a.metric("governor_redis_fallbacks_total"), "one fallback for the whole outage")
+			assert.Equal(t, 1, strings.Count(a.log.String(), "redis coordination lost"))
+			assert.Equal(t, 1, strings.Count(a.log.String(), "redis coordination restored"))
+		})
+	}
+}

@@ -243,14 +243,21 @@ func (co *Coordinator) loop() {
 	}
 }
 
-// join pings Redis and loads the scripts (a restarted Redis has lost them).
+// join pings Redis, loads the scripts (a restarted Redis has lost them) and
+// checks that Redis takes a script's write: one that answers PING but
+// refuses writes (full under maxmemory with noeviction, a replica after a
+// failover, an ACL) would fail every sync, and rejoining it at every ping
+// would switch the lanes back and forth.
 func (co *Coordinator) join() error {
 	ctx, cancel := context.WithTimeout(context.Background(), co.cfg.Timeout)
 	defer cancel()
 	if err := co.rdb.Ping(ctx).Err(); err != nil {
 		return err
 	}
-	return co.load(ctx)
+	if err := co.load(ctx); err != nil {
+		return err
+	}
+	return probeScript.Run(ctx, co.rdb, []string{probeKey(co.cfg.Instance)}, co.cfg.Timeout.Milliseconds()+1).Err()
 }
 
 // failed switches to local mode after a failed command. ctx is the
@@ -334,7 +341,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 
 // load loads the scripts into Redis's script cache.
 func (co *Coordinator) load(ctx context.Context) error {
-	for _, s := range []*redis.Script{syncScript, gcraScript, leaveScript} {
+	for _, s := range []*redis.Script{syncScript, gcraScript, leaveScript, probeScript} {
 		if err := s.Load(ctx, co.rdb).Err(); err != nil {
 			return err
 		}

@@ -226,6 +226,18 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 `)
 
+// probeScript writes a key that expires at once: join's check that Redis
+// takes the writes of the other scripts.
+//
+// KEYS: the probe key. ARGV: its time to live (ms).
+var probeScript = redis.NewScript(`
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return 1
+`)
+
+// probeKey is the key join writes to check that Redis takes writes.
+func probeKey(instance string) string { return "governor:probe:" + instance }
+
 // keys returns the keys of a lane. The lane id is in a hash tag so that a
 // lane's keys share one Redis Cluster slot.
 func keys(lane string) (state, members, demand, synced, gcra string) {
