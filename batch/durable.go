@@ -1,10 +1,13 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,11 +132,25 @@ func (s *Server) persist(j *job, b *Batch) error {
 	if err != nil {
 		return err
 	}
-	input, err := json.Marshal(b.Items)
+	// The items' own headers may carry credentials: they go with the
+	// request's into the secret, which the journal removes when the job
+	// finishes, not into the input, which stays until the job expires.
+	items := slices.Clone(b.Items)
+	sec := jobSecret{Creds: e.creds}
+	for i := range items {
+		if len(items[i].Header) > 0 {
+			if sec.ItemHeaders == nil {
+				sec.ItemHeaders = map[int]map[string]string{}
+			}
+			sec.ItemHeaders[i] = items[i].Header
+			items[i].Header = nil
+		}
+	}
+	input, err := json.Marshal(items)
 	if err != nil {
 		return err
 	}
-	secret, err := json.Marshal(e.creds)
+	secret, err := json.Marshal(sec)
 	if err != nil {
 		return err
 	}
@@ -162,6 +179,30 @@ func (s *Server) attach(j *job, jj *journal.Job) {
 
 // errStoreFailed stops a job whose results can no longer be written.
 var errStoreFailed = errors.New("store_error")
+
+// jobSecret is what a job's secret file holds: the credentials its items
+// inherit from the request, and the items' own headers, by index.
+type jobSecret struct {
+	Creds       map[string]string         `json:"creds"`
+	ItemHeaders map[int]map[string]string `json:"item_headers,omitempty"`
+}
+
+// decodeSecret reads a job's secret file: a jobSecret, or the inherited
+// credentials alone (a flat map of headers, the items' headers then being
+// in the input).
+func decodeSecret(b []byte) (jobSecret, error) {
+	var sec jobSecret
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&sec) == nil {
+		return sec, nil
+	}
+	var creds map[string]string
+	if err := json.Unmarshal(b, &creds); err != nil {
+		return jobSecret{}, err
+	}
+	return jobSecret{Creds: creds}, nil
+}
 
 // restore loads the jobs of the batch directory: finished ones are listed
 // again, unfinished ones resume (cancelled ones finish at once).
@@ -202,8 +243,20 @@ func (s *Server) restoreJob(l journal.Loaded) error {
 		if len(e.items) != n {
 			return fmt.Errorf("input: %d items, want %d", len(e.items), n)
 		}
-		if err := json.Unmarshal(l.Secret, &e.creds); err != nil {
+		sec, err := decodeSecret(l.Secret)
+		if err != nil {
 			return fmt.Errorf("secret: %w", err)
+		}
+		e.creds = sec.Creds
+		for i, h := range sec.ItemHeaders {
+			if i < 0 || i >= n {
+				return fmt.Errorf("secret: headers of item %d of %d", i, n)
+			}
+			if e.items[i].Header == nil {
+				e.items[i].Header = h
+				continue
+			}
+			maps.Copy(e.items[i].Header, h)
 		}
 		e.customIDs = customIDs(e.items)
 	}

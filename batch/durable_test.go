@@ -245,3 +245,51 @@ func nonZero(m map[string]int) map[string]int {
 	}
 	return out
 }
+
+// Credentials an item carries in its own headers are kept on disk only
+// with the request's, in the job's secret, which goes when the job
+// finishes: never in its input, which stays until the job expires (and for
+// good in damaged/ if it is damaged). A job resumed after a restart still
+// sends each item with its headers.
+func TestItemHeadersLeaveTheDiskWithTheJob(t *testing.T) {
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopMock)
+	dir := t.TempDir()
+	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	const canary = "sk-item-canary-5f3a"
+	const n = 6
+	var body strings.Builder
+	for i := range n {
+		fmt.Fprintf(&body, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","headers":{"X-Request-Id":"r%d","X-Mock-Latency":"20ms","Authorization":"Bearer %s"},"body":{"model":"m","messages":[{"role":"user","content":"q"}]}}`+"\n", i, i, canary)
+	}
+	filesWithCanary := func() []string {
+		var found []string
+		require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && strings.Contains(string(b), canary) {
+				found = append(found, filepath.Base(path))
+			}
+			return err
+		}))
+		return found
+	}
+
+	e1 := newEnv(t, opts)
+	st := e1.createJSONLJob(t, body.String())
+	require.Eventually(t, func() bool { return mock.Stats().Received >= 2 }, 10*time.Second, time.Millisecond)
+	e1.stop()
+	assert.Equal(t, []string{"secret"}, filesWithCanary(), "while the job runs, only its secret holds them")
+
+	e2 := newEnv(t, opts)
+	st = e2.waitJob(t, st.ID)
+	assert.Equal(t, n, st.Counts["COMPLETED"], "%v", st.Counts)
+	seen := mock.Stats().ByRequestID
+	for i := range n {
+		assert.Positive(t, seen[fmt.Sprintf("r%d", i)], "item %d sent with its headers", i)
+	}
+	assert.Empty(t, filesWithCanary(), "the job has finished: no credential left on disk")
+}
