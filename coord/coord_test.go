@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,15 +64,26 @@ func newCoord(t *testing.T, srv *redistest.Server, instance string, clk *clock) 
 // newCoordSync is newCoord for a caller that syncs every interval.
 func newCoordSync(t *testing.T, srv *redistest.Server, instance string, clk *clock, interval time.Duration) *testCoord {
 	t.Helper()
+	if clk == nil {
+		return newCoordClock(t, srv, instance, nil, interval)
+	}
+	tc := newCoordClock(t, srv, instance, clk.Now, interval)
+	// A test's clock stands for every Governor's and Redis's: the
+	// instants go to Redis as the test gives them.
+	tc.offset.Store(0)
+	tc.clockCheck.Store(math.MaxInt64)
+	return tc
+}
+
+// newCoordClock is newCoordSync with any clock (nil: the real one).
+func newCoordClock(t *testing.T, srv *redistest.Server, instance string, now func() time.Time, interval time.Duration) *testCoord {
+	t.Helper()
 	opts, err := redis.ParseURL(srv.URL())
 	require.NoError(t, err)
 	set := metrics.NewSet()
 	buf := &syncBuffer{}
 	cfg := Config{Options: opts, Instance: instance, Metrics: set, Logger: slog.New(slog.NewTextHandler(buf, nil)),
-		Timeout: 200 * time.Millisecond, SyncInterval: interval, LeaseTTL: max(time.Second, 2*interval)}
-	if clk != nil {
-		cfg.Now = clk.Now
-	}
+		Timeout: 200 * time.Millisecond, SyncInterval: interval, LeaseTTL: max(time.Second, 2*interval), Now: now}
 	co, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { co.Close() })
@@ -646,4 +658,53 @@ func TestRedisThatRefusesWritesIsNotRejoined(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(a.log.String(), "redis coordination restored"))
 		})
 	}
+}
+
+// skewedClock is the real clock off by a settable skew: a host whose
+// clock NTP has not set, or has stepped.
+type skewedClock struct{ skew atomic.Int64 }
+
+func (c *skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+// Governors whose clocks are seconds apart still see each other and share
+// one bucket: every instant goes to Redis on Redis's clock.
+func TestGovernorsWithClocksSecondsApart(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	onTime, ahead, behind := &skewedClock{}, &skewedClock{}, &skewedClock{}
+	ahead.skew.Store(int64(5 * time.Second))
+	behind.skew.Store(int64(-5 * time.Second))
+	cos := []*testCoord{newCoordClock(t, srv, "a", onTime.Now, 20*time.Millisecond),
+		newCoordClock(t, srv, "b", ahead.Now, 20*time.Millisecond), newCoordClock(t, srv, "c", behind.Now, 20*time.Millisecond)}
+	for _, co := range cos {
+		sync1(t, co, Report{Initial: 12, Demand: 100})
+	}
+	for range 2 {
+		total := 0
+		for i, co := range cos {
+			s := sync1(t, co, Report{Initial: 12, Demand: 100, InFlight: 4})
+			assert.Equal(t, 3, s.Members, "governor %d sees the three", i)
+			total += s.Share
+		}
+		assert.LessOrEqual(t, total, 12, "the shares fit in the shared limit")
+	}
+
+	ctx := context.Background()
+	var waits []time.Duration
+	for _, co := range []*testCoord{cos[1], cos[0], cos[2], cos[0]} {
+		w, err := co.Reserve(ctx, "default/m/abc123", 10, 1)
+		require.NoError(t, err)
+		waits = append(waits, w)
+	}
+	for i, w := range waits {
+		assert.Less(t, w, time.Duration(i+1)*100*time.Millisecond+50*time.Millisecond,
+			"booking %d waits its place in a bucket of 10/s, not the clocks' difference: %v", i, waits)
+	}
+
+	// A clock stepped while the Governor runs is measured again.
+	cos[0].clockCheck.Store(0)
+	onTime.skew.Store(int64(-8 * time.Second))
+	sync1(t, cos[0], Report{Demand: 100, InFlight: 4})
+	s := sync1(t, cos[1], Report{Demand: 100, InFlight: 4})
+	assert.Equal(t, 3, s.Members, "the stepped Governor's lease still runs")
 }

@@ -114,6 +114,16 @@ type Coordinator struct {
 	fallbacks *metrics.Counter
 	errors    *metrics.Counter
 	syncTime  *metrics.PrometheusHistogram
+
+	// offset is Redis's clock less this host's, in milliseconds, as last
+	// measured: every instant goes to Redis on Redis's clock (see
+	// measureClock).
+	offset atomic.Int64
+	// measured is when the offset was last measured (ns since born, on
+	// the monotonic clock); clockCheck how often it is measured again.
+	born       time.Time
+	measured   atomic.Int64
+	clockCheck atomic.Int64
 }
 
 // New returns a Coordinator for cfg and starts its background loop, which
@@ -145,7 +155,9 @@ func New(cfg Config) (*Coordinator, error) {
 		fallbacks: c.Metrics.NewCounter("governor_redis_fallbacks_total"),
 		errors:    c.Metrics.NewCounter("governor_redis_errors_total"),
 		syncTime:  c.Metrics.NewPrometheusHistogramExt("governor_redis_sync_seconds", syncBuckets),
+		born:      time.Now(),
 	}
+	co.clockCheck.Store(int64(clockCheck))
 	c.Metrics.NewGauge("governor_redis_up", func() float64 {
 		if co.up.Load() {
 			return 1
@@ -257,7 +269,58 @@ func (co *Coordinator) join() error {
 	if err := co.load(ctx); err != nil {
 		return err
 	}
-	return probeScript.Run(ctx, co.rdb, []string{probeKey(co.cfg.Instance)}, co.cfg.Timeout.Milliseconds()+1).Err()
+	if err := probeScript.Run(ctx, co.rdb, []string{probeKey(co.cfg.Instance)}, co.cfg.Timeout.Milliseconds()+1).Err(); err != nil {
+		return err
+	}
+	co.measureClock(ctx, true)
+	return nil
+}
+
+// Clock offsets: how often the offset to Redis's clock is measured again
+// while coordinated; the offset below which clocks are taken to agree (as
+// NTP keeps them), which is also the least change taken up after a join (a
+// new offset moves every instant this Governor sends); the offset that is
+// logged.
+const (
+	clockCheck     = time.Minute
+	clockTolerance = 10 * time.Millisecond
+	clockWarn      = time.Second
+)
+
+// measureClock measures the offset of Redis's clock to this host's (TIME,
+// against the middle of its round trip) and takes it up at a join, or if it
+// moved by more than clockTolerance. Instants in the shared record are compared across
+// Governors (leases, the shared bucket, decreases and pauses): a host whose
+// clock is seconds off would otherwise see the others' leases expired and
+// take their shares, or book the shared bucket seconds ahead of them. A
+// Redis that does not answer TIME (an ACL) leaves the offset as it was.
+func (co *Coordinator) measureClock(ctx context.Context, join bool) {
+	co.measured.Store(int64(time.Since(co.born)))
+	before := co.cfg.Now()
+	redisNow, err := co.rdb.Time(ctx).Result()
+	if err != nil {
+		co.log.Debug("redis clock not measured", "err", err)
+		return
+	}
+	after := co.cfg.Now()
+	off := redisNow.Sub(before.Add(after.Sub(before) / 2)).Round(time.Millisecond)
+	if off.Abs() <= clockTolerance {
+		off = 0
+	}
+	old := time.Duration(co.offset.Load()) * time.Millisecond
+	if off == old || !join && (off-old).Abs() <= clockTolerance {
+		return
+	}
+	co.offset.Store(off.Milliseconds())
+	if off.Abs() >= clockWarn || old.Abs() >= clockWarn {
+		co.log.Warn("this host's clock differs from redis's: shared instants are taken on redis's clock",
+			"redis_ahead_by", off, "instance", co.cfg.Instance)
+	}
+}
+
+// clockDue reports whether the offset is due to be measured again.
+func (co *Coordinator) clockDue() bool {
+	return int64(time.Since(co.born))-co.measured.Load() >= co.clockCheck.Load()
 }
 
 // failed switches to local mode after a failed command. ctx is the
@@ -290,15 +353,21 @@ func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, er
 	if len(reports) == 0 {
 		return nil, nil
 	}
+	if co.clockDue() {
+		mctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+		co.measureClock(mctx, false)
+		cancel()
+	}
 	start := time.Now()
 	now := co.cfg.Now()
+	off := co.offset.Load()
 	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
 	defer cancel()
-	cmds, err := co.runSync(tctx, reports, now)
+	cmds, err := co.runSync(tctx, reports, now, off)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis restarted and lost its scripts: load them and try once more.
 		if err = co.load(tctx); err == nil {
-			cmds, err = co.runSync(tctx, reports, now)
+			cmds, err = co.runSync(tctx, reports, now, off)
 		}
 	}
 	if err != nil {
@@ -311,14 +380,16 @@ func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, er
 		if err != nil {
 			return nil, co.failed(ctx, err)
 		}
-		if out[i], err = co.parseShared(vals, now); err != nil {
+		if out[i], err = co.parseShared(vals, now, off); err != nil {
 			return nil, co.failed(ctx, err)
 		}
 	}
 	return out, nil
 }
 
-func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.Time) ([]*redis.Cmd, error) {
+// runSync runs the sync script of every report, with the instants on
+// Redis's clock (off, see toRedis).
+func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.Time, off int64) ([]*redis.Cmd, error) {
 	pipe := co.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(reports))
 	for i, r := range reports {
@@ -328,12 +399,12 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 			collapsed = "1"
 		}
 		if r.Decreased {
-			dec, decDispatched, decAt = num(r.DecreaseTarget), ms(r.DecreaseDispatched), ms(r.DecreaseAt)
+			dec, decDispatched, decAt = num(r.DecreaseTarget), toRedis(r.DecreaseDispatched, off), toRedis(r.DecreaseAt, off)
 		}
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced},
-			ms(now), co.cfg.Instance, ms(now.Add(co.cfg.LeaseTTL)), strconv.Itoa(max(r.Demand, 0))+","+strconv.Itoa(max(r.InFlight, 0)), r.Max, num(r.Initial),
+			toRedis(now, off), co.cfg.Instance, toRedis(now.Add(co.cfg.LeaseTTL), off), strconv.Itoa(max(r.Demand, 0))+","+strconv.Itoa(max(r.InFlight, 0)), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			ms(r.PausedUntil), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), ms(r.SeenDecrease), ms(r.PausedAt), ms(r.LastSuccess), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds())
+			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds())
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
@@ -356,7 +427,9 @@ func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, t
 // published again.
 const rateMemory = time.Minute
 
-func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error) {
+// parseShared reads a sync script's answer, its instants on Redis's clock
+// (off, see toRedis).
+func (co *Coordinator) parseShared(vals []string, now time.Time, off int64) (Shared, error) {
 	if len(vals) < 7 || (len(vals)-7)%3 != 0 {
 		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
 	}
@@ -369,7 +442,7 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 		f[i] = v
 	}
 	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
-		LastDecrease: fromMs(f[1]), PausedUntil: fromMs(f[3]), PausedAt: fromMs(f[6])}
+		LastDecrease: fromRedis(f[1], off), PausedUntil: fromRedis(f[3], off), PausedAt: fromRedis(f[6], off)}
 	mems := make([]Member, 0, (len(vals)-7)/3)
 	for i := 7; i+2 < len(vals); i += 3 {
 		ds, fs, _ := strings.Cut(vals[i+1], ",")
@@ -377,7 +450,7 @@ func (co *Coordinator) parseShared(vals []string, now time.Time) (Shared, error)
 		f, _ := strconv.Atoi(fs)
 		m := Member{Instance: vals[i], Demand: d, InFlight: f}
 		if v, err := strconv.ParseInt(vals[i+2], 10, 64); err == nil && v > 0 {
-			m.Synced = time.UnixMilli(v)
+			m.Synced = fromRedis(float64(v), off)
 		}
 		mems = append(mems, m)
 	}
@@ -450,7 +523,7 @@ func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst flo
 	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
 	defer cancel()
 	_, _, _, _, key := keys(lane)
-	v, err := gcraScript.Run(tctx, co.rdb, []string{key}, ms(co.cfg.Now()), num(1000/rate), num(max(burst, 1))).Text()
+	v, err := gcraScript.Run(tctx, co.rdb, []string{key}, toRedis(co.cfg.Now(), co.offset.Load()), num(1000/rate), num(max(burst, 1))).Text()
 	if err != nil {
 		return 0, co.failed(ctx, err)
 	}
@@ -480,19 +553,22 @@ func (co *Coordinator) Leave(ctx context.Context, lanes []string) error {
 	return nil
 }
 
-// ms is t in Unix milliseconds; zero for the zero time.
-func ms(t time.Time) int64 {
+// toRedis is t in Unix milliseconds on Redis's clock, which is off
+// milliseconds ahead of this host's; zero for the zero time.
+func toRedis(t time.Time, off int64) int64 {
 	if t.IsZero() {
 		return 0
 	}
-	return t.UnixMilli()
+	return t.UnixMilli() + off
 }
 
-func fromMs(v float64) time.Time {
+// fromRedis is the instant v (Unix milliseconds on Redis's clock) on this
+// host's clock; the zero time for v <= 0.
+func fromRedis(v float64, off int64) time.Time {
 	if v <= 0 {
 		return time.Time{}
 	}
-	return time.UnixMilli(int64(v))
+	return time.UnixMilli(int64(v) - off)
 }
 
 // num renders a float for a script argument.

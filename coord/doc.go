@@ -46,6 +46,10 @@
 // logged ("redis coordination lost", "redis coordination restored") and
 // counted (governor_redis_up, governor_redis_fallbacks_total).
 //
-// Times are the Governors' wall clocks (Unix milliseconds), which are
-// assumed to agree to within a few milliseconds (NTP).
+// Instants in the record (Unix milliseconds) are on Redis's clock: a
+// Coordinator measures its host's clock against Redis's (TIME) when it
+// joins and every minute, and moves every instant it sends and reads by the
+// difference, so Governors whose clocks are seconds apart still see each
+// other's leases and book one bucket. Clocks within 10ms of Redis's are
+// taken as agreeing with it.
 package coord
