@@ -78,7 +78,13 @@ func newCoordSync(t *testing.T, srv *redistest.Server, instance string, clk *clo
 // newCoordClock is newCoordSync with any clock (nil: the real one).
 func newCoordClock(t *testing.T, srv *redistest.Server, instance string, now func() time.Time, interval time.Duration) *testCoord {
 	t.Helper()
-	opts, err := redis.ParseURL(srv.URL())
+	return newCoordURL(t, srv.URL(), instance, now, interval)
+}
+
+// newCoordURL is newCoordClock for the Redis at url.
+func newCoordURL(t *testing.T, url, instance string, now func() time.Time, interval time.Duration) *testCoord {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
 	require.NoError(t, err)
 	set := metrics.NewSet()
 	buf := &syncBuffer{}
@@ -707,4 +713,22 @@ func TestGovernorsWithClocksSecondsApart(t *testing.T) {
 	sync1(t, cos[0], Report{Demand: 100, InFlight: 4})
 	s := sync1(t, cos[1], Report{Demand: 100, InFlight: 4})
 	assert.Equal(t, 3, s.Members, "the stepped Governor's lease still runs")
+}
+
+// A Redis a round trip of well under the timeout away joins, at start and
+// after a failure, however many commands joining takes.
+func TestDistantRedisJoins(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	addr := srv.Delayed(t, 35*time.Millisecond) // a round trip of 70ms; the timeout is 200ms
+	a := newCoordURL(t, "redis://"+addr, "a", nil, 20*time.Millisecond)
+	require.True(t, a.Up(), "joined at start: %s", a.log.String())
+	sync1(t, a, Report{Initial: 8})
+
+	srv.Kill()
+	_, err := a.Sync(context.Background(), []Report{{Lane: "l", Max: 8}})
+	require.ErrorIs(t, err, ErrLocal)
+	srv.Restart()
+	require.Eventually(t, a.Up, 10*time.Second, 10*time.Millisecond, "rejoins")
+	assert.Equal(t, 8.0, sync1(t, a, Report{Initial: 8}).Target)
 }

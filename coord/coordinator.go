@@ -255,24 +255,33 @@ func (co *Coordinator) loop() {
 	}
 }
 
-// join pings Redis, loads the scripts (a restarted Redis has lost them) and
-// checks that Redis takes a script's write: one that answers PING but
-// refuses writes (full under maxmemory with noeviction, a replica after a
-// failover, an ACL) would fail every sync, and rejoining it at every ping
-// would switch the lanes back and forth.
+// join pings Redis, loads the scripts (a restarted Redis has lost them),
+// checks that Redis takes a script's write, and measures its clock: one
+// round trip each for the ping (which may open a connection), the rest (one
+// pipeline) and the clock, each within the timeout, so that a Redis that
+// can answer a sync within it can join. Rejoining a Redis that answers PING
+// but refuses writes (full under maxmemory with noeviction, a replica after
+// a failover, an ACL) would fail every sync and switch the lanes back and
+// forth.
 func (co *Coordinator) join() error {
 	ctx, cancel := context.WithTimeout(context.Background(), co.cfg.Timeout)
-	defer cancel()
-	if err := co.rdb.Ping(ctx).Err(); err != nil {
+	err := co.rdb.Ping(ctx).Err()
+	cancel()
+	if err != nil {
 		return err
 	}
-	if err := co.load(ctx); err != nil {
+	ctx, cancel = context.WithTimeout(context.Background(), co.cfg.Timeout)
+	pipe := co.rdb.Pipeline()
+	loadScripts(ctx, pipe)
+	probeScript.EvalSha(ctx, pipe, []string{probeKey(co.cfg.Instance)}, co.cfg.Timeout.Milliseconds()+1)
+	_, err = pipe.Exec(ctx)
+	cancel()
+	if err != nil {
 		return err
 	}
-	if err := probeScript.Run(ctx, co.rdb, []string{probeKey(co.cfg.Instance)}, co.cfg.Timeout.Milliseconds()+1).Err(); err != nil {
-		return err
-	}
+	ctx, cancel = context.WithTimeout(context.Background(), co.cfg.Timeout)
 	co.measureClock(ctx, true)
+	cancel()
 	return nil
 }
 
@@ -410,14 +419,19 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 	return cmds, err
 }
 
-// load loads the scripts into Redis's script cache.
+// load loads the scripts into Redis's script cache, in one round trip.
 func (co *Coordinator) load(ctx context.Context) error {
+	pipe := co.rdb.Pipeline()
+	loadScripts(ctx, pipe)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// loadScripts queues the loading of every script the Coordinator runs.
+func loadScripts(ctx context.Context, pipe redis.Pipeliner) {
 	for _, s := range []*redis.Script{syncScript, gcraScript, leaveScript, probeScript} {
-		if err := s.Load(ctx, co.rdb).Err(); err != nil {
-			return err
-		}
+		s.Load(ctx, pipe)
 	}
-	return nil
 }
 
 // keyTTL is how long a lane's keys outlive the last sync of any Governor.
