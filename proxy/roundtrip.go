@@ -320,7 +320,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	at := l.Dispatch()
 	start := p.cfg.Now()
-	err := c.req.up.client.DoDeadline(out, resp, start.Add(o.attemptTimeout))
+	err := c.req.up.send(out, resp, start.Add(o.attemptTimeout), c.watched)
 	oc := lane.Answered
 	if err != nil {
 		err = scrubHeadError(err)

@@ -141,6 +141,12 @@ type trackedConn struct {
 	ownerMu sync.Mutex
 	owner   *watchedClient
 	severed atomic.Bool
+
+	// used says an exchange has begun on the connection; only the
+	// goroutine that writes to it (fasthttp's) reads and sets it, and
+	// peeker.
+	used   bool
+	peeker *peeker
 }
 
 // Read reads from the connection, first letting a stream in progress pass
@@ -174,12 +180,51 @@ func (c *trackedConn) Close() error {
 // thing in every exchange on the connection (HostClient's transport, before
 // writing the request), which is how the connection knows that a new
 // exchange begins and the previous one's owner has no say over it.
+//
+// On a connection that carried an exchange before, it first makes sure the
+// upstream has not closed it while it was idle (servers close idle
+// keep-alive connections after a few seconds: uvicorn after 5), and fails
+// with errStaleConn if it has, or sent anything unasked (a TLS
+// close_notify): nothing is written, and fasthttp tries another
+// connection. (fasthttp does not watch idle connections, and a request
+// written to one the server has closed fails only once written.)
 func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	c.ownerMu.Lock()
 	c.owner = nil
 	c.severed.Store(false)
 	c.ownerMu.Unlock()
+	if c.used {
+		// The last exchange's read deadline may have passed, which
+		// would keep the socket from being looked at; fasthttp sets
+		// this exchange's after writing the request.
+		_ = c.Conn.SetReadDeadline(time.Time{})
+		if waiting, gone := c.peeker.peek(); waiting || gone {
+			return errStaleConn
+		}
+	}
+	c.used = true
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// errStaleConn refuses an exchange on an idle connection the upstream has
+// closed (see trackedConn.SetWriteDeadline).
+var errStaleConn = errors.New("upstream closed the idle connection")
+
+// send makes one exchange of req with the upstream, answered in resp by
+// deadline. An exchange refused on an idle connection the upstream had
+// closed (errStaleConn: nothing was written) is made again at once on
+// another one, wc, if set, first carrying req's body again (fasthttp does
+// not retry a request with a body stream). Each refusal closes a
+// connection, so MaxConns+1 tries reach a new one.
+func (up *upstream) send(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, wc *watchedClient) error {
+	err := up.client.DoDeadline(req, resp, deadline)
+	for n := 0; errors.Is(err, errStaleConn) && n < up.client.MaxConns; n++ {
+		if wc != nil {
+			wc.carryBody(req, resp)
+		}
+		err = up.client.DoDeadline(req, resp, deadline)
+	}
+	return err
 }
 
 // own makes w the owner of the exchange whose request is being written.
@@ -221,15 +266,20 @@ func (up *upstream) forget(c *trackedConn) {
 // busy: calls in flight end at once with a connection error. Only for the
 // end of a drain that ran out of time.
 func (up *upstream) cutConnections() {
+	for _, c := range up.openConns() {
+		_ = c.Conn.Close() // the owner's Close forgets it later
+	}
+}
+
+// openConns returns the upstream's open connections, idle or busy.
+func (up *upstream) openConns() []*trackedConn {
 	up.connsMu.Lock()
+	defer up.connsMu.Unlock()
 	conns := make([]*trackedConn, 0, len(up.conns))
 	for c := range up.conns {
 		conns = append(conns, c)
 	}
-	up.connsMu.Unlock()
-	for _, c := range conns {
-		_ = c.Conn.Close() // the owner's Close forgets it later
-	}
+	return conns
 }
 
 type connAddr struct {
@@ -238,7 +288,7 @@ type connAddr struct {
 }
 
 func newTrackedConn(c net.Conn) *trackedConn {
-	tc := &trackedConn{Conn: c}
+	tc := &trackedConn{Conn: c, peeker: newPeeker(c)}
 	tc.laddr = &connAddr{Addr: c.LocalAddr(), conn: tc}
 	return tc
 }
