@@ -732,3 +732,41 @@ func TestDistantRedisJoins(t *testing.T) {
 	require.Eventually(t, a.Up, 10*time.Second, 10*time.Millisecond, "rejoins")
 	assert.Equal(t, 8.0, sync1(t, a, Report{Initial: 8}).Target)
 }
+
+// A record lost with its members (Redis restarted empty, FLUSHALL, its keys
+// evicted) does not hand the first Governor back the whole target: the
+// Governors it saw are taken as alive until their leases would have
+// expired, as if the record had kept them.
+func TestLostRecordKeepsTheMembersItHad(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 16, Demand: 100})
+	sync1(t, b, Report{Demand: 100})
+	s := sync1(t, a, Report{Demand: 100, InFlight: 8})
+	require.Equal(t, 2, s.Members)
+	require.Equal(t, 8, s.Share)
+
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	require.NoError(t, admin.FlushAll(context.Background()).Err())
+
+	clk.Add(10 * time.Millisecond)
+	s = sync1(t, a, Report{Initial: 16, Demand: 100, InFlight: 8})
+	assert.Equal(t, 1, s.Members, "the record starts again with a alone")
+	assert.Equal(t, 8, s.Share, "b, not yet back, keeps its part")
+	assert.Equal(t, 8, s.Fair)
+	s = sync1(t, b, Report{Initial: 16, Demand: 100, InFlight: 8})
+	assert.Equal(t, 2, s.Members)
+	assert.Equal(t, 8, s.Share)
+
+	// b does not come back again: a takes its part once b's lease would
+	// have expired (1s here).
+	clk.Add(900 * time.Millisecond)
+	assert.Equal(t, 8, sync1(t, a, Report{Demand: 100, InFlight: 8}).Share, "b's lease still runs")
+	clk.Add(1200 * time.Millisecond)
+	s = sync1(t, a, Report{Demand: 100, InFlight: 8})
+	assert.Equal(t, 1, s.Members)
+	assert.Equal(t, 16, s.Share, "b's lease is over")
+}

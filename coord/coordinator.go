@@ -115,6 +115,10 @@ type Coordinator struct {
 	errors    *metrics.Counter
 	syncTime  *metrics.PrometheusHistogram
 
+	mu sync.Mutex
+	// recalled is what the last syncs showed of each lane's record.
+	recalled map[string]recalled
+
 	// offset is Redis's clock less this host's, in milliseconds, as last
 	// measured: every instant goes to Redis on Redis's clock (see
 	// measureClock).
@@ -156,6 +160,7 @@ func New(cfg Config) (*Coordinator, error) {
 		errors:    c.Metrics.NewCounter("governor_redis_errors_total"),
 		syncTime:  c.Metrics.NewPrometheusHistogramExt("governor_redis_sync_seconds", syncBuckets),
 		born:      time.Now(),
+		recalled:  map[string]recalled{},
 	}
 	co.clockCheck.Store(int64(clockCheck))
 	c.Metrics.NewGauge("governor_redis_up", func() float64 {
@@ -389,7 +394,7 @@ func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, er
 		if err != nil {
 			return nil, co.failed(ctx, err)
 		}
-		if out[i], err = co.parseShared(vals, now, off); err != nil {
+		if out[i], err = co.parseShared(reports[i].Lane, vals, now, off); err != nil {
 			return nil, co.failed(ctx, err)
 		}
 	}
@@ -441,13 +446,13 @@ func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, t
 // published again.
 const rateMemory = time.Minute
 
-// parseShared reads a sync script's answer, its instants on Redis's clock
-// (off, see toRedis).
-func (co *Coordinator) parseShared(vals []string, now time.Time, off int64) (Shared, error) {
-	if len(vals) < 7 || (len(vals)-7)%3 != 0 {
+// parseShared reads a sync script's answer for lane, its instants on
+// Redis's clock (off, see toRedis).
+func (co *Coordinator) parseShared(lane string, vals []string, now time.Time, off int64) (Shared, error) {
+	if len(vals) < 8 || (len(vals)-8)%3 != 0 {
 		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
 	}
-	f := make([]float64, 7)
+	f := make([]float64, 8)
 	for i := range f {
 		v, err := strconv.ParseFloat(vals[i], 64)
 		if err != nil {
@@ -457,8 +462,8 @@ func (co *Coordinator) parseShared(vals []string, now time.Time, off int64) (Sha
 	}
 	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
 		LastDecrease: fromRedis(f[1], off), PausedUntil: fromRedis(f[3], off), PausedAt: fromRedis(f[6], off)}
-	mems := make([]Member, 0, (len(vals)-7)/3)
-	for i := 7; i+2 < len(vals); i += 3 {
+	mems := make([]Member, 0, (len(vals)-8)/3)
+	for i := 8; i+2 < len(vals); i += 3 {
 		ds, fs, _ := strings.Cut(vals[i+1], ",")
 		d, _ := strconv.Atoi(ds)
 		f, _ := strconv.Atoi(fs)
@@ -516,7 +521,50 @@ func (co *Coordinator) parseShared(vals []string, now time.Time, off int64) (Sha
 			s.Share = max(0, min(shares[i], left))
 		}
 	}
+	if most := co.recall(lane, int64(f[7]), s.Members, now, off); most > s.Members {
+		part := max(1, limit/most)
+		s.Fair, s.Share = min(s.Fair, part), min(s.Share, part)
+	}
 	return s, nil
+}
+
+// recalled is what a Coordinator remembers of a lane's record: when it was
+// made (Unix ms on Redis's clock, 0: unknown) and its members at the last
+// sync; or, after the record was lost and made again, the members it had
+// and until when they count.
+type recalled struct {
+	born    int64
+	members int
+	lost    int
+	until   time.Time
+}
+
+// recall returns how many Governors the lane's limit is to be split among
+// at a sync that found members in a record made at born: members, or, if
+// the record was lost and made again (Redis restarted empty, flushed, or
+// the record evicted) within a lease, the members it had before, for the
+// Governors it forgot may still be sending at their old shares (they come
+// back at their next sync, which may be a second away if they lost Redis
+// too).
+func (co *Coordinator) recall(lane string, born int64, members int, now time.Time, off int64) int {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	r := co.recalled[lane]
+	if born > 0 && r.born > 0 && born != r.born && r.members > members {
+		r.lost, r.until = r.members, fromRedis(float64(born), off).Add(co.cfg.LeaseTTL)
+	}
+	if born > 0 {
+		r.born = born
+	}
+	most := members
+	if r.lost > members && now.Before(r.until) {
+		most = r.lost
+	} else {
+		r.lost = 0
+	}
+	r.members = most
+	co.recalled[lane] = r
+	return most
 }
 
 // remainderTurn is how long the integer remainders of the shares stay
@@ -551,6 +599,11 @@ func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst flo
 // Leave gives this Governor's shares of the lanes back at once, so the
 // others need not wait for its leases to expire (a clean shutdown).
 func (co *Coordinator) Leave(ctx context.Context, lanes []string) error {
+	co.mu.Lock()
+	for _, l := range lanes {
+		delete(co.recalled, l)
+	}
+	co.mu.Unlock()
 	if !co.up.Load() || len(lanes) == 0 {
 		return nil
 	}

@@ -17,7 +17,10 @@
 // target ([aimd.Controller.Adopt]) and takes its fair share of it
 // ([Shares]). One decrease per round trip is made across every Governor,
 // as one controller would make; a Governor that stops syncing gives its
-// share back within Config.LeaseTTL. When a pacing rate is known, each
+// share back within Config.LeaseTTL. A record that Redis lost (restarted
+// empty, flushed, evicted) is made again at the next sync: the members it
+// had count for a lease TTL more, so a share grows only as it would have if
+// the record had kept them. When a pacing rate is known, each
 // dispatch books a slot in the shared bucket ([Coordinator.Reserve]).
 // DESIGN.md, beside this file, describes the protocol rule by rule.
 //
@@ -25,7 +28,7 @@
 // of the credential: never the credential) in a hash tag, so a lane's keys
 // live in one Redis Cluster slot:
 //
-//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up
+//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up, born
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
 //	governor:{<lane id>}:demand   hash: instance id -> "calls in flight + queued,calls in flight"
 //	governor:{<lane id>}:synced   hash: instance id -> its last sync (Unix ms)

@@ -17,13 +17,14 @@ import "github.com/redis/go-redis/v9"
 // 0).
 // Instants are Unix milliseconds.
 //
-// Returns: target, lastdec, level, paused, rate, burst, paused_at (as strings: Redis
-// turns Lua numbers into integers), then instance, "demand,in flight", last sync
-// (Unix ms, "" if the member did not say: an older version) triples.
+// Returns: target, lastdec, level, paused, rate, burst, paused_at, born (when
+// the record was made; 0: unknown) (as strings: Redis turns Lua numbers into
+// integers), then instance, "demand,in flight", last sync (Unix ms, "" if the
+// member did not say: an older version) triples.
 var syncScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
-local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt', 'tried', 'up')
+local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt', 'tried', 'up', 'born')
 local target = tonumber(st[1]) or tonumber(ARGV[6])
 local lastdec = tonumber(st[2]) or 0
 local level = tonumber(st[3]) or 0
@@ -42,6 +43,9 @@ local up = tonumber(st[15]) or 0
 if tonumber(ARGV[21]) > 0 then rtt = tonumber(ARGV[21]) end
 local round = math.max(rtt, 100)
 local sync = tonumber(ARGV[23]) or 0
+-- When the record was made (0: by a version that did not say).
+local born = tonumber(st[16]) or 0
+if not st[1] then born = now end
 
 -- The members: expired leases go, this one is renewed.
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -169,7 +173,7 @@ end
 redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(lastdec), 'level', tostring(level),
   'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at), 'paused_at', tostring(paused_at), 'ok_at', tostring(ok_at),
   'ceil', tostring(ceil), 'probes', tostring(probes), 'probe_at', tostring(probe_at), 'rtt', tostring(rtt),
-  'tried', tostring(tried), 'up', tostring(up))
+  'tried', tostring(tried), 'up', tostring(up), 'born', tostring(born))
 
 local ttl = tonumber(ARGV[15])
 for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
@@ -184,7 +188,7 @@ end
 if ok_at > paused_at then
   paused = 0
 end
-local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at)}
+local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at), tostring(born)}
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 local demands = redis.call('HMGET', KEYS[3], unpack(ids))
 local synced = redis.call('HMGET', KEYS[4], unpack(ids))
