@@ -770,3 +770,30 @@ func TestLostRecordKeepsTheMembersItHad(t *testing.T) {
 	assert.Equal(t, 1, s.Members)
 	assert.Equal(t, 16, s.Share, "b's lease is over")
 }
+
+// Governors configured with different maxima on one lane (a rollout that
+// changes GOVERNOR_MAX_CONCURRENCY, or two teams' sidecars): each keeps to
+// its own maximum, and the lowest does not bound the others.
+func TestGovernorsWithDifferentMaxima(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	small, big := newCoord(t, srv, "small", clk), newCoord(t, srv, "big", clk)
+	sync1(t, big, Report{Max: 64, Initial: 16, Demand: 100})
+	sync1(t, small, Report{Max: 4, Demand: 100})
+	for range 2 {
+		s := sync1(t, small, Report{Max: 4, Demand: 100, InFlight: 4})
+		assert.Equal(t, 16.0, s.Target, "the small maximum bounds only its own Governor")
+		assert.Equal(t, 4, s.Share)
+		assert.Equal(t, 4, s.Fair)
+		s = sync1(t, big, Report{Max: 64, Demand: 100, InFlight: 12})
+		assert.Equal(t, 16.0, s.Target)
+		assert.Equal(t, 12, s.Share, "the rest goes to the Governor that can use it")
+	}
+
+	// The small Governor's controller, held at its maximum, cuts 4 to 3.6:
+	// the shared target is cut by as much, not to 3.6.
+	s := sync1(t, small, Report{Max: 4, Decreased: true, DecreaseTarget: 3.6, DecreaseDispatched: t0, DecreaseAt: t0,
+		DecreaseLevel: 16, Demand: 100, InFlight: 4})
+	assert.InDelta(t, 14.4, s.Target, 1e-9)
+}

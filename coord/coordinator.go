@@ -394,7 +394,7 @@ func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, er
 		if err != nil {
 			return nil, co.failed(ctx, err)
 		}
-		if out[i], err = co.parseShared(reports[i].Lane, vals, now, off); err != nil {
+		if out[i], err = co.parseShared(reports[i], vals, now, off); err != nil {
 			return nil, co.failed(ctx, err)
 		}
 	}
@@ -416,12 +416,22 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 			dec, decDispatched, decAt = num(r.DecreaseTarget), toRedis(r.DecreaseDispatched, off), toRedis(r.DecreaseAt, off)
 		}
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced},
-			toRedis(now, off), co.cfg.Instance, toRedis(now.Add(co.cfg.LeaseTTL), off), strconv.Itoa(max(r.Demand, 0))+","+strconv.Itoa(max(r.InFlight, 0)), r.Max, num(r.Initial),
+			toRedis(now, off), co.cfg.Instance, toRedis(now.Add(co.cfg.LeaseTTL), off), demandOf(r), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
 			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds())
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
+}
+
+// demandOf is a report's "demand,in flight,max" for the record: a
+// Governor wants no more than its maximum.
+func demandOf(r Report) string {
+	d := max(r.Demand, 0)
+	if r.Max > 0 {
+		d = min(d, r.Max)
+	}
+	return strconv.Itoa(d) + "," + strconv.Itoa(max(r.InFlight, 0)) + "," + strconv.Itoa(r.Max)
 }
 
 // load loads the scripts into Redis's script cache, in one round trip.
@@ -446,9 +456,9 @@ func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, t
 // published again.
 const rateMemory = time.Minute
 
-// parseShared reads a sync script's answer for lane, its instants on
-// Redis's clock (off, see toRedis).
-func (co *Coordinator) parseShared(lane string, vals []string, now time.Time, off int64) (Shared, error) {
+// parseShared reads a sync script's answer to r, its instants on Redis's
+// clock (off, see toRedis).
+func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off int64) (Shared, error) {
 	if len(vals) < 8 || (len(vals)-8)%3 != 0 {
 		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
 	}
@@ -464,7 +474,8 @@ func (co *Coordinator) parseShared(lane string, vals []string, now time.Time, of
 		LastDecrease: fromRedis(f[1], off), PausedUntil: fromRedis(f[3], off), PausedAt: fromRedis(f[6], off)}
 	mems := make([]Member, 0, (len(vals)-8)/3)
 	for i := 8; i+2 < len(vals); i += 3 {
-		ds, fs, _ := strings.Cut(vals[i+1], ",")
+		ds, rest, _ := strings.Cut(vals[i+1], ",")
+		fs, _, _ := strings.Cut(rest, ",")
 		d, _ := strconv.Atoi(ds)
 		f, _ := strconv.Atoi(fs)
 		m := Member{Instance: vals[i], Demand: d, InFlight: f}
@@ -521,9 +532,13 @@ func (co *Coordinator) parseShared(lane string, vals []string, now time.Time, of
 			s.Share = max(0, min(shares[i], left))
 		}
 	}
-	if most := co.recall(lane, int64(f[7]), s.Members, now, off); most > s.Members {
+	if most := co.recall(r.Lane, int64(f[7]), s.Members, now, off); most > s.Members {
 		part := max(1, limit/most)
 		s.Fair, s.Share = min(s.Fair, part), min(s.Share, part)
+	}
+	if r.Max > 0 {
+		// The others' maxima may bound the target above this one's.
+		s.Fair, s.Share = min(s.Fair, r.Max), min(s.Share, r.Max)
 	}
 	return s, nil
 }

@@ -7,7 +7,7 @@ import "github.com/redis/go-redis/v9"
 // doc.go, atomic on the server.
 //
 // KEYS: state, members, demand, synced.
-// ARGV: now, instance, lease expiry, "demand,in flight", max, initial target, increase,
+// ARGV: now, instance, lease expiry, "demand,in flight,max", max, initial target, increase,
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
 // the last shared decrease the reporter knew of, when the pause was asked
@@ -19,8 +19,9 @@ import "github.com/redis/go-redis/v9"
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at, born (when
 // the record was made; 0: unknown) (as strings: Redis turns Lua numbers into
-// integers), then instance, "demand,in flight", last sync (Unix ms, "" if the
-// member did not say: an older version) triples.
+// integers), then instance, "demand,in flight,max", last sync (Unix ms, "" if
+// the member did not say: an older version) triples. The target is bounded
+// by the largest maximum of the members.
 var syncScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
@@ -59,11 +60,11 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 redis.call('HSET', KEYS[4], ARGV[2], ARGV[1])
 
 -- What every Governor wants (calls in flight and queued) and uses (calls
--- in flight), as of their last syncs.
+-- in flight), as of their last syncs, and the largest of their maxima.
 local want, used, n = 0, 0, 0
 local demands = redis.call('HVALS', KEYS[3])
 for i = 1, #demands do
-  local d, f = string.match(demands[i], '^([^,]*),?(.*)$')
+  local d, f, m = string.match(demands[i], '^([^,]*),?([^,]*),?(.*)$')
   want = want + (tonumber(d) or 0)
   n = n + 1
   if used and tonumber(f) then
@@ -71,9 +72,17 @@ for i = 1, #demands do
   else
     used = nil -- a Governor that does not say (an older version)
   end
+  if tonumber(m) and tonumber(m) > max then max = tonumber(m) end
 end
 
 local dec = tonumber(ARGV[8])
+-- A reporter whose own maximum is below the shared target had its
+-- controller held at that maximum: its cut is the same part of the shared
+-- target.
+local rmax = tonumber(ARGV[5])
+if dec and ARGV[20] ~= '1' and rmax < target then
+  dec = target * math.min(1, dec / rmax)
+end
 local seen = tonumber(ARGV[17])
 local ok_at = math.max(tonumber(st[9]) or 0, tonumber(ARGV[19]))
 -- A collapse is a storm seen by one Governor: nothing it sent got through.
