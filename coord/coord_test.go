@@ -797,3 +797,32 @@ func TestGovernorsWithDifferentMaxima(t *testing.T) {
 		DecreaseLevel: 16, Demand: 100, InFlight: 4})
 	assert.InDelta(t, 14.4, s.Target, 1e-9)
 }
+
+// Every key Governors write expires: a Governor that dies, or a lane no
+// Governor uses any more, leaves nothing in Redis for good.
+func TestEveryKeyExpires(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	a, b := newCoord(t, srv, "a", nil), newCoord(t, srv, "b", nil)
+	ctx := context.Background()
+	lane := "default/m/abc123"
+	sync1(t, a, Report{Initial: 8, Demand: 4, Rate: 10, Burst: 5, PausedUntil: time.Now().Add(time.Second), PausedAt: time.Now()})
+	sync1(t, b, Report{Demand: 4, Decreased: true, DecreaseTarget: 4, DecreaseDispatched: time.Now(), DecreaseAt: time.Now()})
+	_, err := a.Reserve(ctx, lane, 10, 5)
+	require.NoError(t, err)
+	require.NoError(t, b.Leave(ctx, []string{lane}))
+
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	ks, err := admin.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	state, members, demand, synced, gcra := keys(lane)
+	assert.Subset(t, ks, []string{state, members, demand, synced, gcra}, "the lane's keys")
+	for _, k := range ks {
+		ttl, err := admin.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, time.Duration(0), "%s expires", k)
+		assert.LessOrEqual(t, ttl, a.keyTTL(), "%s expires within the keys' TTL", k)
+	}
+}
+
