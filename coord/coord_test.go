@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -826,3 +827,46 @@ func TestEveryKeyExpires(t *testing.T) {
 	}
 }
 
+// Many calls of a paced lane dispatched at once (a pause that ends, a
+// burst) book the shared bucket in a few round trips, not one connection
+// each: the bookings neither wait for one of the client's connections past
+// the timeout nor switch the Governor to local mode.
+func TestConcurrentBookingsShareRoundTrips(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	addr := srv.Delayed(t, 10*time.Millisecond) // a round trip of 20ms
+	clk := &clock{t: t0}
+	a := newCoordURL(t, "redis://"+addr, "a", clk.Now, 50*time.Millisecond)
+	a.offset.Store(0)
+	a.clockCheck.Store(math.MaxInt64)
+	const calls = 300
+	var wg sync.WaitGroup
+	waits := make([]time.Duration, calls)
+	errs := make([]error, calls)
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			waits[i], errs[i] = a.Reserve(context.Background(), "default/m/abc123", 100, 10)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "booking %d", i)
+	}
+	assert.True(t, a.Up(), "still coordinated")
+	slices.Sort(waits)
+	for i, w := range waits {
+		// 100 a second with a burst of 10: the 11th waits 10ms, and so on.
+		want := time.Duration(max(0, i+1-10)) * 10 * time.Millisecond
+		require.Equal(t, want, w, "booking %d of %d at one instant", i, calls)
+	}
+
+	// A Redis that stops answering still switches to local mode at the
+	// first booking, within the timeout.
+	srv.Freeze()
+	_, err := a.Reserve(context.Background(), "default/m/abc123", 100, 10)
+	require.ErrorIs(t, err, ErrLocal)
+	assert.False(t, a.Up())
+	srv.Thaw()
+}

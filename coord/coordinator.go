@@ -118,6 +118,8 @@ type Coordinator struct {
 	mu sync.Mutex
 	// recalled is what the last syncs showed of each lane's record.
 	recalled map[string]recalled
+	// bookings are each lane's bookings not yet answered (see Reserve).
+	bookings map[string]*booking
 
 	// offset is Redis's clock less this host's, in milliseconds, as last
 	// measured: every instant goes to Redis on Redis's clock (see
@@ -161,6 +163,7 @@ func New(cfg Config) (*Coordinator, error) {
 		syncTime:  c.Metrics.NewPrometheusHistogramExt("governor_redis_sync_seconds", syncBuckets),
 		born:      time.Now(),
 		recalled:  map[string]recalled{},
+		bookings:  map[string]*booking{},
 	}
 	co.clockCheck.Store(int64(clockCheck))
 	c.Metrics.NewGauge("governor_redis_up", func() float64 {
@@ -590,6 +593,14 @@ const remainderTurn = 10 * time.Second
 // refills at rate per second and holds burst, and returns how long the call
 // must wait before it is sent. It fails at once with ErrLocal in local
 // mode.
+//
+// The bookings of one lane made while one of its round trips is under way
+// are sent together in the next, one round trip per lane at a time: many
+// calls dispatched at once (a pause that ends) would otherwise each wait
+// for one of the client's connections, past the timeout, and switch the
+// Governor to local mode. So a booking waits at most the round trip under
+// way and its own, twice the timeout. A booking whose ctx ends returns at
+// once; its slot may still be booked.
 func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
 	if !co.up.Load() {
 		return 0, ErrLocal
@@ -597,18 +608,94 @@ func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst flo
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		return 0, nil
 	}
-	tctx, cancel := context.WithTimeout(ctx, co.cfg.Timeout)
+	b, k, lead := co.book(lane, rate, burst)
+	if lead {
+		co.send(ctx, lane, b)
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.waits[k], nil
+}
+
+// booking is the bookings of one lane sent in one round trip.
+type booking struct {
+	n           int             // bookings; guarded by Coordinator.mu until sent
+	sent        bool            // no more join; guarded by Coordinator.mu
+	rate, burst float64         // the first booking's
+	prev        <-chan struct{} // the lane's round trip before, if any
+	done        chan struct{}   // closed when waits or err is set
+	waits       []time.Duration
+	err         error
+}
+
+// book adds a booking on lane to the booking not yet sent, or starts one
+// (lead: the caller sends it). k is its place in the booking.
+func (co *Coordinator) book(lane string, rate, burst float64) (b *booking, k int, lead bool) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	cur := co.bookings[lane]
+	if cur != nil && !cur.sent {
+		cur.n++
+		return cur, cur.n - 1, false
+	}
+	b = &booking{n: 1, rate: rate, burst: burst, done: make(chan struct{})}
+	if cur != nil {
+		b.prev = cur.done
+	}
+	co.bookings[lane] = b
+	return b, 0, true
+}
+
+// send waits for the lane's round trip under way, if any (it ends within
+// the timeout), then books b's bookings in one. The round trip is the
+// whole booking's: the leading caller's ctx ending does not cut it.
+func (co *Coordinator) send(ctx context.Context, lane string, b *booking) {
+	if b.prev != nil {
+		<-b.prev
+	}
+	co.mu.Lock()
+	b.sent = true
+	n := b.n
+	co.mu.Unlock()
+	defer func() {
+		co.mu.Lock()
+		if co.bookings[lane] == b {
+			delete(co.bookings, lane)
+		}
+		co.mu.Unlock()
+		close(b.done)
+	}()
+	if !co.up.Load() {
+		b.err = ErrLocal
+		return
+	}
+	whole := context.WithoutCancel(ctx)
+	tctx, cancel := context.WithTimeout(whole, co.cfg.Timeout)
 	defer cancel()
 	_, _, _, _, key := keys(lane)
-	v, err := gcraScript.Run(tctx, co.rdb, []string{key}, toRedis(co.cfg.Now(), co.offset.Load()), num(1000/rate), num(max(burst, 1))).Text()
-	if err != nil {
-		return 0, co.failed(ctx, err)
+	vals, err := gcraScript.Run(tctx, co.rdb, []string{key}, toRedis(co.cfg.Now(), co.offset.Load()), num(1000/b.rate), num(max(b.burst, 1)), n).StringSlice()
+	if err == nil && len(vals) != n {
+		err = fmt.Errorf("coord: booking script returned %d waits for %d bookings", len(vals), n)
 	}
-	wait, err := strconv.ParseFloat(v, 64)
 	if err != nil {
-		return 0, co.failed(ctx, err)
+		b.err = co.failed(whole, err)
+		return
 	}
-	return time.Duration(wait * float64(time.Millisecond)), nil
+	b.waits = make([]time.Duration, n)
+	for i, v := range vals {
+		wait, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.err = co.failed(whole, err)
+			return
+		}
+		b.waits[i] = time.Duration(wait * float64(time.Millisecond))
+	}
 }
 
 // Leave gives this Governor's shares of the lanes back at once, so the

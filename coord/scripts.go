@@ -209,24 +209,31 @@ end
 return out
 `)
 
-// gcraScript books one dispatch in a lane's shared token bucket by the
+// gcraScript books n dispatches in a lane's shared token bucket by the
 // generic cell rate algorithm: the bucket is one number, the theoretical
 // arrival time (TAT) of the next call. A call may go at TAT - burst·T,
 // where T = 1/rate; booking it moves TAT on by T. Like rate.Limiter's
-// Reserve, the booking always succeeds and returns the wait.
+// Reserve, a booking always succeeds and returns its wait; n bookings at
+// once wait what n bookings one after the other would.
 //
-// KEYS: gcra. ARGV: now, T (ms), burst. Returns the wait in ms, as a string.
+// KEYS: gcra. ARGV: now, T (ms), burst, n. Returns the n waits in ms, as
+// strings.
 var gcraScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local t = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
+local n = tonumber(ARGV[4]) or 1
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
-local new = tat + t
-local wait = new - burst * t - now
-if wait < 0 then wait = 0 end
-redis.call('SET', KEYS[1], tostring(new), 'PX', math.ceil(new - now) + 1000)
-return tostring(wait)
+local waits = {}
+for i = 1, n do
+  tat = tat + t
+  local wait = tat - burst * t - now
+  if wait < 0 then wait = 0 end
+  waits[i] = tostring(wait)
+end
+redis.call('SET', KEYS[1], tostring(tat), 'PX', math.ceil(tat - now) + 1000)
+return waits
 `)
 
 // leaveScript gives a Governor's shares back at once (a clean shutdown).
