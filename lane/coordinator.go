@@ -74,6 +74,7 @@ type laneCoord struct {
 	coord Coordinator
 
 	joined       bool      // the last sync succeeded: the queue's limit is the share
+	everJoined   bool      // a sync succeeded once (the first is logged at info level)
 	starting     bool      // not yet synced: the queue is held (see Registry.newLaneLocked)
 	held         bool      // the queue is held: no share
 	share        int       // this Governor's part of the shared limit
@@ -276,7 +277,8 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	if s.OthersSynced.After(cut) && !s.OthersSynced.After(now) {
 		cut = s.OthersSynced
 	}
-	co.joined, co.starting = true, false
+	first := !co.everJoined
+	co.joined, co.starting, co.everJoined = true, false, true
 	co.share, co.members, co.sharedTarget = co.grownShare(share, now, cut, from), s.Members, s.Target
 	co.seenDec = s.LastDecrease
 	co.rate, co.burst = s.Rate, s.Burst
@@ -339,7 +341,13 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", applied, "members", s.Members)
 	}
 	if !joined {
-		l.log.Info("lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
+		// A rejoin follows Redis found again, which the Coordinator logs
+		// once for every lane.
+		level := slog.LevelDebug
+		if first {
+			level = slog.LevelInfo
+		}
+		l.log.Log(context.Background(), level, "lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
 	}
 }
 
@@ -375,7 +383,8 @@ func (l *Lane) fallback() {
 	if held {
 		l.q.Resume()
 	}
-	l.log.Info("lane governed locally", "lane", l.id, "limit", limit)
+	// (At debug level: the Coordinator logs the loss once for every lane.)
+	l.log.Debug("lane governed locally", "lane", l.id, "limit", limit)
 }
 
 // sharedPace returns the lane's shared pacing, if any.

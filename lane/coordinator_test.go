@@ -1,10 +1,13 @@
 package lane
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/llmgovernor/governor/internal/logtest"
 )
 
 func TestCtrlInFlight(t *testing.T) {
@@ -66,4 +69,25 @@ func TestPeakDemand(t *testing.T) {
 	assert.Equal(t, 2, c.peakDemand(0, at(400), memory), "clients gone: all but two slots go at once")
 	assert.Equal(t, 0, c.peakDemand(0, at(700), memory))
 	assert.Len(t, c.demands, 1, "old syncs are dropped")
+}
+
+// A Redis that is lost and found again (a freeze, a restart, a slow
+// command) is logged once by the Coordinator: each lane logs its first
+// join at info level, and its falls back and rejoins at debug level only,
+// or every blip would log two lines per lane (200 for 100 lanes).
+func TestLaneTransitionsAreLoggedOnce(t *testing.T) {
+	var buf logtest.Buffer
+	c := newCoordLane(t, withLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+	shared := func() Shared {
+		return Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: c.clock.Now()}
+	}
+	c.sync(shared())
+	for i := range 3 {
+		c.clock.Set(ms(100 * (i + 1)))
+		c.l.fallback()
+		c.sync(shared())
+	}
+	assert.Len(t, buf.Lines(t, "lane coordinated"), 1, "the first join")
+	assert.Empty(t, buf.Lines(t, "lane governed locally"), "falls back at debug level")
+	assert.Equal(t, 8, c.l.q.Stats().Limit, "and rejoined")
 }
