@@ -870,3 +870,29 @@ func TestConcurrentBookingsShareRoundTrips(t *testing.T) {
 	assert.False(t, a.Up())
 	srv.Thaw()
 }
+
+// A record lost again and again (Redis evicting it under maxmemory) holds
+// a part only for the Governors seen since the loss before: one that died
+// meanwhile is given up a lease after the first loss.
+func TestRecordLostAgainForgetsTheDead(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 16, Demand: 100})
+	sync1(t, b, Report{Demand: 100})
+	require.Equal(t, 2, sync1(t, a, Report{Demand: 100, InFlight: 8}).Members)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	ctx := context.Background()
+
+	// b dies as Redis loses the record; a alone keeps syncing.
+	require.NoError(t, admin.FlushAll(ctx).Err())
+	clk.Add(10 * time.Millisecond)
+	assert.Equal(t, 8, sync1(t, a, Report{Initial: 16, Demand: 100, InFlight: 8}).Share, "b may be reconnecting")
+	clk.Add(500 * time.Millisecond)
+	require.NoError(t, admin.FlushAll(ctx).Err())
+	assert.Equal(t, 8, sync1(t, a, Report{Initial: 16, Demand: 100, InFlight: 8}).Share, "still within b's lease")
+	clk.Add(600 * time.Millisecond)
+	assert.Equal(t, 16, sync1(t, a, Report{Demand: 100, InFlight: 8}).Share, "b not seen since the first loss: its lease is over")
+}

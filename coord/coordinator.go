@@ -548,7 +548,7 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 
 // recalled is what a Coordinator remembers of a lane's record: when it was
 // made (Unix ms on Redis's clock, 0: unknown) and its members at the last
-// sync; or, after the record was lost and made again, the members it had
+// sync; and, after the record was lost and made again, the members it had
 // and until when they count.
 type recalled struct {
 	born    int64
@@ -574,13 +574,13 @@ func (co *Coordinator) recall(lane string, born int64, members int, now time.Tim
 	if born > 0 {
 		r.born = born
 	}
+	r.members = members // (seen: a record lost again holds only these)
 	most := members
 	if r.lost > members && now.Before(r.until) {
 		most = r.lost
 	} else {
 		r.lost = 0
 	}
-	r.members = most
 	co.recalled[lane] = r
 	return most
 }
