@@ -305,12 +305,13 @@ const (
 )
 
 // measureClock measures the offset of Redis's clock to this host's (TIME,
-// against the middle of its round trip) and takes it up at a join, or if it
-// moved by more than clockTolerance. Instants in the shared record are compared across
-// Governors (leases, the shared bucket, decreases and pauses): a host whose
-// clock is seconds off would otherwise see the others' leases expired and
-// take their shares, or book the shared bucket seconds ahead of them. A
-// Redis that does not answer TIME (an ACL) leaves the offset as it was.
+// against the middle of its round trip) and takes it up at a join, or if
+// it moved by more than clockTolerance. Instants in the shared record are
+// compared across Governors (leases, the shared bucket, decreases and
+// pauses): a host whose clock is seconds off would otherwise see the
+// others' leases expired and take their shares, or book the shared bucket
+// seconds ahead of them. A Redis that does not answer TIME (an ACL) leaves
+// the offset as it was.
 func (co *Coordinator) measureClock(ctx context.Context, join bool) {
 	co.measured.Store(int64(time.Since(co.born)))
 	before := co.cfg.Now()
