@@ -792,6 +792,14 @@ func TestGovernorsWithDifferentMaxima(t *testing.T) {
 		assert.Equal(t, 12, s.Share, "the rest goes to the Governor that can use it")
 	}
 
+	// The demands stay "demand,in flight", as older versions read them.
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	_, _, demand, _, _ := keys("default/m/abc123")
+	vals, err := admin.HVals(context.Background(), demand).Result()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"4,4", "64,12"}, vals)
+
 	// The small Governor's controller, held at its maximum, cuts 4 to 3.6:
 	// the shared target is cut by as much, not to 3.6.
 	s := sync1(t, small, Report{Max: 4, Decreased: true, DecreaseTarget: 3.6, DecreaseDispatched: t0, DecreaseAt: t0,
@@ -818,7 +826,7 @@ func TestEveryKeyExpires(t *testing.T) {
 	ks, err := admin.Keys(ctx, "*").Result()
 	require.NoError(t, err)
 	state, members, demand, synced, gcra := keys(lane)
-	assert.Subset(t, ks, []string{state, members, demand, synced, gcra}, "the lane's keys")
+	assert.Subset(t, ks, []string{state, members, demand, synced, gcra, maximaKey(lane)}, "the lane's keys")
 	for _, k := range ks {
 		ttl, err := admin.PTTL(ctx, k).Result()
 		require.NoError(t, err)

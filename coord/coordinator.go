@@ -419,7 +419,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		if r.Decreased {
 			dec, decDispatched, decAt = num(r.DecreaseTarget), toRedis(r.DecreaseDispatched, off), toRedis(r.DecreaseAt, off)
 		}
-		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced},
+		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced, maximaKey(r.Lane)},
 			toRedis(now, off), co.cfg.Instance, toRedis(now.Add(co.cfg.LeaseTTL), off), demandOf(r), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
 			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds())
@@ -428,14 +428,14 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 	return cmds, err
 }
 
-// demandOf is a report's "demand,in flight,max" for the record: a
-// Governor wants no more than its maximum.
+// demandOf is a report's "demand,in flight" for the record: a Governor
+// wants no more than its maximum.
 func demandOf(r Report) string {
 	d := max(r.Demand, 0)
 	if r.Max > 0 {
 		d = min(d, r.Max)
 	}
-	return strconv.Itoa(d) + "," + strconv.Itoa(max(r.InFlight, 0)) + "," + strconv.Itoa(r.Max)
+	return strconv.Itoa(d) + "," + strconv.Itoa(max(r.InFlight, 0))
 }
 
 // load loads the scripts into Redis's script cache, in one round trip.
@@ -478,8 +478,7 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 		LastDecrease: fromRedis(f[1], off), PausedUntil: fromRedis(f[3], off), PausedAt: fromRedis(f[6], off)}
 	mems := make([]Member, 0, (len(vals)-8)/3)
 	for i := 8; i+2 < len(vals); i += 3 {
-		ds, rest, _ := strings.Cut(vals[i+1], ",")
-		fs, _, _ := strings.Cut(rest, ",")
+		ds, fs, _ := strings.Cut(vals[i+1], ",")
 		d, _ := strconv.Atoi(ds)
 		f, _ := strconv.Atoi(fs)
 		m := Member{Instance: vals[i], Demand: d, InFlight: f}
@@ -715,7 +714,7 @@ func (co *Coordinator) Leave(ctx context.Context, lanes []string) error {
 	pipe := co.rdb.Pipeline()
 	for _, l := range lanes {
 		_, members, demand, synced, _ := keys(l)
-		leaveScript.Eval(tctx, pipe, []string{members, demand, synced}, co.cfg.Instance)
+		leaveScript.Eval(tctx, pipe, []string{members, demand, synced, maximaKey(l)}, co.cfg.Instance)
 	}
 	if _, err := pipe.Exec(tctx); err != nil {
 		return co.failed(ctx, err)

@@ -32,6 +32,7 @@
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
 //	governor:{<lane id>}:demand   hash: instance id -> "calls in flight + queued,calls in flight"
 //	governor:{<lane id>}:synced   hash: instance id -> its last sync (Unix ms)
+//	governor:{<lane id>}:max      hash: instance id -> its maximum target (the largest bounds the shared one)
 //	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
 //
 // Values are numbers; member names are instance ids (Config.Instance).

@@ -6,8 +6,8 @@ import "github.com/redis/go-redis/v9"
 // and returns the record and the live members. It is the whole protocol of
 // doc.go, atomic on the server.
 //
-// KEYS: state, members, demand, synced.
-// ARGV: now, instance, lease expiry, "demand,in flight,max", max, initial target, increase,
+// KEYS: state, members, demand, synced, maxima.
+// ARGV: now, instance, lease expiry, "demand,in flight", max, initial target, increase,
 // decrease target (empty: none), decrease's dispatch, decrease's
 // instant, decrease level, paused until, rate, burst, key ttl, rate memory,
 // the last shared decrease the reporter knew of, when the pause was asked
@@ -19,7 +19,7 @@ import "github.com/redis/go-redis/v9"
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at, born (when
 // the record was made; 0: unknown) (as strings: Redis turns Lua numbers into
-// integers), then instance, "demand,in flight,max", last sync (Unix ms, "" if
+// integers), then instance, "demand,in flight", last sync (Unix ms, "" if
 // the member did not say: an older version) triples. The target is bounded
 // by the largest maximum of the members.
 var syncScript = redis.NewScript(`
@@ -54,17 +54,19 @@ if #gone > 0 then
   redis.call('ZREM', KEYS[2], unpack(gone))
   redis.call('HDEL', KEYS[3], unpack(gone))
   redis.call('HDEL', KEYS[4], unpack(gone))
+  redis.call('HDEL', KEYS[5], unpack(gone))
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 redis.call('HSET', KEYS[4], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[5])
 
 -- What every Governor wants (calls in flight and queued) and uses (calls
--- in flight), as of their last syncs, and the largest of their maxima.
+-- in flight), as of their last syncs.
 local want, used, n = 0, 0, 0
 local demands = redis.call('HVALS', KEYS[3])
 for i = 1, #demands do
-  local d, f, m = string.match(demands[i], '^([^,]*),?([^,]*),?(.*)$')
+  local d, f = string.match(demands[i], '^([^,]*),?(.*)$')
   want = want + (tonumber(d) or 0)
   n = n + 1
   if used and tonumber(f) then
@@ -72,7 +74,13 @@ for i = 1, #demands do
   else
     used = nil -- a Governor that does not say (an older version)
   end
-  if tonumber(m) and tonumber(m) > max then max = tonumber(m) end
+end
+-- The largest maximum of the live members (older versions say none).
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+local maxima = redis.call('HMGET', KEYS[5], unpack(ids))
+for i = 1, #maxima do
+  local m = tonumber(maxima[i])
+  if m and m > max then max = m end
 end
 
 local dec = tonumber(ARGV[8])
@@ -185,7 +193,7 @@ redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(last
   'tried', tostring(tried), 'up', tostring(up), 'born', tostring(born))
 
 local ttl = tonumber(ARGV[15])
-for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
 
 if now - rate_at > tonumber(ARGV[16]) then
   rate = 0
@@ -198,7 +206,6 @@ if ok_at > paused_at then
   paused = 0
 end
 local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at), tostring(born)}
-local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 local demands = redis.call('HMGET', KEYS[3], unpack(ids))
 local synced = redis.call('HMGET', KEYS[4], unpack(ids))
 for i, id in ipairs(ids) do
@@ -238,11 +245,10 @@ return waits
 
 // leaveScript gives a Governor's shares back at once (a clean shutdown).
 //
-// KEYS: members, demand, synced. ARGV: instance.
+// KEYS: members, demand, synced, maxima. ARGV: instance.
 var leaveScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
+for i = 2, 4 do redis.call('HDEL', KEYS[i], ARGV[1]) end
 return 1
 `)
 
@@ -257,6 +263,10 @@ return 1
 
 // probeKey is the key join writes to check that Redis takes writes.
 func probeKey(instance string) string { return "governor:probe:" + instance }
+
+// maximaKey is the key of a lane's hash of its members' maxima. (It is not
+// in the "demand,in flight" values, which older versions read.)
+func maximaKey(lane string) string { return "governor:{" + lane + "}:max" }
 
 // keys returns the keys of a lane. The lane id is in a hash tag so that a
 // lane's keys share one Redis Cluster slot.
