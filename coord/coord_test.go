@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -903,4 +905,48 @@ func TestRecordLostAgainForgetsTheDead(t *testing.T) {
 	assert.Equal(t, 8, sync1(t, a, Report{Initial: 16, Demand: 100, InFlight: 8}).Share, "still within b's lease")
 	clk.Add(600 * time.Millisecond)
 	assert.Equal(t, 16, sync1(t, a, Report{Demand: 100, InFlight: 8}).Share, "b not seen since the first loss: its lease is over")
+}
+
+// A Redis user that may not run one of the commands the scripts run (an
+// ACL written by hand) is no Redis to coordinate over: the Coordinator
+// does not join it, rather than joining and failing every sync.
+func TestUserThatMayNotRunTheScriptsIsNotJoined(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	ctx := context.Background()
+	all := scriptCommands()
+	for _, missing := range all {
+		t.Run(missing, func(t *testing.T) {
+			rules := []any{"acl", "setuser", "u-" + missing, "on", ">pw", "~governor:*", "+@scripting", "+ping", "+time"}
+			for _, c := range all {
+				if c != missing {
+					rules = append(rules, "+"+strings.ToLower(c))
+				}
+			}
+			require.NoError(t, admin.Do(ctx, rules...).Err())
+			a := newCoordURL(t, "redis://u-"+missing+":pw@"+srv.Addr(), "a", nil, 20*time.Millisecond)
+			assert.False(t, a.Up(), "a user that may not run %s is not joined", missing)
+		})
+	}
+	require.NoError(t, admin.Do(ctx, "acl", "setuser", "u-all", "on", ">pw", "~governor:*", "+@scripting", "+ping", "+time",
+		"+hmget", "+hset", "+hdel", "+hvals", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+pexpire", "+get", "+set").Err())
+	a := newCoordURL(t, "redis://u-all:pw@"+srv.Addr(), "a", nil, 20*time.Millisecond)
+	require.True(t, a.Up(), "the commands README lists are enough: %s", a.log.String())
+	sync1(t, a, Report{Initial: 8, Demand: 4})
+	_, err := a.Reserve(ctx, "default/m/abc123", 10, 1)
+	require.NoError(t, err)
+	require.NoError(t, a.Leave(ctx, []string{"default/m/abc123"}))
+}
+
+// scriptCommands are the commands the scripts run, read from their source.
+func scriptCommands() []string {
+	seen := map[string]bool{}
+	for _, src := range []string{syncSource, gcraSource, leaveSource} {
+		for _, m := range regexp.MustCompile(`redis\.call\('([A-Z]+)'`).FindAllStringSubmatch(src, -1) {
+			seen[m[1]] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -264,7 +264,8 @@ func (co *Coordinator) loop() {
 }
 
 // join pings Redis, loads the scripts (a restarted Redis has lost them),
-// checks that Redis takes a script's write, and measures its clock: one
+// checks that Redis runs the scripts' commands (probeScript), and measures
+// its clock: one
 // round trip each for the ping (which may open a connection), the rest (one
 // pipeline) and the clock, each within the timeout, so that a Redis that
 // can answer a sync within it can join. Rejoining a Redis that answers PING
@@ -281,7 +282,7 @@ func (co *Coordinator) join() error {
 	ctx, cancel = context.WithTimeout(context.Background(), co.cfg.Timeout)
 	pipe := co.rdb.Pipeline()
 	loadScripts(ctx, pipe)
-	probeScript.EvalSha(ctx, pipe, []string{probeKey(co.cfg.Instance)}, co.cfg.Timeout.Milliseconds()+1)
+	probeScript.EvalSha(ctx, pipe, probeKeys(co.cfg.Instance), co.cfg.Timeout.Milliseconds()+1)
 	_, err = pipe.Exec(ctx)
 	cancel()
 	if err != nil {

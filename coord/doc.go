@@ -36,17 +36,21 @@
 //	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
 //
 // Values are numbers; member names are instance ids (Config.Instance).
-// Besides, governor:probe:<instance> is written, expiring at once, each
-// time the Coordinator joins (see below).
+// Besides, each time the Coordinator joins (see below) it runs every
+// command of its scripts on keys governor:{probe/<instance>}:h, :z and :s,
+// which it leaves empty or expiring at once: the Redis user needs PING,
+// TIME (else clocks are taken to agree), script loading and running, and
+// HMGET, HSET, HDEL, HVALS, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, PEXPIRE, GET
+// and SET on governor:* keys.
 //
 // Redis is never on the path of a call in a way that can block it: every
 // command has a short timeout (Config.Timeout), and the first failure
 // switches the Coordinator to local mode, in which Sync and Reserve fail at
 // once; the caller's lanes then keep their share as their local limit and
 // go on with their local controllers and pacers. A background loop pings
-// Redis and rejoins when it answers and takes a write (a Redis that answers
-// but refuses writes, full under maxmemory or a replica, stays lost); Close
-// stops it. Both transitions are
+// Redis and rejoins when it answers and runs the scripts' commands (a Redis
+// that answers but refuses writes, full under maxmemory or a replica, or a
+// user not allowed them, stays lost); Close stops it. Both transitions are
 // logged ("redis coordination lost", "redis coordination restored") and
 // counted (governor_redis_up, governor_redis_fallbacks_total).
 //

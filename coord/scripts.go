@@ -22,7 +22,9 @@ import "github.com/redis/go-redis/v9"
 // integers), then instance, "demand,in flight", last sync (Unix ms, "" if
 // the member did not say: an older version) triples. The target is bounded
 // by the largest maximum of the members.
-var syncScript = redis.NewScript(`
+var syncScript = redis.NewScript(syncSource)
+
+const syncSource = `
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
 local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt', 'tried', 'up', 'born')
@@ -214,7 +216,7 @@ for i, id in ipairs(ids) do
   out[#out + 1] = synced[i] or ''
 end
 return out
-`)
+`
 
 // gcraScript books n dispatches in a lane's shared token bucket by the
 // generic cell rate algorithm: the bucket is one number, the theoretical
@@ -225,7 +227,9 @@ return out
 //
 // KEYS: gcra. ARGV: now, T (ms), burst, n. Returns the n waits in ms, as
 // strings.
-var gcraScript = redis.NewScript(`
+var gcraScript = redis.NewScript(gcraSource)
+
+const gcraSource = `
 local now = tonumber(ARGV[1])
 local t = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -241,28 +245,48 @@ for i = 1, n do
 end
 redis.call('SET', KEYS[1], tostring(tat), 'PX', math.ceil(tat - now) + 1000)
 return waits
-`)
+`
 
 // leaveScript gives a Governor's shares back at once (a clean shutdown).
 //
 // KEYS: members, demand, synced, maxima. ARGV: instance.
-var leaveScript = redis.NewScript(`
+var leaveScript = redis.NewScript(leaveSource)
+
+const leaveSource = `
 redis.call('ZREM', KEYS[1], ARGV[1])
 for i = 2, 4 do redis.call('HDEL', KEYS[i], ARGV[1]) end
 return 1
-`)
+`
 
-// probeScript writes a key that expires at once: join's check that Redis
-// takes the writes of the other scripts.
+// probeScript runs every command the other scripts run, on keys of its
+// own shaped like a lane's, which it leaves empty or expiring at once:
+// join's check that Redis takes the scripts (a Redis full under maxmemory,
+// a replica, or a user whose ACL lacks one of them would fail every sync).
 //
-// KEYS: the probe key. ARGV: its time to live (ms).
-var probeScript = redis.NewScript(`
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-return 1
-`)
+// KEYS: a hash, a sorted set and a string (probeKeys). ARGV: the string's
+// time to live (ms).
+var probeScript = redis.NewScript(probeSource)
 
-// probeKey is the key join writes to check that Redis takes writes.
-func probeKey(instance string) string { return "governor:probe:" + instance }
+const probeSource = `
+redis.call('HSET', KEYS[1], 'p', '1')
+redis.call('HMGET', KEYS[1], 'p')
+redis.call('HVALS', KEYS[1])
+redis.call('HDEL', KEYS[1], 'p')
+redis.call('ZADD', KEYS[2], 0, 'p')
+redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', 0)
+redis.call('ZRANGE', KEYS[2], 0, -1)
+redis.call('ZREM', KEYS[2], 'p')
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
+redis.call('GET', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+return 1
+`
+
+// probeKeys are the keys join's check writes, in a lane of their own.
+func probeKeys(instance string) []string {
+	p := "governor:{probe/" + instance + "}:"
+	return []string{p + "h", p + "z", p + "s"}
+}
 
 // maximaKey is the key of a lane's hash of its members' maxima. (It is not
 // in the "demand,in flight" values, which older versions read.)
