@@ -369,10 +369,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// times what they did: the provider is drowning in calls (a
 			// server that queues, far past its knee), even if some get
 			// through. A collapse, as for a storm of 429s.
-			level := float64(c.limitLocked())
-			if s.InFlight > 0 && float64(s.InFlight) < level {
-				level = float64(s.InFlight)
-			}
+			level := c.refusedLevelLocked(s)
 			c.lastDecr, c.decrCause = now, Timeout
 			d.confirmed, d.probing, d.gain, d.reachedAt = false, false, 0, time.Time{}
 			return c.collapseLocked(level)
@@ -481,12 +478,7 @@ func (c *Controller) growDefaultLocked(s Sample, dispatched, now time.Time) Even
 // dispatched after the last decrease. It requires c.mu to be held.
 func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 	d := &c.defaultRule
-	// The level at which congestion showed: the limit, or fewer if fewer
-	// calls were in flight.
-	level := float64(c.limitLocked())
-	if s.InFlight > 0 && float64(s.InFlight) < level {
-		level = float64(s.InFlight)
-	}
+	level := c.refusedLevelLocked(s)
 	if d.streak > 0 && now.Sub(d.streakStart) <= c.cfg.CollapseWindow {
 		d.streak++
 	} else {
@@ -599,6 +591,18 @@ func (c *Controller) decreaseDefaultLocked(s Sample, now time.Time) Event {
 		d.skipHold = false
 	}
 	return Decreased
+}
+
+// refusedLevelLocked is the level at which the congestion signal s
+// showed: the limit, or fewer if fewer calls were at the provider (calls
+// held unsent in their slots were not: Sample.Unsent). It requires c.mu
+// to be held.
+func (c *Controller) refusedLevelLocked(s Sample) float64 {
+	level := float64(c.limitLocked())
+	if n := s.atProvider(); n > 0 && float64(n) < level {
+		level = float64(n)
+	}
+	return level
 }
 
 // collapseLocked stops the lane at 1 and slow-starts it back to half the

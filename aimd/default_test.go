@@ -918,3 +918,22 @@ func TestDefaultUntakenYieldsOfInitialComeHalfAsOften(t *testing.T) {
 		assert.Equal(t, 14, c.Limit())
 	})
 }
+
+// A 429 or a timeout records the level at which the provider refused:
+// the calls at the provider, not those the caller holds unsent in their
+// slots for a budget (Sample.Unsent), which it never saw.
+func TestDefaultRefusalLevelIsTheCallsAtTheProvider(t *testing.T) {
+	c := from20(t)
+	s := limited(0.05, 20)
+	s.Unsent, s.Held = 6, true
+	require.Equal(t, Decreased, c.ObserveAt(s, at(1)))
+	st := c.State()
+	assert.InDelta(t, 14, st.DecreaseLevel, 1e-9, "20 in flight, 6 of them held")
+	assert.Equal(t, 12, st.Limit, "the provider held 13 and refused one more: one slot below 13")
+
+	c = from20(t)
+	require.Equal(t, Decreased, c.ObserveAt(limited(0.05, 20), at(1)))
+	st = c.State()
+	assert.InDelta(t, 20, st.DecreaseLevel, 1e-9, "none held: every call in flight was at the provider")
+	assert.Equal(t, 18, st.Limit, "20 × 0.9")
+}

@@ -37,10 +37,21 @@ type Sample struct {
 	// dispatched at now-Latency. For a Timeout it is the attempt timeout.
 	Latency time.Duration
 	// InFlight is the number of calls in flight in the lane when this
-	// answer arrived, this one included. The Default preset grows the
-	// target only while the limit is in use (InFlight >= Limit()).
-	// Zero means the caller does not track it: the lane counts as in use.
+	// answer arrived, this one included: the slots in use. The Default
+	// preset grows the target only while the limit is in use (InFlight
+	// >= Limit()). Zero means the caller does not track it: the lane
+	// counts as in use.
 	InFlight int
+	// Unsent is how many of InFlight the caller holds in their slots at
+	// this answer before sending them (to meet a provider's request or
+	// token budget): InFlight - Unsent are at the provider, this one
+	// included. The Default preset reads those as the level at which the
+	// provider refused a call: the level a 429 or a collapse records (the
+	// ceiling found), and the calls a refusal in the start says the
+	// provider holds. Where it reads the slots in use, it reads InFlight:
+	// the in-use test above, and the calls a yield gives back a share of.
+	// Zero when nothing is held.
+	Unsent int
 	// Dispatched is when the call was let out under the limit (its slot
 	// granted), if the caller knows; zero means now-Latency. The Default
 	// preset asks it which limit a call was sent under: an answer to a
@@ -58,8 +69,18 @@ type Sample struct {
 	// "cwnd-limited"), nor read the silence of the calls out as
 	// queueing at the provider (see overdue.go). Congestion signals,
 	// yields and the slow-start threshold are as without it. Phoenix's
-	// preset ignores it.
+	// preset ignores it, and InFlight and Unsent.
 	Held bool
+}
+
+// atProvider returns the calls at the provider when s arrived, s
+// included: InFlight less Unsent, at least 1; 0 if the caller does not
+// count its calls.
+func (s Sample) atProvider() int {
+	if s.InFlight <= 0 {
+		return 0
+	}
+	return max(1, s.InFlight-s.Unsent)
 }
 
 // Event is what a sample made the controller do, for the caller to log or

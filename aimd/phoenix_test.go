@@ -186,8 +186,8 @@ func TestLatencyEWMA(t *testing.T) {
 	}
 }
 
-// Phoenix's preset ignores Sample.Held: the same answers, held or not, take
-// it through the same states.
+// Phoenix's preset ignores Sample.Held and Sample.Unsent: the same
+// answers, held or not, take it through the same states.
 func TestPhoenixIgnoresHeld(t *testing.T) {
 	plain, held := New(Config{Preset: Phoenix, Max: 64}, t0), New(Config{Preset: Phoenix, Max: 64}, t0)
 	for i := range 400 {
@@ -197,7 +197,7 @@ func TestPhoenixIgnoresHeld(t *testing.T) {
 		}
 		now := at(0.1 * float64(i))
 		ev := plain.ObserveAt(s, now)
-		s.Held = true
+		s.Held, s.Unsent = true, s.InFlight/2
 		require.Equal(t, ev, held.ObserveAt(s, now), "answer %d", i)
 		require.Equal(t, plain.State(), held.State(), "answer %d", i)
 	}

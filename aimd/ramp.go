@@ -129,8 +129,8 @@ func (c *Controller) rampRefusedLocked(s Sample, fresh bool, now time.Time) (Eve
 	}
 	d.ramp.on = false
 	held := d.ramp.admitted
-	if s.InFlight > 0 {
-		held = max(held, s.InFlight-1)
+	if n := s.atProvider(); n > 0 {
+		held = max(held, n-1)
 	}
 	if held == 0 {
 		// Refused before any call of the lane got in: the provider was

@@ -29,7 +29,9 @@
 // the lane takes as its own, as for the request budget (see share.go and
 // tokens.go). Held counts the calls that
 // wait so; the controller does not grow the limit on answers that come
-// while any does (aimd.Sample.Held): the budget holds the lane back.
+// while any does (aimd.Sample.Held): the budget holds the lane back, and
+// it reads the level at which the provider refused a call (a 429's) at
+// the calls at the provider, in flight less held (aimd.Sample.Unsent).
 // Pause holds the lane's dispatches for a provider's Retry-After until a
 // call succeeds (Answered) or the time comes, whichever is first (if the
 // time comes with calls of the lane in flight, the queue lets one call

@@ -31,6 +31,10 @@ type budgetRun struct {
 	latency  time.Duration
 	events   *schedule[budgetEvent]
 	stopAt   time.Time // no call takes a slot from then on
+	// capacity, if not 0, is how many calls the provider serves at once:
+	// it refuses a call sent while it serves that many, at once, with a
+	// 429 that leaves its bucket alone. out is how many it serves now.
+	capacity, out int
 
 	// answered counts the calls answered before stopAt, and refused
 	// the calls the provider refused.
@@ -40,6 +44,16 @@ type budgetRun struct {
 	atProvider, samples int
 	limits              []int // the highest limit after an answer, by second
 	heldSeen            int   // the most calls held at once, as Info shows them
+	// cuts are the decreases the capacity's refusals caused.
+	cuts []capCut
+}
+
+// A capCut is a decrease on a refusal of the provider's capacity: the
+// level the controller recorded for it (aimd.State.DecreaseLevel), and the
+// lane's calls in flight and held at the refusal's answer.
+type capCut struct {
+	level          float64
+	inFlight, held int
 }
 
 // A budgetEvent is a held call sent, or a call answered.
@@ -51,6 +65,7 @@ type budgetEvent struct {
 	granted time.Time
 	sent    time.Time
 	ok      bool
+	capped  bool // refused by the provider's capacity
 	report  Budget
 }
 
@@ -81,16 +96,24 @@ func (b *budgetRun) fill(now time.Time) {
 	}
 }
 
+// capRefusal is how long a refusal of the provider's capacity takes.
+const capRefusal = time.Millisecond
+
 // send sends the call of e at e.at: the provider counts it now.
 func (b *budgetRun) send(e budgetEvent) {
 	if e.held {
 		b.l.Unhold(e.at)
 	}
 	e.sent, e.answer = e.at, true
-	e.ok = b.provider.count(e.at)
+	e.capped = b.capacity > 0 && b.out >= b.capacity
+	e.ok = !e.capped && b.provider.count(e.at)
 	e.report = b.provider.report(e.at)
-	if e.ok {
+	switch {
+	case e.ok:
+		b.out++
 		e.at = e.at.Add(b.latency)
+	case e.capped:
+		e.at = e.at.Add(capRefusal)
 	}
 	b.events.push(e)
 }
@@ -103,13 +126,22 @@ func (b *budgetRun) answer(e budgetEvent) {
 	b.atProvider += st.InFlight - l.Held()
 	b.samples++
 	l.ObserveBudget(e.report, e.seq, e.sent, e.at)
-	if e.ok {
+	switch {
+	case e.ok:
+		b.out--
 		if e.at.Before(b.stopAt) {
 			b.answered++
 		}
 		l.Observe(Answered, latency, e.granted, e.at)
 		l.Answered(e.at)
-	} else {
+	case e.capped:
+		b.refused++
+		before := l.ctrl.State().Decreases
+		l.Observe(RateLimited, latency, e.granted, e.at)
+		if s := l.ctrl.State(); s.Decreases > before {
+			b.cuts = append(b.cuts, capCut{level: s.DecreaseLevel, inFlight: st.InFlight, held: l.Held()})
+		}
+	default:
 		b.refused++
 		l.ObserveEmptyBudget(e.seq, latency, e.granted, e.at)
 	}
@@ -201,4 +233,25 @@ func TestHeldCallsAreCountedUntilTheirWaitEnds(t *testing.T) {
 	assert.Contains(t, b.metrics(), fmt.Sprintf("governor_lane_held{lane=%q} 0", b.l.ID()))
 	assert.True(t, b.l.heldSince(ms(20)), "a call out since 20 ms saw a wait end")
 	assert.False(t, b.l.heldSince(ms(21)), "none held since 21 ms")
+}
+
+// A provider that serves 11 calls at once behind a request bucket that
+// lets out about 10 (20 a second, answers in 500 ms): the bucket binds,
+// and the lane holds calls in their slots for it, but its bursts take the
+// calls at the provider past 11 now and then, and the 11th is refused.
+// The level a decrease records for that 429 is the calls the provider
+// held, 12 with the one refused: the calls in flight less those held,
+// never the held ones, which the provider never saw.
+func TestRefusalUnderABindingBudgetRecordsTheLevelAtTheProvider(t *testing.T) {
+	const capacity = 11
+	b := newBudgetRun(t, aimd.Default, providerBucket{capacity: 20, rate: 20, level: 20}, 500*time.Millisecond)
+	b.capacity = capacity
+	b.run(60 * time.Second)
+	t.Logf("limit by second %v; %d answered, %d refused; cuts %+v", b.limits, b.answered, b.refused, b.cuts)
+	heldAtACut := false
+	for _, c := range b.cuts {
+		heldAtACut = heldAtACut || c.held > 0
+		assert.Equal(t, float64(c.inFlight-c.held), c.level, "the level of %+v", c)
+	}
+	assert.True(t, heldAtACut, "a refusal with calls held")
 }

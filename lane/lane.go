@@ -175,19 +175,24 @@ func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) boo
 // limit follows the controller's.
 func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Time) {
 	inFlight := l.q.Stats().InFlight
+	// The calls held in their slots for a budget now are not at the
+	// provider; the call answered is not one of them.
+	unsent := max(0, min(l.Held(), inFlight-1))
 	l.mu.Lock()
 	before := l.ctrl.Limit()
 	co := l.co
 	shared := co != nil && co.joined
 	if shared {
+		atProvider := ctrlInFlight(inFlight-unsent, co.share, int(co.sharedTarget), before)
 		inFlight = ctrlInFlight(inFlight, co.share, int(co.sharedTarget), before)
+		unsent = inFlight - atProvider
 	}
 	sent := dispatched
 	if sent.IsZero() {
 		sent = now.Add(-latency)
 	}
-	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Dispatched: dispatched,
-		Held: l.heldSince(sent)}, now)
+	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Unsent: unsent,
+		Dispatched: dispatched, Held: l.heldSince(sent)}, now)
 	limit := l.ctrl.Limit()
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
@@ -355,7 +360,9 @@ func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait tim
 // Unhold. While calls wait so, the lane's calls in flight are more than the
 // provider holds, and the limit is not what holds the lane back: the
 // controller does not grow it on the answers of calls out meanwhile (see
-// aimd.Sample.Held). Held counts them.
+// aimd.Sample.Held), and reads the level at which the provider refused a
+// call at the calls at the provider, in flight less held
+// (aimd.Sample.Unsent). Held counts them.
 func (l *Lane) Hold(now time.Time) {
 	l.held.Add(1)
 	l.heldAt.Store(now.UnixNano())
