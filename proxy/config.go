@@ -37,7 +37,10 @@ type Config struct {
 	// while they are read.
 	// A call whose body would take the total beyond it gets 503
 	// buffers_full with Retry-After, before its body is read when its
-	// Content-Length says so. Default 256 MiB.
+	// Content-Length says so. A forwarded call's successful answer read
+	// whole (see MaxResponseBytes) takes its bytes from it too until it
+	// is written; one that does not fit is passed on as it arrives
+	// instead. Default 256 MiB.
 	MaxBufferedBytes int64
 	// AttemptTimeout bounds one attempt from dispatch until its response
 	// headers arrive and, for a buffered answer, until its body is read.

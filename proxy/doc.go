@@ -53,7 +53,9 @@
 // is returned as soon as its headers arrive and is never retried after its
 // first byte; any other answer, however framed, is read whole inside its
 // attempt (up to Config.MaxResponseBytes), so a cut one is retried, never
-// passed on short.
+// passed on short; but a forwarded call's success that does not fit in
+// what Config.MaxBufferedBytes has left is passed on as it arrives, as a
+// stream is.
 //
 // # Bounds
 //

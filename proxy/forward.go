@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -85,6 +86,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 		attemptTimeout: p.cfg.AttemptTimeout,
 		tenant:         tenant,
 		maxResponse:    int64(p.cfg.MaxResponseBytes),
+		answers:        &p.budget,
 		client:         ctx.Conn(),
 	}
 	return anthropic, true
@@ -115,7 +117,11 @@ func (p *Proxy) finish(up *upstream, ctx *fasthttp.RequestCtx, laneID string, d 
 	up.metrics.countCall(d.Status)
 	p.metrics.inFlight.Add(-1)
 	if p.cfg.AccessLog != nil {
-		p.logAccess(newAccessRecord(ctx, laneID, d), int64(len(ctx.Response.Body())))
+		n := int64(ctx.Response.Header.ContentLength()) // a heldBody's: Body() would read the stream
+		if ctx.Response.BodyStream() == nil {
+			n = int64(len(ctx.Response.Body()))
+		}
+		p.logAccess(newAccessRecord(ctx, laneID, d), n)
 	}
 }
 
@@ -224,10 +230,20 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	if resp.BodyStream() == nil { // buffered in the round trip
 		// fasthttp writes it after we return: bound that write too.
 		boundWrite(ctx.Conn(), time.Now(), p.cfg.StreamIdleTimeout)
-		// The client's response takes the answer's buffer (no copy), and
-		// the answer takes back the empty one it had, for the pool.
-		resp.SwapBody(ctx.Response.SwapBody(resp.SwapBody(nil)))
-		fasthttp.ReleaseResponse(resp)
+		if res.held > 0 {
+			// Written from the answer's buffer, whose bytes go back to
+			// the budget once they are written.
+			h := heldBodies.Get().(*heldBody)
+			h.resp, h.budget, h.n = resp, &p.budget, res.held
+			h.r.Reset(resp.Body())
+			ctx.Response.SetBodyStream(h, len(resp.Body()))
+		} else {
+			// The client's response takes the answer's buffer (no
+			// copy), and the answer takes back the empty one it had,
+			// for the pool.
+			resp.SwapBody(ctx.Response.SwapBody(resp.SwapBody(nil)))
+			fasthttp.ReleaseResponse(resp)
+		}
 		res.release()
 		p.finish(up, ctx, l.ID(), &res.details)
 		return
@@ -239,14 +255,18 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	up.metrics.countRequest(resp.StatusCode())
 	up.metrics.countCall(res.details.Status)
-	ln, at, tenant, cost := res.lane, res.attempt, res.tenant, res.usage // the closure captures these, not res, which stays on the stack
+	ln, at, tenant, cost, held := res.lane, res.attempt, res.tenant, res.usage, res.held // the closure captures these, not res, which stays on the stack
 	var rec *accessRecord
 	if p.cfg.AccessLog != nil {
 		rec = newAccessRecord(ctx, l.ID(), &res.details)
 	}
+	var stream io.Reader = resp.BodyStream()
+	if len(res.partial) > 0 {
+		stream = io.MultiReader(bytes.NewReader(res.partial), stream)
+	}
 	body := &streamBody{
 		resp:        resp,
-		stream:      resp.BodyStream(),
+		stream:      stream,
 		conn:        connOf(resp),
 		idle:        p.cfg.StreamIdleTimeout,
 		client:      ctx.Conn(),
@@ -263,6 +283,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 			cost.observe(l, t, p.cfg.Now())
 		}
 		p.metrics.inFlight.Add(-1)
+		p.budget.give(held)
 		if rec != nil {
 			p.logAccess(rec, body.written)
 		}

@@ -24,6 +24,10 @@ type callOptions struct {
 	tenant         string // never empty: DefaultTenant for calls that name none
 	// maxResponse bounds an answer read whole (see needsBuffering).
 	maxResponse int64
+	// answers, if set, is the budget that a successful answer read whole
+	// takes its bytes from; one that does not fit is passed on as a
+	// stream instead (see bufferAnswer).
+	answers *bodyBudget
 	// client is the caller's connection, watched during the call so that
 	// a caller who leaves takes the call out of the queue and cuts its
 	// attempt in flight; nil for calls with no connection of their own
@@ -48,6 +52,11 @@ type callResult struct {
 	// streamed answer, read as it passes; nil when the call was not
 	// costed (no token budget known).
 	usage *costCorrection
+	// held is what the answer took from callOptions.answers, to give
+	// back once it is written; partial is the start of an answer passed
+	// on as a stream, read before the budget ran out (see bufferAnswer).
+	held    int64
+	partial []byte
 }
 
 // costCorrection is what a streamed answer's usage corrects: the call's
@@ -329,7 +338,12 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// Read the body inside the attempt: a body cut short is a
 		// connection error to retry, and a 429's body says whether it
 		// is final.
-		if err = bufferBody(resp, o.maxResponse); err != nil {
+		if o.answers != nil && resp.StatusCode() < 400 {
+			c.res.held, c.res.partial, _, err = bufferAnswer(resp, o.maxResponse, o.answers)
+		} else {
+			err = bufferBody(resp, o.maxResponse)
+		}
+		if err != nil {
 			oc = classifyErr(err)
 			if errors.Is(err, errResponseTooLarge) {
 				oc = lane.Answered // retrying gets the same; passed back cut as a Governor error
@@ -346,6 +360,10 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// so the controller does not hear of it, and nobody is left to
 		// retry for.
 		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
+		if o.answers != nil {
+			o.answers.give(c.res.held)
+			c.res.held, c.res.partial = 0, nil
+		}
 		l.Observe(lane.ClientGone, latency, c.granted, now)
 		l.Done(at)
 		l.Queue().ReleaseTenant(c.o.tenant)

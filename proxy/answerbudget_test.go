@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An answer larger than what MaxBufferedBytes has room for is not held
+// whole: it reaches the client as the upstream sends it (its first half
+// before the upstream sends the second), with its length when known, and
+// holds no more of the budget than the room there was. An answer that
+// fits is still read whole first.
+func TestAnswersBeyondTheBufferBudgetAreStreamed(t *testing.T) {
+	t.Parallel()
+	for _, chunked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) { testAnswerBeyondBudget(t, chunked) })
+	}
+}
+
+func testAnswerBeyondBudget(t *testing.T, chunked bool) {
+	checkLeaks(t)
+	const half = 150 << 10
+	body := `{"data":"` + strings.Repeat("x", 2*half) + `"}`
+	second := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("X-Small") != "" {
+			_, _ = io.WriteString(w, `{"ok":true}`)
+			return
+		}
+		if !chunked {
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		}
+		_, _ = io.WriteString(w, body[:half])
+		w.(http.Flusher).Flush()
+		<-second
+		_, _ = io.WriteString(w, body[half:])
+	}))
+	t.Cleanup(up.Close)
+	release := sync.OnceFunc(func() { close(second) })
+	t.Cleanup(release) // before up.Close, which waits for the handler
+	// Held whole, the answer would wait for its second half, which waits
+	// for the client to read the first: the attempt times out.
+	p, base := startProxy(t, Config{Upstream: mustURL(t, up.URL), MaxBufferedBytes: 100 << 10, AttemptTimeout: 5 * time.Second, MaxRetries: -1})
+	c := client(t)
+
+	resp, out := chat(t, c, base, map[string]string{"X-Small": "1"})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `{"ok":true}`, out)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	req := `{"model":"m"}`
+	_, err = fmt.Fprintf(conn, "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(req), req)
+	require.NoError(t, err)
+	r, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "the head arrives before the upstream has sent the whole answer")
+	defer r.Body.Close()
+	assert.Equal(t, http.StatusOK, r.StatusCode)
+	if !chunked {
+		assert.EqualValues(t, len(body), r.ContentLength)
+	}
+	first := make([]byte, half)
+	_, err = io.ReadFull(r.Body, first)
+	require.NoError(t, err)
+	assert.Equal(t, body[:half], string(first))
+	assert.LessOrEqual(t, p.budget.held.Load(), int64(100<<10), "never beyond the budget")
+	release()
+	rest, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.Equal(t, body[half:], string(rest))
+	assert.Equal(t, "COMPLETED", r.Header.Get("X-Governor-Status"))
+}
