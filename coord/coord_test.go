@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -949,4 +950,27 @@ func scriptCommands() []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(seen))
+}
+
+// Who gets the integer remainder of the shares turns at the same instants
+// for Governors whose clocks are seconds apart: they agree on Redis's
+// clock, so the shares they take sum to the limit.
+func TestRemainderTurnsOnRedisClock(t *testing.T) {
+	redisNow := time.Date(2026, 11, 23, 12, 0, 3, 0, time.UTC) // 3 s into a turn
+	vals := []string{"13", "0", "0", "0", "0", "0", "0", "1"}
+	for _, id := range []string{"a", "b", "c"} {
+		vals = append(vals, id, "100,4", strconv.FormatInt(redisNow.UnixMilli(), 10))
+	}
+	total := 0
+	for _, g := range []struct {
+		id   string
+		skew time.Duration // this host's clock less Redis's
+	}{{"a", 0}, {"b", 5 * time.Second}, {"c", -5 * time.Second}} {
+		co := &Coordinator{cfg: Config{Instance: g.id, LeaseTTL: time.Second}, recalled: map[string]recalled{}}
+		off := -g.skew.Milliseconds()
+		s, err := co.parseShared(Report{Lane: "l", Max: 64}, vals, redisNow.Add(g.skew), off)
+		require.NoError(t, err)
+		total += s.Share
+	}
+	assert.Equal(t, 13, total, "the three shares sum to the limit")
 }

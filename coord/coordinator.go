@@ -514,11 +514,11 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 		}
 	}
 	// Who gets an integer remainder turns every remainderTurn, at the
-	// same instant for every Governor, so that no one is always the one
-	// without; rarely, since a turn moves shares before every Governor
-	// has seen it.
+	// same instant for every Governor (on Redis's clock), so that no one
+	// is always the one without; rarely, since a turn moves shares before
+	// every Governor has seen it.
 	limit := int(math.Floor(s.Target))
-	shares := Shares(limit, mems, int(now.UnixMilli()/remainderTurn.Milliseconds()))
+	shares := Shares(limit, mems, int(toRedis(now, off)/remainderTurn.Milliseconds()))
 	// A share is what is left of the limit once the others' calls are
 	// counted: their shares, or more if more are still in flight (sent
 	// at a larger share before it shrank). So a Governor joining, or
