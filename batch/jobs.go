@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgovernor/governor/batch/journal"
@@ -34,6 +35,10 @@ type job struct {
 	// job stops running.
 	held int64
 
+	// read is set once the finished job's results were read to their
+	// end: a new job may then take its place before its TTL.
+	read atomic.Bool
+
 	mu        sync.Mutex
 	cancelled bool
 }
@@ -61,6 +66,21 @@ func (j *job) finished() bool {
 	default:
 		return false
 	}
+}
+
+// doneWith reports whether the client is done with a finished job: its
+// results were read to their end, or it was deleted while it ran. Such a
+// job may be forgotten before its TTL to make room for a new one.
+func (j *job) doneWith() bool {
+	if !j.finished() {
+		return false
+	}
+	if j.read.Load() {
+		return true
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cancelled
 }
 
 func (j *job) status(now time.Time, ttl time.Duration) JobStatus {
@@ -162,15 +182,16 @@ func (js *jobStore) add(j *job, now time.Time) error {
 	return nil
 }
 
-// evictFinished drops the finished job that finished first and returns
-// it, nil if none has finished. The caller forgets it.
-func (js *jobStore) evictFinished() *job {
+// evictFinished drops the finished job that finished first among those
+// evictable reports true for (any finished job if evictable is nil) and
+// returns it, nil if there is none. The caller forgets it.
+func (js *jobStore) evictFinished(evictable func(*job) bool) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	var oldest *job
 	var oldestAt time.Time
 	for _, j := range js.byID {
-		if !j.finished() {
+		if !j.finished() || (evictable != nil && !evictable(j)) {
 			continue
 		}
 		j.exec.mu.Lock()

@@ -154,26 +154,64 @@ func TestJobsAreBoundedAndExpire(t *testing.T) {
 	e.createJob(t, body)
 }
 
-// Finished jobs do not hold the store until they expire: a new job makes
-// room by forgetting the one that finished first, so clients that never
-// DELETE their jobs (governor batch, the README's loops) can run more than
-// MaxJobs in a TTL.
-func TestFinishedJobsMakeRoomForNewOnes(t *testing.T) {
+// Past MaxJobs, a new job makes room only by forgetting a finished job
+// its client is done with: results read to their end (as governor batch
+// does), or deleted while it ran. A finished job nobody has read is kept
+// until its TTL, and a new job meanwhile gets 503 too_many_batches.
+func TestFinishedJobsMakeRoomOnlyOnceRead(t *testing.T) {
 	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.MaxJobs = 2 }})
 	body := mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}})
-	var ids []string
-	for range 5 {
+	status := func(id string) int {
+		resp, _ := e.do(t, http.MethodGet, batch.PathBatches+"/"+id, "", "")
+		return resp.StatusCode
+	}
+	unread := e.createJob(t, body)
+	e.waitJob(t, unread.ID)
+	partial := e.createJob(t, body)
+	e.waitJob(t, partial.ID)
+	// Its status is not its results.
+	resp, _ := e.do(t, http.MethodGet, batch.PathBatches+"/"+partial.ID, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	resp, out := e.post(t, batch.PathBatches, "application/json", body)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "no finished job was read: none is forgotten")
+	assert.Contains(t, out, "too_many_batches")
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	assert.Equal(t, http.StatusOK, status(unread.ID), "unread results are kept until their TTL")
+	assert.Equal(t, http.StatusOK, status(partial.ID))
+
+	// Reading a job's results to the end lets a new job take its place;
+	// the unread one, though it finished first, stays.
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+partial.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	third := e.createJob(t, body)
+	e.waitJob(t, third.ID)
+	assert.Equal(t, http.StatusNotFound, status(partial.ID), "the read job made room")
+	assert.Equal(t, http.StatusOK, status(unread.ID), "the unread job is kept")
+
+	// A job deleted while it ran is done with too.
+	resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+third.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	running := e.createJob(t, mustJSON(t, map[string]any{"requests": []any{
+		chatItem("", "x", map[string]string{"X-Mock-Latency": "1h"})}}))
+	resp, _ = e.do(t, http.MethodDelete, batch.PathBatches+"/"+running.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	e.waitJob(t, running.ID)
+	e.createJob(t, body)
+	assert.Equal(t, http.StatusNotFound, status(running.ID), "the deleted job made room")
+	assert.Equal(t, http.StatusOK, status(unread.ID), "the unread job is still kept")
+}
+
+// A client that runs many jobs one after another and reads each one's
+// results, as governor batch does, never fills the store.
+func TestJobsWhoseResultsAreReadMakeRoom(t *testing.T) {
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.MaxJobs = 2 }})
+	body := mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}})
+	for i := range 5 {
 		st := e.createJob(t, body)
 		e.waitJob(t, st.ID)
-		ids = append(ids, st.ID)
-	}
-	for i, id := range ids {
-		resp, _ := e.do(t, http.MethodGet, batch.PathBatches+"/"+id, "", "")
-		if i < len(ids)-2 {
-			assert.Equal(t, http.StatusNotFound, resp.StatusCode, "job %d forgotten to make room", i)
-		} else {
-			assert.Equal(t, http.StatusOK, resp.StatusCode, "job %d, among the last 2, is kept", i)
-		}
+		resp, out := e.do(t, http.MethodGet, batch.PathBatches+"/"+st.ID+"/results", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, "job %d: %s", i, out)
 	}
 }
 

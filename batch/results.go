@@ -21,6 +21,7 @@ type resultsStream struct {
 	conn      net.Conn // the client's; its write deadline bounds a client that stops reading
 	writeIdle time.Duration
 	onClose   func() // if set, called by Close
+	onEnd     func() // if set, called once the last byte is read
 
 	step int // 0 opening, 1 outputs or lines, 2 between, 3 details, 4 summary, 5 end
 	i    int
@@ -40,6 +41,10 @@ func newResultsStream(e *execution, now time.Time, conn net.Conn, writeIdle time
 func (rs *resultsStream) Read(p []byte) (int, error) {
 	for len(rs.buf) == 0 {
 		if rs.step == 5 {
+			if rs.onEnd != nil {
+				rs.onEnd()
+				rs.onEnd = nil
+			}
 			return 0, io.EOF
 		}
 		if err := rs.next(); err != nil {

@@ -34,7 +34,10 @@ type Config struct {
 	Window int
 	// MaxJobs bounds the async jobs held, running or finished: a new job
 	// beyond it makes room by forgetting the finished job that finished
-	// first, or gets 503 too_many_batches if they are all running.
+	// first among those whose results were read to their end or that were
+	// deleted while running; if there is none it gets 503
+	// too_many_batches. A job whose results nobody read is kept until its
+	// TTL.
 	// Default 100.
 	MaxJobs int
 	// TTL is how long a finished async job's results are kept. Default 1h.
@@ -212,17 +215,27 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 // evictFinished forgets the finished job that finished first, to make room
 // for answers; false if there is none.
 func (s *Server) evictFinished() bool {
-	return s.forgetOldestFinished("batch job forgotten before its TTL: answers held in memory reached GOVERNOR_BATCH_MAX_RESULT_BYTES")
-}
-
-// forgetOldestFinished forgets the finished job that finished first, logging
-// why, and reports whether there was one.
-func (s *Server) forgetOldestFinished(why string) bool {
-	j := s.jobs.evictFinished()
+	j := s.jobs.evictFinished(nil)
 	if j == nil {
 		return false
 	}
-	s.cfg.Logger.Warn(why, "batch", j.exec.id, "max_jobs", s.cfg.MaxJobs, "max_bytes", s.cfg.MaxResultBytes)
+	s.cfg.Logger.Warn("batch job forgotten before its TTL: answers held in memory reached GOVERNOR_BATCH_MAX_RESULT_BYTES",
+		"batch", j.exec.id, "max_bytes", s.cfg.MaxResultBytes)
+	s.forget(j)
+	return true
+}
+
+// makeRoomForJob forgets the finished job that finished first among those
+// its client is done with (results read to their end, or deleted while it
+// ran), to make room for a new job past MaxJobs; false if there is none.
+// A job whose results nobody has read is kept until its TTL.
+func (s *Server) makeRoomForJob() bool {
+	j := s.jobs.evictFinished((*job).doneWith)
+	if j == nil {
+		return false
+	}
+	s.cfg.Logger.Info("batch job forgotten before its TTL to make room: its results were read or it was deleted",
+		"batch", j.exec.id, "max_jobs", s.cfg.MaxJobs)
 	s.forget(j)
 	return true
 }
@@ -403,14 +416,14 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	// that instant (its header's).
 	j.exec.started = now
 	err := s.jobs.add(j, now)
-	for errors.Is(err, errTooManyJobs) && s.forgetOldestFinished("batch job forgotten before its TTL: GOVERNOR_BATCH_MAX_JOBS jobs are held") {
+	for errors.Is(err, errTooManyJobs) && s.makeRoomForJob() {
 		err = s.jobs.add(j, now)
 	}
 	if err != nil {
 		cancel(nil)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
 		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
-			fmt.Sprintf("%d batch jobs are running already (GOVERNOR_BATCH_MAX_JOBS); retry once one has finished", s.cfg.MaxJobs))
+			fmt.Sprintf("%d batch jobs are held (GOVERNOR_BATCH_MAX_JOBS): running, or finished with results not yet read; read the results of finished ones (GET %s/{id}/results) or DELETE them, or retry once they expire (GOVERNOR_BATCH_TTL, %s)", s.cfg.MaxJobs, PathBatches, s.cfg.TTL))
 		return
 	}
 	if s.dir == nil {
@@ -500,7 +513,15 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 			"the batch is still running: poll "+PathBatches+"/"+j.exec.id+", or add ?partial=true for the items finished so far")
 		return
 	}
-	s.writeResults(ctx, j.exec, fasthttp.StatusOK, nil)
+	var whole func()
+	if j.finished() {
+		// Every row is recorded: a client that reads this answer to
+		// its end has the job's results, so the job may make room.
+		whole = func() { j.read.Store(true) }
+	}
+	if rs := s.writeResults(ctx, j.exec, fasthttp.StatusOK, nil); rs != nil {
+		rs.onEnd = whole
+	}
 }
 
 // deleteJob cancels a running job (what has not started becomes
@@ -662,8 +683,10 @@ func credentials(h *fasthttp.RequestHeader) map[string]string {
 
 // writeResults answers with a batch's results in its format: the JSON
 // document, or OpenAI Batch output lines, streamed a row at a time. done,
-// if set, is called once the answer is written or given up.
-func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int, done func()) {
+// if set, is called once the answer is written or given up. It returns
+// the answer's body, which fasthttp reads after the handler returns; nil
+// if the results could not be read (answered with an error).
+func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int, done func()) *resultsStream {
 	rs, err := newResultsStream(e, s.cfg.Now(), ctx.Conn(), s.cfg.WriteIdle)
 	if err == nil {
 		rs.onClose = done
@@ -673,7 +696,7 @@ func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int
 	if err != nil {
 		s.cfg.Logger.Error("batch results unreadable", "batch", e.id, "err", err)
 		writeError(ctx, fasthttp.StatusInternalServerError, codeStoreError, err.Error())
-		return
+		return nil
 	}
 	if e.format == FormatJSONL {
 		ctx.SetContentType("application/jsonl")
@@ -685,6 +708,7 @@ func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int
 	_ = ctx.Conn().SetWriteDeadline(time.Now().Add(s.cfg.WriteIdle))
 	ctx.SetStatusCode(status)
 	ctx.SetBodyStream(rs, -1)
+	return rs
 }
 
 // finished accounts for a batch that has run.

@@ -45,7 +45,7 @@ type config struct {
 	MaxTenants        int           `env:"GOVERNOR_MAX_TENANTS" envDefault:"100" help:"tenants (X-Governor-Tenant) sharing one lane fairly; further tenants count as one"`
 	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`
 	BatchWindow       int           `env:"GOVERNOR_BATCH_WINDOW" envDefault:"0" help:"items of one batch waiting or in flight at once; 0 = twice GOVERNOR_MAX_CONCURRENCY"`
-	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; a new job beyond it forgets the finished job that finished first, or gets 503 if all are running"`
+	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; a new job beyond it forgets a finished job whose results were read to the end or that was deleted, else gets 503"`
 	BatchMaxResponse  int           `env:"GOVERNOR_BATCH_MAX_RESPONSE_BYTES" envDefault:"8388608" help:"one batch item's answer, read whole and kept; a larger one fails its item"`
 	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept (in memory, or on disk with GOVERNOR_BATCH_DIR)"`
 	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; empty = memory only"`
