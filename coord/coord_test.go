@@ -932,7 +932,7 @@ func TestUserThatMayNotRunTheScriptsIsNotJoined(t *testing.T) {
 		})
 	}
 	require.NoError(t, admin.Do(ctx, "acl", "setuser", "u-all", "on", ">pw", "~governor:*", "+@scripting", "+ping", "+time",
-		"+hmget", "+hset", "+hdel", "+hvals", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+pexpire", "+get", "+set").Err())
+		"+hmget", "+hget", "+hset", "+hdel", "+hvals", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+pexpire", "+get", "+set").Err())
 	a := newCoordURL(t, "redis://u-all:pw@"+srv.Addr(), "a", nil, 20*time.Millisecond)
 	require.True(t, a.Up(), "the commands README lists are enough: %s", a.log.String())
 	sync1(t, a, Report{Initial: 8, Demand: 4})
@@ -957,7 +957,7 @@ func scriptCommands() []string {
 // clock, so the shares they take sum to the limit.
 func TestRemainderTurnsOnRedisClock(t *testing.T) {
 	redisNow := time.Date(2026, 11, 23, 12, 0, 3, 0, time.UTC) // 3 s into a turn
-	vals := []string{"13", "0", "0", "0", "0", "0", "0", "1"}
+	vals := []string{"13", "0", "0", "0", "0", "0", "0", "1", ""}
 	for _, id := range []string{"a", "b", "c"} {
 		vals = append(vals, id, "100,4", strconv.FormatInt(redisNow.UnixMilli(), 10))
 	}
@@ -973,4 +973,38 @@ func TestRemainderTurnsOnRedisClock(t *testing.T) {
 		total += s.Share
 	}
 	assert.Equal(t, 13, total, "the three shares sum to the limit")
+}
+
+// Two Governors given the same GOVERNOR_INSTANCE count as one member: each
+// takes that member's share. The first to see the other's sync under its
+// name says so.
+func TestSameInstanceTwiceIsLogged(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "dup", clk), newCoord(t, srv, "dup", clk)
+	sync1(t, a, Report{Initial: 16, Demand: 100})
+	clk.Add(10 * time.Millisecond)
+	sync1(t, b, Report{Demand: 100})
+	clk.Add(10 * time.Millisecond)
+	sync1(t, a, Report{Demand: 100})
+	assert.Contains(t, a.log.String(), "another governor syncs under this instance name")
+	for range 3 {
+		clk.Add(10 * time.Millisecond)
+		sync1(t, b, Report{Demand: 100})
+		sync1(t, a, Report{Demand: 100})
+	}
+	assert.Equal(t, 1, strings.Count(a.log.String(), "another governor"), "said once")
+
+	// A Governor alone under its name, across a Redis restart, says nothing.
+	c := newCoord(t, srv, "c", clk)
+	sync1(t, c, Report{Demand: 1})
+	srv.Restart()
+	_, _ = c.Sync(context.Background(), []Report{{Lane: "default/m/abc123", Max: 64}}) // (may find the old connection closed)
+	require.Eventually(t, c.Up, 5*time.Second, 10*time.Millisecond)
+	clk.Add(10 * time.Millisecond)
+	sync1(t, c, Report{Demand: 1})
+	clk.Add(10 * time.Millisecond)
+	sync1(t, c, Report{Demand: 1})
+	assert.NotContains(t, c.log.String(), "another governor")
 }

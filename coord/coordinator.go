@@ -125,6 +125,9 @@ type Coordinator struct {
 	// measured: every instant goes to Redis on Redis's clock (see
 	// measureClock).
 	offset atomic.Int64
+	// twin is set once another Governor was seen syncing under this one's
+	// instance name (see checkInstance).
+	twin atomic.Bool
 	// measured is when the offset was last measured (ns since born, on
 	// the monotonic clock); clockCheck how often it is measured again.
 	born       time.Time
@@ -390,6 +393,7 @@ func (co *Coordinator) Sync(ctx context.Context, reports []Report) ([]Shared, er
 		}
 	}
 	if err != nil {
+		co.forgetSyncs()
 		return nil, co.failed(ctx, err)
 	}
 	co.syncTime.UpdateDuration(start)
@@ -464,7 +468,7 @@ const rateMemory = time.Minute
 // parseShared reads a sync script's answer to r, its instants on Redis's
 // clock (off, see toRedis).
 func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off int64) (Shared, error) {
-	if len(vals) < 8 || (len(vals)-8)%3 != 0 {
+	if len(vals) < 9 || (len(vals)-9)%3 != 0 {
 		return Shared{}, fmt.Errorf("coord: sync script returned %d values", len(vals))
 	}
 	f := make([]float64, 8)
@@ -477,8 +481,10 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 	}
 	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
 		LastDecrease: fromRedis(f[1], off), PausedUntil: fromRedis(f[3], off), PausedAt: fromRedis(f[6], off)}
-	mems := make([]Member, 0, (len(vals)-8)/3)
-	for i := 8; i+2 < len(vals); i += 3 {
+	prev, _ := strconv.ParseInt(vals[8], 10, 64)
+	co.checkInstance(r.Lane, prev, toRedis(now, off))
+	mems := make([]Member, 0, (len(vals)-9)/3)
+	for i := 9; i+2 < len(vals); i += 3 {
 		ds, fs, _ := strings.Cut(vals[i+1], ",")
 		d, _ := strconv.Atoi(ds)
 		f, _ := strconv.Atoi(fs)
@@ -549,13 +555,44 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 
 // recalled is what a Coordinator remembers of a lane's record: when it was
 // made (Unix ms on Redis's clock, 0: unknown) and its members at the last
-// sync; and, after the record was lost and made again, the members it had
-// and until when they count.
+// sync; after the record was lost and made again, the members it had and
+// until when they count; and its own last sync (Unix ms on Redis's clock,
+// 0: unknown).
 type recalled struct {
 	born    int64
 	members int
 	lost    int
 	until   time.Time
+	synced  int64
+}
+
+// checkInstance warns, once, when the record of lane shows that another
+// Governor synced under this one's instance name since its own last sync
+// (prev, 0: none) at synced: two Governors under one name (a
+// GOVERNOR_INSTANCE set alike for every replica) count as one member, and
+// each takes that member's share.
+func (co *Coordinator) checkInstance(lane string, prev, synced int64) {
+	co.mu.Lock()
+	r := co.recalled[lane]
+	shared := r.synced > 0 && prev > 0 && prev != r.synced
+	r.synced = synced
+	co.recalled[lane] = r
+	co.mu.Unlock()
+	if shared && co.twin.CompareAndSwap(false, true) {
+		co.log.Error("another governor syncs under this instance name: the two count as one and may send twice their share; give each its own (GOVERNOR_INSTANCE, or leave it empty)",
+			"instance", co.cfg.Instance, "lane", lane)
+	}
+}
+
+// forgetSyncs forgets this Governor's last syncs: after a sync that failed,
+// Redis may have run it.
+func (co *Coordinator) forgetSyncs() {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	for lane, r := range co.recalled {
+		r.synced = 0
+		co.recalled[lane] = r
+	}
 }
 
 // recall returns how many Governors the lane's limit is to be split among

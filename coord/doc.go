@@ -40,8 +40,8 @@
 // command of its scripts on keys governor:{probe/<instance>}:h, :z and :s,
 // which it leaves empty or expiring at once: the Redis user needs PING,
 // TIME (else clocks are taken to agree), script loading and running, and
-// HMGET, HSET, HDEL, HVALS, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, PEXPIRE, GET
-// and SET on governor:* keys.
+// HMGET, HGET, HSET, HDEL, HVALS, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE,
+// PEXPIRE, GET and SET on governor:* keys.
 //
 // Redis is never on the path of a call in a way that can block it: every
 // command has a short timeout (Config.Timeout), and the first failure

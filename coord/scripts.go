@@ -18,8 +18,9 @@ import "github.com/redis/go-redis/v9"
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at, born (when
-// the record was made; 0: unknown) (as strings: Redis turns Lua numbers into
-// integers), then instance, "demand,in flight", last sync (Unix ms, "" if
+// the record was made; 0: unknown), the last sync under the reporter's
+// instance name before this one ("" if none) (as strings: Redis turns Lua
+// numbers into integers), then instance, "demand,in flight", last sync (Unix ms, "" if
 // the member did not say: an older version) triples. The target is bounded
 // by the largest maximum of the members.
 var syncScript = redis.NewScript(syncSource)
@@ -60,6 +61,9 @@ if #gone > 0 then
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
+-- The last sync under this instance name, for the reporter to tell whether
+-- another Governor syncs under it too.
+local prev = redis.call('HGET', KEYS[4], ARGV[2]) or ''
 redis.call('HSET', KEYS[4], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[2], ARGV[5])
 
@@ -207,7 +211,7 @@ end
 if ok_at > paused_at then
   paused = 0
 end
-local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at), tostring(born)}
+local out = {tostring(target), tostring(lastdec), tostring(level), tostring(paused), tostring(rate), tostring(burst), tostring(paused_at), tostring(born), prev}
 local demands = redis.call('HMGET', KEYS[3], unpack(ids))
 local synced = redis.call('HMGET', KEYS[4], unpack(ids))
 for i, id in ipairs(ids) do
@@ -270,6 +274,7 @@ var probeScript = redis.NewScript(probeSource)
 const probeSource = `
 redis.call('HSET', KEYS[1], 'p', '1')
 redis.call('HMGET', KEYS[1], 'p')
+redis.call('HGET', KEYS[1], 'p')
 redis.call('HVALS', KEYS[1])
 redis.call('HDEL', KEYS[1], 'p')
 redis.call('ZADD', KEYS[2], 0, 'p')
