@@ -120,6 +120,12 @@ func TestItemsInheritTheBatchCredentials(t *testing.T) {
 	assert.Equal(t, "Bearer sk-batch", h["authorization"])
 	assert.Equal(t, "proj_1", h["openai-project"])
 
+	// Azure OpenAI's api-key is inherited too.
+	doc = e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}}),
+		"api-key", "azure-key")
+	require.Equal(t, proxy.StatusCompleted, doc.Details[0].Status)
+	assert.Equal(t, "azure-key", e.mock.Stats().LastHeaders["api-key"])
+
 	// An item's own credential wins.
 	doc = e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{
 		chatItem("", "x", map[string]string{"authorization": "Bearer sk-item"})}}),

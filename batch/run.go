@@ -22,7 +22,7 @@ var (
 
 // credentialHeaders are the headers of the batch request that items
 // inherit unless they carry their own.
-var credentialHeaders = []string{"Authorization", "X-Api-Key", "Anthropic-Version", "OpenAI-Organization", "OpenAI-Project"}
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "Anthropic-Version", "OpenAI-Organization", "OpenAI-Project"}
 
 // execution is one run of a batch: its rows fill in as items finish.
 type execution struct {

@@ -15,8 +15,9 @@
 // # Lanes
 //
 // Every call is governed by its lane (package lane): one upstream, one
-// credential (a hash of the Authorization, x-api-key, OpenAI-Organization
-// and OpenAI-Project headers as sent upstream, never the key) and one model
+// credential (a hash of the Authorization, x-api-key, api-key (Azure
+// OpenAI), OpenAI-Organization and OpenAI-Project headers as sent upstream,
+// never the key) and one model
 // (the JSON body's "model"). The proxy computes that key, reads the
 // provider's answers into outcomes, Retry-After hints and request budgets
 // (x-ratelimit-*, anthropic-ratelimit-requests-*), and hands those to the

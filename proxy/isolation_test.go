@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"strings"
@@ -31,20 +32,21 @@ func chatModel(t *testing.T, c *http.Client, base, model string, headers map[str
 // carries the credential, and even once MaxLanes is reached.
 func TestCredentialsNeverShareALane(t *testing.T) {
 	checkLeaks(t)
-	_, up := newRecorder(t)
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxLanes: 8}))
-	c := client(t)
-
 	creds := []map[string]string{
 		{"Authorization": "Bearer sk-a"},
 		{"Authorization": "Bearer sk-b"},
 		{"X-Api-Key": "sk-a"}, // the same secret in another header is another credential
+		{"Api-Key": "sk-a"},   // Azure OpenAI's
+		{"Api-Key": "sk-b"},
 		{"Authorization": "Bearer sk-a", "OpenAI-Organization": "org-1"},
 		{"Authorization": "Bearer sk-a", "OpenAI-Organization": "org-2"},
 		{"Authorization": "Bearer sk-a", "OpenAI-Project": "proj-1"},
 		{"Authorization": "Bearer sk-a", "OpenAI-Project": "proj-2"},
 		{}, // no credential at all
 	}
+	_, up := newRecorder(t)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxLanes: len(creds)}))
+	c := client(t)
 	for _, h := range creds {
 		require.Equal(t, 200, chatModel(t, c, base, "m", h))
 		require.Equal(t, 200, chatModel(t, c, base, "m", h), "the same credential again: the same lane")
@@ -57,7 +59,7 @@ func TestCredentialsNeverShareALane(t *testing.T) {
 		seen[l.Credential] = true
 	}
 
-	// MaxLanes (8) is reached: new models share a lane per credential,
+	// MaxLanes is reached: new models share a lane per credential,
 	// never across credentials.
 	for i, h := range creds[:2] {
 		for j := range 3 {
@@ -108,6 +110,41 @@ func TestHopByHopCredentialIsNotALaneKey(t *testing.T) {
 	buildUpstreamRequest(in, &upstream{scheme: "http", host: "up"}, []byte("/v1/x"), out)
 	assert.Empty(t, out.Header.Peek("Authorization"))
 	assert.Equal(t, credentialHash(&out.Header), credentialHash(&in.Header))
+}
+
+// Azure OpenAI's api-key header is a credential: two keys get two lanes,
+// and a hop-by-hop one counts as absent. A call without it keeps the hash
+// it had before api-key was read, so its lane id, metric series and
+// shared record in Redis stay the same across Governor versions.
+func TestAzureAPIKeyIsACredential(t *testing.T) {
+	hash := func(headers ...string) [32]byte {
+		req := fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(req)
+		for i := 0; i < len(headers); i += 2 {
+			req.Header.Add(headers[i], headers[i+1])
+		}
+		return credentialHash(&req.Header)
+	}
+	none := hash()
+	a, b := hash("api-key", "azure-a"), hash("api-key", "azure-b")
+	assert.NotEqual(t, a, b, "two Azure keys, two lanes")
+	assert.NotEqual(t, none, a)
+	assert.NotEqual(t, hash("X-Api-Key", "azure-a"), a, "the same secret in another header is another credential")
+	assert.NotEqual(t, hash("Authorization", "Bearer t"), hash("Authorization", "Bearer t", "api-key", "azure-a"))
+	assert.Equal(t, none, hash("api-key", "azure-a", "Connection", "api-key"), "hop-by-hop: not sent, not a key")
+
+	// The hash of a call without api-key, as it has always been computed.
+	before := func(auth string) [32]byte {
+		d := sha256.New()
+		for _, hv := range [][2]string{{"Authorization", auth}, {"X-Api-Key", ""}, {"Openai-Organization", ""}, {"Openai-Project", ""}} {
+			d.Write([]byte(hv[0] + "\x00" + hv[1] + "\x00"))
+		}
+		var sum [32]byte
+		d.Sum(sum[:0])
+		return sum
+	}
+	assert.Equal(t, before(""), none)
+	assert.Equal(t, before("Bearer sk-a"), hash("Authorization", "Bearer sk-a"))
 }
 
 // Two models whose names differ only past the 64 bytes a lane id shows

@@ -8,8 +8,15 @@ import (
 	"github.com/llmgovernor/governor/lane"
 )
 
-// credentialHeaders identify the account a call is billed to.
+// credentialHeaders identify the account a call is billed to: each is
+// hashed, present or not.
 var credentialHeaders = []string{"Authorization", "X-Api-Key", "Openai-Organization", "Openai-Project"}
+
+// presentCredentialHeaders identify it too (Azure OpenAI's api-key), but
+// are hashed only when present, so that a call without them keeps the hash
+// it has always had: its lane's id, its metric series and its shared
+// record in Redis stay the same across Governor versions.
+var presentCredentialHeaders = []string{"Api-Key"}
 
 // credentialHash hashes the credential headers of a client's request as
 // they are sent upstream: a credential header named in Connection is
@@ -25,6 +32,16 @@ func credentialHash(h *fasthttp.RequestHeader) [sha256.Size]byte {
 		v := h.Peek(name)
 		if hop && len(v) > 0 && namedInConnection(h, name) {
 			v = nil
+		}
+		d.Write([]byte(name))
+		d.Write([]byte{0})
+		d.Write(v)
+		d.Write([]byte{0})
+	}
+	for _, name := range presentCredentialHeaders {
+		v := h.Peek(name)
+		if len(v) == 0 || (hop && namedInConnection(h, name)) {
+			continue
 		}
 		d.Write([]byte(name))
 		d.Write([]byte{0})

@@ -31,7 +31,8 @@ itself; Ctrl-C asks whether to cancel the job or leave it running, and
 
 Credentials are sent as the official SDKs send them: OPENAI_API_KEY as
 "Authorization: Bearer …" for OpenAI-style urls, ANTHROPIC_API_KEY as
-"x-api-key" for /v1/messages; -H replaces them. GOVERNOR_API_TOKEN, when
+"x-api-key" for /v1/messages; -H replaces them (e.g. -H "api-key: …"
+for Azure OpenAI). GOVERNOR_API_TOKEN, when
 set, is sent as X-Governor-Token.
 
 Exit status: 0 every item completed; 1 some item failed or did not run,

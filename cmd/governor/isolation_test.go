@@ -66,6 +66,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 		{"custom_id":"reset","url":"/v1/chat/completions","headers":{"X-Mock-Fault":"reset,reset"},"body":{"model":"m","messages":[]}},
 		{"custom_id":"401","url":"/v1/chat/completions","headers":{"X-Mock-Fault":"401"},"body":{"model":"m","messages":[]}},
 		{"custom_id":"down","url":"/down/v1/chat/completions","body":{"model":"m","messages":[]}},
+		{"custom_id":"azure","url":"/v1/chat/completions","headers":{"api-key":"` + canary + `","X-Mock-Fault":"500,500"},"body":{"model":"m","messages":[]}},
 		{"custom_id":"anthropic","url":"/anthropic/v1/messages","headers":{"X-Api-Key":"` + canary + `","Anthropic-Version":"2023-06-01"},
 		 "body":{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"x"}]}}
 	]`
@@ -105,6 +106,10 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	record("unreachable upstream", 502)(exchange(t, "POST", base+"/down/v1/chat/completions", chatBody, bearer))
 	record("unreachable Anthropic upstream", 502)(exchange(t, "POST", base+"/down/v1/messages", chatBody,
 		map[string]string{"X-Api-Key": canary, "Anthropic-Version": "2023-06-01"}))
+	record("unreachable upstream, Azure api-key", 502)(exchange(t, "POST", base+"/down/v1/chat/completions", chatBody,
+		map[string]string{"api-key": canary}))
+	record("async job inheriting an Azure api-key", 202)(exchange(t, "POST", base+"/governor/batches", `{"requests":`+items+`}`,
+		map[string]string{"api-key": canary, "Content-Type": "application/json"}))
 	record("connection reset twice", 502)(exchange(t, "POST", base+"/v1/chat/completions", chatBody,
 		map[string]string{"Authorization": "Bearer " + canary, "X-Mock-Fault": "reset,reset"}))
 	record("body too large", 413)(exchange(t, "POST", base+"/v1/chat/completions", strings.Repeat("x", 9000), bearer))

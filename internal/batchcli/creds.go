@@ -17,12 +17,12 @@ const AnthropicVersion = "2023-06-01"
 // need, as the official SDKs send them: "Authorization: Bearer
 // OPENAI_API_KEY" for OpenAI-style urls, "x-api-key: ANTHROPIC_API_KEY"
 // (and anthropic-version) for Anthropic's /v1/messages. The items
-// inherit them. Credentials already in header (from -H) win: then the
-// keys are not used. An input that needs both keys is an error: every
+// inherit them. Credentials already in header (from -H: Authorization,
+// x-api-key, or Azure OpenAI's api-key) win: then the keys are not used. An input that needs both keys is an error: every
 // item would carry both, each to the other's provider. It returns
 // warnings for keys that are needed but not set.
 func Credentials(input io.Reader, header http.Header, openAIKey, anthropicKey string) (warnings []string, err error) {
-	if header.Get("Authorization") != "" || header.Get("X-Api-Key") != "" {
+	if header.Get("Authorization") != "" || header.Get("X-Api-Key") != "" || header.Get("Api-Key") != "" {
 		return nil, nil
 	}
 	anthropic, openAI, err := providers(input)
