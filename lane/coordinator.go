@@ -394,6 +394,16 @@ func (l *Lane) sharedPace() (rate, burst float64, joined bool) {
 	return l.co.rate, l.co.burst, l.co.joined
 }
 
+// sharesBucket reports whether the lane books its request budget on the
+// bucket shared over the Coordinator now (see reserveShared).
+func (l *Lane) sharesBucket() bool {
+	if l.co == nil {
+		return false
+	}
+	rate, _, joined := l.sharedPace()
+	return joined && rate > 0 && l.co.coord.Up()
+}
+
 // reserveShared books a dispatch on the lane's shared bucket when the lane
 // is coordinated and a rate is known; ok is false when the local pacer
 // decides (no shared rate, or the Coordinator down or slow).

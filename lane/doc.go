@@ -27,7 +27,10 @@
 // provider refuses the call; a refusal whose report shows the budget
 // without room for it (TokensRefused) shrinks the share of that budget
 // the lane takes as its own, as for the request budget (see share.go and
-// tokens.go). Held counts the calls that
+// tokens.go). A booking is a place in line: when the wait is over
+// the caller asks Behind, and waits again for what it says (the share
+// was cut meanwhile, or a report showed less left), until it says 0.
+// Held counts the calls that
 // wait so; the controller does not grow the limit on answers that come
 // while any does (aimd.Sample.Held): the budget holds the lane back, and
 // it reads the level at which the provider refused a call (a 429's) at

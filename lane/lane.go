@@ -146,7 +146,7 @@ func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Ti
 // 429, as Phoenix's controller, which has no pacer to lean on, always
 // does.
 func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched, now time.Time) {
-	l.pace.refused(seq, now)
+	l.pace.refused(seq, now.Add(-latency), now)
 	if l.pace.blind(seq) && l.ctrl.Config().Preset != aimd.Phoenix {
 		l.countAttempt(RateLimited, latency, now)
 		return
@@ -353,6 +353,26 @@ func (l *Lane) Reserve(ctx context.Context, now time.Time) (seq uint64, wait tim
 		}
 	}
 	return seq, wait
+}
+
+// Behind returns how much longer a call must wait at now, having waited
+// what Reserve (dispatch seq) and ReserveTokens (mark) said at booked. A
+// booking is a place in the line of the budget, not an instant: the wait
+// said holds while the lane's count of the budget refills as expected,
+// and grows when the lane's share of it was cut since (see
+// ObserveEmptyBudget, TokensRefused) or a report showed less left than
+// counted, so that calls booked at an old share go out at the new one.
+// It never makes a call go earlier than it was told, nor wait for a
+// token budget longer than MaxPause since booked. A coordinated lane's
+// request budget is the shared bucket's, which Reserve booked: only its
+// token budgets are asked again. The caller waits again, and asks again,
+// until it returns 0.
+func (l *Lane) Behind(seq uint64, mark TokenMark, booked, now time.Time) time.Duration {
+	var wait time.Duration
+	if !l.sharesBucket() {
+		wait = l.pace.behind(seq, now)
+	}
+	return max(wait, l.tokens.behind(mark, booked, now, l.pace.maxGap))
 }
 
 // Hold counts, from now, a call that waits in its slot before it is sent,

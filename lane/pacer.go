@@ -160,13 +160,36 @@ func (p *pacer) reserve(now time.Time) (uint64, time.Duration) {
 	return p.seq, time.Duration(wait * float64(time.Second))
 }
 
-// refused takes a refusal at now, for an empty bucket, of dispatch seq:
-// unless the pacer let it out blind, or booked it before its share was
-// last cut, the share is cut (see share).
-func (p *pacer) refused(seq uint64, now time.Time) {
+// behind returns how much longer dispatch seq, reserved with a wait, must
+// wait at now. A booking is a place in the line of the count, not an
+// instant: the call goes once the count, with the calls booked after it
+// taken back, holds its token. A wait said at the booking holds while the
+// count refills as it was expected to; a share cut since (see refused) or
+// a report of a bucket lower than the count moves the call back, so that
+// the calls booked at the old share go out at the new one instead of
+// spending what it no longer holds. The caller asks once the wait it was
+// told is over: a call never goes earlier than that.
+func (p *pacer) behind(seq uint64, now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if seq <= p.blindTo || !p.pacing() || !p.share.cut(float64(seq), float64(p.seq), now) {
+	if seq <= p.blindTo || !p.pacing() || seq > p.seq {
+		return 0
+	}
+	missing := -(p.count.level(now) + float64(p.seq-seq))
+	if !(missing > 0) {
+		return 0
+	}
+	wait := min(missing/p.spaceRate(), maxDelay.Seconds())
+	return time.Duration(wait * float64(time.Second))
+}
+
+// refused takes a refusal at now, for an empty bucket, of dispatch seq,
+// sent at sent: unless the pacer let it out blind, or it was sent before
+// the share was last cut, the share is cut (see share).
+func (p *pacer) refused(seq uint64, sent, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq <= p.blindTo || !p.pacing() || !p.share.cut(sent, now) {
 		return
 	}
 	p.count.resize(p.share.of*p.limit, p.refillRate(), now)

@@ -15,21 +15,24 @@ import "time"
 //
 // A refusal for an empty bucket of a call booked knowing the budget says
 // that share was too large (others spend the bucket, or its rate moved):
-// the share is cut to shareCut of itself, once for the calls booked
-// before the cut (they were spaced at the old share, and their refusals
-// say nothing of the new one). While the reports show the bucket holding
-// room, the share grows back by shareGrowth of the bucket a second, up
-// to all of it. Additive growth and multiplicative cuts bring replicas on
-// one bucket to equal shares (Chiu and Jain, 1989); a lane alone, whose
-// count is right, is not refused and keeps the whole bucket.
+// the share is cut to shareCut of itself, once for the calls sent before
+// the cut (they went out at the old share, and their refusals say nothing
+// of the new one). A call booked before the cut but not yet sent goes out
+// at the new share: a booking is a place in the line of the count, not
+// an instant, and the caller asks again when its wait is over (see
+// pacer.behind), so that the calls booked ahead at the old share do not
+// spend what the new one no longer holds, and their refusals count.
+// While the reports show the bucket holding room, the share grows back by
+// shareGrowth of the bucket a second, up to all of it. Additive growth
+// and multiplicative cuts bring replicas on one bucket to equal shares
+// (Chiu and Jain, 1989); a lane alone, whose count is right, is not
+// refused and keeps the whole bucket.
 //
 // The zero share takes none of the bucket; start gives it all of it.
-// Bookings are numbered by the caller in the order they were made (the
-// request pacer's dispatches, a token budget's running total of costs).
 type share struct {
 	of      float64   // of the bucket, 0 to 1
 	grownAt time.Time // when it last grew (or was cut)
-	cutAt   float64   // the last booking made before the last cut
+	cutAt   time.Time // when it was last cut
 }
 
 const (
@@ -53,16 +56,15 @@ func (s *share) grow(now time.Time, room bool) {
 	}
 }
 
-// cut takes a refusal at now of booking booked, last being the latest
-// booking made: unless booked came before the last cut, the share is cut
-// to shareCut of itself (not below shareFloor). It reports whether it
-// was.
-func (s *share) cut(booked, last float64, now time.Time) bool {
-	if booked <= s.cutAt {
+// cut takes a refusal at now of a call sent at sent: unless the call was
+// sent before the last cut, the share is cut to shareCut of itself (not
+// below shareFloor). It reports whether it was.
+func (s *share) cut(sent, now time.Time) bool {
+	if !sent.After(s.cutAt) {
 		return false
 	}
 	s.grow(now, false)
 	s.of = max(shareFloor, s.of*shareCut)
-	s.cutAt = last
+	s.cutAt = now
 	return true
 }

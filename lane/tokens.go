@@ -95,6 +95,9 @@ type tokenBucket struct {
 	limit float64 // the budget per minute, as last reported; 0 = unknown
 	share share   // its bookings are spent
 	spent float64 // every cost booked so far, for TokenMark
+	// blindTo is spent when the budget became known: the calls booked
+	// up to it were not booked on it.
+	blindTo float64
 }
 
 // resize sets the count's capacity and rate to its share of the budget,
@@ -213,6 +216,36 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 	return wait, mark, nil
 }
 
+// behind returns how much longer the call booked at mark must wait at
+// now, as the request pacer's behind: on each known budget, the count
+// with the costs booked after mark taken back must hold tokenSlack of it
+// (the call's own cost was booked at mark). A share cut since, or a
+// report of a budget lower than the count, moves the call back; it never
+// goes earlier than it was told, nor waits more than maxWait since booked.
+func (p *tokenPacer) behind(mark TokenMark, booked, now time.Time, maxWait time.Duration) time.Duration {
+	if mark == (TokenMark{}) {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if maxWait <= 0 {
+		maxWait = maxDelay
+	}
+	left := maxWait - now.Sub(booked)
+	var wait time.Duration
+	for k := range p.buckets {
+		b := &p.buckets[k]
+		if !b.known() || mark[k] <= b.blindTo {
+			continue
+		}
+		missing := tokenSlack*b.capacity - (b.level(now) + max(0, b.spent-mark[k]))
+		if missing > 0 {
+			wait = max(wait, time.Duration(missing/b.rate*float64(time.Second)))
+		}
+	}
+	return max(0, min(wait, left))
+}
+
 // observe takes a budget reported by the answer, at answered, to the
 // call booked at mark and dispatched at dispatched: what remained when the
 // provider counted the call, less what the calls booked since are to cost,
@@ -234,8 +267,8 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 		b.limit = r.Limit
 		b.share.start(answered)
 		// The calls booked so far went out blind: their refusals
-		// cut nothing, as those of calls booked before a cut.
-		b.share.cutAt = b.spent
+		// cut nothing, as those of calls sent before a cut.
+		b.blindTo = b.spent
 		b.bucket = bucket{capacity: r.Limit, rate: r.Limit / 60, tokens: remaining - since, at: counted}
 		return
 	}
@@ -247,18 +280,19 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 	b.bound(b.share.of*remaining-since, counted, answered, b.capacity, b.rate)
 }
 
-// refused takes a refusal at now of the call booked at mark and
-// estimated at est, whose 429 reported r: if r shows less left than the
-// call costs, and the call was booked knowing the budget, after the
-// lane's share of it was last cut, the share is cut (see share).
-func (p *tokenPacer) refused(r TokenReport, est Cost, mark TokenMark, now time.Time) {
+// refused takes a refusal at now of the call booked at mark, estimated
+// at est and sent at sent, whose 429 reported r: if r shows less left
+// than the call costs, and the call was booked knowing the budget and
+// sent after the lane's share of it was last cut, the share is cut (see
+// share).
+func (p *tokenPacer) refused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) {
 	if !r.Valid() || r.Remaining >= est.of(r.Kind) {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b := &p.buckets[r.Kind]
-	if !b.known() || mark[r.Kind] == 0 || !b.share.cut(mark[r.Kind], b.spent, now) {
+	if !b.known() || mark[r.Kind] <= b.blindTo || !b.share.cut(sent, now) {
 		return
 	}
 	b.resize(now)
@@ -404,18 +438,19 @@ func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered
 	l.tokens.observe(r, mark, dispatched, answered)
 }
 
-// TokensRefused takes the refusal (429) at now of the call booked at mark
-// and estimated at est, with a token budget r that its answer reported:
+// TokensRefused takes the refusal (429) at now of the call booked at mark,
+// estimated at est and sent at sent, with a token budget r that its
+// answer reported:
 // if r shows less left than the call costs, the budget held no room for
 // it. A call booked knowing the budget (not the zero mark) was let out
 // by the lane's count of it, which was wrong: others spend the same
 // budget (replicas that share an API key), or it moved. The lane then
 // takes a smaller share of the budget as its own (70% of what it took,
-// once for the calls booked before), and grows it back by 2% of the
+// once for the calls sent before), and grows it back by 2% of the
 // budget a second while the budgets its answers report hold more than
 // the slack it leaves. Call it after ObserveTokens with the same report.
-func (l *Lane) TokensRefused(r TokenReport, est Cost, mark TokenMark, now time.Time) {
-	l.tokens.refused(r, est, mark, now)
+func (l *Lane) TokensRefused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) {
+	l.tokens.refused(r, est, mark, sent, now)
 }
 
 // GiveBackTokens gives back to the lane's token budgets, at now, what the

@@ -225,16 +225,16 @@ func TestTokenBudgetShare(t *testing.T) {
 	_, blind, _ := p.reserve(cost, t0, time.Minute)
 	// 6000 a minute (100 a second), none left.
 	p.observe(empty, blind, t0, t0)
-	p.refused(empty, cost, blind, t0)
+	p.refused(empty, cost, blind, t0, t0)
 	assert.Equal(t, 1.0, p.buckets[Tokens].share.of, "a call booked blind cuts nothing")
 
 	_, a, _ := p.reserve(cost, t0, time.Minute)
 	_, booked, _ := p.reserve(cost, t0, time.Minute) // before the cut
-	p.refused(empty, cost, a, ms(10))
-	p.refused(empty, cost, booked, ms(10))
+	p.refused(empty, cost, a, t0, ms(10))
+	p.refused(empty, cost, booked, t0, ms(10))
 	assert.InDelta(t, shareCut, p.buckets[Tokens].share.of, 1e-9, "one cut for the calls booked before it")
 	_, c, _ := p.reserve(cost, ms(10), time.Minute)
-	p.refused(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300}, cost, c, ms(10))
+	p.refused(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 300}, cost, c, ms(10), ms(10))
 	assert.InDelta(t, shareCut, p.buckets[Tokens].share.of, 1e-9, "the budget had room for the call: its refusal was not this budget's")
 
 	// Booked: 600 at t0 (the count -600), 10 ms of refill at the full
@@ -255,8 +255,34 @@ func TestTokenBudgetShare(t *testing.T) {
 	p.observe(TokenReport{Kind: Tokens, Limit: 6000, Remaining: 50}, d, ms(10010), ms(10010))
 	assert.InDelta(t, shareCut+5*shareGrowth, p.buckets[Tokens].share.of, 1e-9, "the budget held no more than the slack")
 	_, e, _ := p.reserve(cost, ms(10010), time.Minute)
-	p.refused(empty, cost, e, ms(10010))
+	p.refused(empty, cost, e, ms(10010), ms(10010))
 	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.buckets[Tokens].share.of, 1e-9, "a call booked after the cut")
+}
+
+// A token booking is a place in line, as a request booking is: a call
+// that waited what the lane said goes if the count refilled as expected,
+// and waits longer if the lane's share was cut meanwhile (never longer
+// than maxWait since it was booked).
+func TestTokenBookingIsAPlaceInLine(t *testing.T) {
+	var p tokenPacer
+	cost := Cost{Prompt: 100, Output: 200} // 300 tokens
+	empty := TokenReport{Kind: Tokens, Limit: 6000, Remaining: 0}
+	p.observe(empty, TokenMark{}, t0, t0) // 100 a second, none left
+	wa, a, _ := p.reserve(cost, t0, time.Minute)
+	wb, b, _ := p.reserve(cost, t0, time.Minute)
+	slack := tokenSlack * 6000
+	assert.InDelta(t, (300+slack)/100, wa.Seconds(), 1e-9)
+	assert.InDelta(t, (600+slack)/100, wb.Seconds(), 1e-9)
+	sentA := t0.Add(wa)
+	assert.Zero(t, p.behind(a, t0, sentA, time.Minute), "the count refilled as expected: a goes")
+
+	p.refused(empty, cost, a, sentA, sentA)
+	require.InDelta(t, shareCut, p.buckets[Tokens].share.of, 1e-9)
+	level := -600 + 100*wa.Seconds() + 100*shareCut*(wb-wa).Seconds()
+	missing := shareCut*slack - level
+	assert.InDelta(t, missing/(100*shareCut), p.behind(b, t0, t0.Add(wb), time.Minute).Seconds(), 1e-6, "b moved back")
+	assert.Equal(t, 400*time.Millisecond, p.behind(b, t0, t0.Add(wb), wb+400*time.Millisecond), "no more than maxWait since booked")
+
 }
 
 // providerTokens is a provider's token budget: limit a minute, refilled
@@ -300,6 +326,7 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 			}
 			const (
 				reserve = iota
+				send
 				count
 				answer
 			)
@@ -309,6 +336,7 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 				lane, n int
 				sent    time.Time
 				mark    TokenMark
+				booked  time.Time
 				refused bool
 				report  TokenReport
 			}
@@ -333,8 +361,16 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 					}
 					wait, mark, err := p.reserve(cost, e.at, time.Minute)
 					require.NoError(t, err)
-					sent := e.at.Add(wait)
-					push(event{at: sent.Add(travel), kind: count, lane: e.lane, n: e.n, sent: sent, mark: mark})
+					push(event{at: e.at.Add(wait), kind: send, lane: e.lane, n: e.n, mark: mark, booked: e.at})
+				case send:
+					// The call waited what the lane said; it goes unless
+					// the lane now says its place in line is further back.
+					if wait := p.behind(e.mark, e.booked, e.at, time.Minute); wait > 0 {
+						e.at = e.at.Add(wait)
+						push(e)
+						continue
+					}
+					push(event{at: e.at.Add(travel), kind: count, lane: e.lane, n: e.n, sent: e.at, mark: e.mark})
 				case count:
 					ok := provider.count(cost.of(Tokens), e.at)
 					answered := e.sent.Add(latency)
@@ -361,7 +397,7 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 					}
 					p.observe(e.report, e.mark, e.sent, e.at)
 					if e.refused {
-						p.refused(e.report, cost, e.mark, e.at)
+						p.refused(e.report, cost, e.mark, e.sent, e.at)
 					}
 					push(next)
 				}

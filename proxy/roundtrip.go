@@ -304,13 +304,22 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 	if delay > 0 {
 		ctx = c.own(ctx)
 		l.Hold(now)
-		err := sleepCtx(ctx, delay, nil)
-		l.Unhold(p.cfg.Now())
-		if err != nil {
-			l.Queue().ReleaseTenant(c.o.tenant)
-			return ctx, p.waitError(ctx, err)
+		// The booking is a place in line: once the wait is over, the lane
+		// says whether a cut of its share (or a report) moved it back.
+		var waited time.Duration
+		for delay > 0 {
+			if err := sleepCtx(ctx, delay, nil); err != nil {
+				l.Unhold(p.cfg.Now())
+				l.Queue().ReleaseTenant(c.o.tenant)
+				return ctx, p.waitError(ctx, err)
+			}
+			waited += delay
+			// At least the time waited has passed since the booking,
+			// whatever a clock set for a test says.
+			delay = l.Behind(seq, c.mark, now, later(p.cfg.Now(), now.Add(waited)))
 		}
-		c.res.details.Queue += delay
+		l.Unhold(p.cfg.Now())
+		c.res.details.Queue += waited
 	}
 	return ctx, nil
 }
@@ -550,6 +559,14 @@ func (p *Proxy) backoff(ctx context.Context, attempt int, hint time.Duration, fr
 	return sleepCtx(ctx, d, freed)
 }
 
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // sleepCtx waits for d, until ctx ends, or until early is closed (nil:
 // never).
 func sleepCtx(ctx context.Context, d time.Duration, early <-chan struct{}) error {
@@ -616,7 +633,7 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	for _, r := range reports[:n] {
 		l.ObserveTokens(r, c.mark, start, now)
 		if oc == lane.RateLimited {
-			l.TokensRefused(r, c.cost, c.mark, now)
+			l.TokensRefused(r, c.cost, c.mark, start, now)
 		}
 	}
 	if oc == lane.RateLimited && n == 0 {
