@@ -24,10 +24,12 @@
 // (ObserveTokens, HasTokenBudget) also books each call's estimated cost
 // with ReserveTokens before it is sent (the wait, Hold to Unhold, is the
 // longer of the two), and gives it back with GiveBackTokens when the
-// provider refuses the call; a refusal whose report shows the budget
-// without room for it (TokensRefused) shrinks the share of that budget
-// the lane takes as its own, as for the request budget (see share.go and
-// tokens.go). A booking is a place in line: when the wait is over
+// provider refuses the call; a refusal whose report (headers, or the
+// numbers of its message) shows the budget without room for it
+// (TokensRefused) shrinks the share of that budget the lane takes as its
+// own, as for the request budget, and an answer with no report grows a
+// budget known only from such messages back (TokensServed; see share.go
+// and tokens.go). A booking is a place in line: when the wait is over
 // the caller asks Behind, and waits again for what it says (the share
 // was cut meanwhile, or a report showed less left), until it says 0.
 // Held counts the calls that

@@ -298,6 +298,20 @@ func (p *tokenPacer) refused(r TokenReport, est Cost, mark TokenMark, sent, now 
 	b.resize(now)
 }
 
+// served takes, at now, an answer that reported no token budget to a call
+// booked at mark: each budget it was booked on held room for it, which
+// grows the share of that budget as a report of room does (see share).
+func (p *tokenPacer) served(mark TokenMark, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.buckets {
+		if b := &p.buckets[k]; b.known() && mark[k] > b.blindTo {
+			b.share.grow(now, true)
+			b.resize(now)
+		}
+	}
+}
+
 // countedLocked returns the earliest instant to which a report of a call
 // dispatched at dispatched and answered at answered can be dated without
 // forgetting refill, and learns from its answer time. The provider counts
@@ -440,7 +454,7 @@ func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered
 
 // TokensRefused takes the refusal (429) at now of the call booked at mark,
 // estimated at est and sent at sent, with a token budget r that its
-// answer reported:
+// answer reported (from its headers or its message):
 // if r shows less left than the call costs, the budget held no room for
 // it. A call booked knowing the budget (not the zero mark) was let out
 // by the lane's count of it, which was wrong: others spend the same
@@ -448,9 +462,21 @@ func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered
 // takes a smaller share of the budget as its own (70% of what it took,
 // once for the calls sent before), and grows it back by 2% of the
 // budget a second while the budgets its answers report hold more than
-// the slack it leaves. Call it after ObserveTokens with the same report.
+// the slack it leaves (or, with no report, while its calls are served:
+// see TokensServed). Call it after ObserveTokens with the same report.
 func (l *Lane) TokensRefused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) {
 	l.tokens.refused(r, est, mark, sent, now)
+}
+
+// TokensServed takes an answer at now, to the call booked at mark, that
+// reported no token budget (a budget known only from the numbers of 429s,
+// as OpenAI states them with no headers): each budget the call was booked
+// on held room for it, which grows the lane's share of that budget back
+// as a report of room would (see TokensRefused).
+func (l *Lane) TokensServed(mark TokenMark, now time.Time) {
+	if mark != (TokenMark{}) {
+		l.tokens.served(mark, now)
+	}
 }
 
 // GiveBackTokens gives back to the lane's token budgets, at now, what the

@@ -262,7 +262,9 @@ func TestTokenBudgetShare(t *testing.T) {
 // A token booking is a place in line, as a request booking is: a call
 // that waited what the lane said goes if the count refilled as expected,
 // and waits longer if the lane's share was cut meanwhile (never longer
-// than maxWait since it was booked).
+// than maxWait since it was booked). An answer that reports no budget to
+// a call booked on it grows the share back, as a report of room does: a
+// budget known only from 429 messages shares as one known from headers.
 func TestTokenBookingIsAPlaceInLine(t *testing.T) {
 	var p tokenPacer
 	cost := Cost{Prompt: 100, Output: 200} // 300 tokens
@@ -283,6 +285,10 @@ func TestTokenBookingIsAPlaceInLine(t *testing.T) {
 	assert.InDelta(t, missing/(100*shareCut), p.behind(b, t0, t0.Add(wb), time.Minute).Seconds(), 1e-6, "b moved back")
 	assert.Equal(t, 400*time.Millisecond, p.behind(b, t0, t0.Add(wb), wb+400*time.Millisecond), "no more than maxWait since booked")
 
+	p.served(b, t0.Add(wb+5*time.Second))
+	assert.InDelta(t, shareCut+(wb-wa+5*time.Second).Seconds()*shareGrowth, p.buckets[Tokens].share.of, 1e-9, "b was served: the budget held room")
+	p.served(TokenMark{}, t0.Add(wb+10*time.Second))
+	assert.InDelta(t, shareCut+(wb-wa+5*time.Second).Seconds()*shareGrowth, p.buckets[Tokens].share.of, 1e-9, "a call booked on no budget says nothing of it")
 }
 
 // providerTokens is a provider's token budget: limit a minute, refilled

@@ -602,7 +602,8 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 
 // observeBudgets gives the lane what an answer says of the provider's
 // budgets: its request and token budget headers, the numbers of a 429 for
-// a token budget, and the usage of a successful answer read whole, which
+// a token budget (or, in a success without them, that such a budget held
+// room for the call), and the usage of a successful answer read whole, which
 // the lane's token counters add and which corrects the call's estimated
 // cost. (A stream's usage is counted as it passes: see streamBody.) It
 // reports whether the answer is a 429 that says the request budget held
@@ -636,12 +637,21 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 			l.TokensRefused(r, c.cost, c.mark, start, now)
 		}
 	}
-	if oc == lane.RateLimited && n == 0 {
+	if n > 0 {
+		return emptyBudget
+	}
+	switch {
+	case oc == lane.RateLimited:
 		if r, ok := tokensFrom429(bufferedBody(resp)); ok {
 			// Used counts the calls the provider took before this one,
 			// not those booked after it: the mark subtracts them.
 			l.ObserveTokens(r, c.mark, start, now)
+			l.TokensRefused(r, c.cost, c.mark, start, now)
 		}
+	case oc == lane.Answered && resp.StatusCode() < 300:
+		// No report: a budget known only from 429 messages held room
+		// for the call.
+		l.TokensServed(c.mark, now)
 	}
 	return emptyBudget
 }

@@ -315,6 +315,36 @@ func TestRefusedCallsTokensAreGivenBack(t *testing.T) {
 	assert.InDelta(t, 7000, budgets[0].Remaining, 100, "the call's tokens are booked once")
 }
 
+// shareClient calls a Governor, whose clock stands still, on an upstream
+// that states one token budget.
+type shareClient struct {
+	t     *testing.T
+	c     *http.Client
+	base  string
+	clock *manualClock
+}
+
+func newShareClient(t *testing.T, upstream string) *shareClient {
+	clock := newManualClock()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, upstream), Now: clock.Now}))
+	return &shareClient{t: t, c: client(t), base: base, clock: clock}
+}
+
+// post sends a call of content that may use 100 tokens, not retried, and
+// returns its status.
+func (g *shareClient) post(content string) int {
+	status, err := postOnce(g.c, g.base, content, 100)
+	require.NoError(g.t, err)
+	return status
+}
+
+// share returns the share of the lane's token budget it takes as its own.
+func (g *shareClient) share() float64 {
+	budgets := lanesOf(g.t, g.c, g.base)[0].TokenBudgets
+	require.Len(g.t, budgets, 1)
+	return budgets[0].Share
+}
+
 // A 429 whose token headers show less left than the call costs, of a call
 // booked knowing the budget, says others spend the budget too: the lane
 // takes a smaller share of it. A 429 whose headers show room (another
@@ -341,19 +371,8 @@ func TestTokenRefusalCutsTheLanesShare(t *testing.T) {
 		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
 	}))
 	t.Cleanup(up.Close)
-	clock := newManualClock()
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
-	c := client(t)
-	post := func(content string) int {
-		status, err := postOnce(c, base, content, 100)
-		require.NoError(t, err)
-		return status
-	}
-	share := func() float64 {
-		budgets := lanesOf(t, c, base)[0].TokenBudgets
-		require.Len(t, budgets, 1)
-		return budgets[0].Share
-	}
+	g := newShareClient(t, up.URL)
+	post, share := g.post, g.share
 
 	require.Equal(t, http.StatusOK, post("first"), "the budget is known from its headers")
 	assert.Equal(t, 1.0, share())
@@ -361,4 +380,46 @@ func TestTokenRefusalCutsTheLanesShare(t *testing.T) {
 	assert.Equal(t, 1.0, share(), "the budget had room: not its refusal")
 	require.Equal(t, http.StatusTooManyRequests, post("empty"))
 	assert.InDelta(t, 0.7, share(), 1e-9, "the budget was empty")
+}
+
+// A budget known only from OpenAI's 429 messages (no headers) is shared
+// as one known from headers: a 429 stating less left than the call costs,
+// of a call booked knowing the budget, cuts the lane's share of it, and
+// the answers of calls booked on it, which say it held room for them,
+// grow the share back.
+func TestTokenRefusalByMessageCutsTheLanesShare(t *testing.T) {
+	checkLeaks(t)
+	message := func(used int) string {
+		return fmt.Sprintf(`{"error":{"message":"Rate limit reached for gpt-test in organization org-x on tokens per min (TPM): Limit 60000, Used %d, Requested 150. Please try again in 1s.","type":"tokens","code":"rate_limit_exceeded"}}`, used)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.Contains(string(b), "learn"):
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, message(50000))
+			return
+		case strings.Contains(string(b), "empty"):
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, message(60000))
+			return
+		}
+		io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}]}`)
+	}))
+	t.Cleanup(up.Close)
+	g := newShareClient(t, up.URL)
+	post, share := g.post, g.share
+	clock := g.clock
+
+	require.Equal(t, http.StatusTooManyRequests, post("learn"))
+	assert.Equal(t, 1.0, share(), "learned from a call sent blind: no cut")
+	require.Equal(t, http.StatusTooManyRequests, post("empty"))
+	assert.InDelta(t, 0.7, share(), 1e-9, "the budget held less than the call")
+
+	// 5 s on, the share's count has refilled (70% of 1,000 a second) and
+	// a call booked on the budget is answered: the budget held room.
+	clock.Advance(5 * time.Second)
+	require.Equal(t, http.StatusOK, post("ok"))
+	assert.InDelta(t, 0.7+5*0.02, share(), 1e-9, "grown back by 2% of the budget a second")
 }
