@@ -33,7 +33,8 @@
 //     with its share of 64 clients, spend one budget, as the replicas of
 //     a service spend one API key's: S2's request bucket (requests per
 //     minute) at each of -s2shared-latencies, and the matrix's OpenAI
-//     tokens-per-minute budget with its headers, calls of mixed sizes
+//     tokens-per-minute budget with its headers, calls of mixed sizes,
+//     and optionally the same budget stated only in its 429s' messages
 //     (-s2shared-budgets); without coordination and over Redis (which
 //     shares no token budget), for -s2shared-duration. Calls answered
 //     against the most the budget allows, 429s per 100 calls, Jain's

@@ -124,7 +124,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	var bsGovernors, bsLatencies, bsVariants, bsBudgets string
 	fs.StringVar(&bsGovernors, "s2shared-governors", "2,4", "s2shared: how many Governor processes share the budget, comma-separated (64 clients in all, split evenly)")
 	fs.StringVar(&bsLatencies, "s2shared-latencies", "100ms,480ms", "s2shared: the provider's median latencies of the request budget's cells, comma-separated")
-	fs.StringVar(&bsBudgets, "s2shared-budgets", "requests,tpm", "s2shared: the budgets shared, comma-separated: requests (S2's request bucket, at each -s2shared-latencies), tpm (the matrix's OpenAI tokens-per-minute budget with its headers, calls of mixed sizes)")
+	fs.StringVar(&bsBudgets, "s2shared-budgets", "requests,tpm", "s2shared: the budgets shared, comma-separated: requests (S2's request bucket, at each -s2shared-latencies), tpm (the matrix's OpenAI tokens-per-minute budget with its headers, calls of mixed sizes), tpm-noheaders (the same budget stated only in its 429s' messages)")
 	fs.StringVar(&bsVariants, "s2shared-variants", "none,redis", "s2shared: the rows to run, comma-separated: none (each Governor alone, every preset), redis (coordinated, default preset)")
 	fs.DurationVar(&o.bucketShareDuration, "s2shared-duration", 15*time.Second, "s2shared: how long the clients send calls in each run")
 	fs.Usage = func() {

@@ -63,9 +63,9 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, []time.Duration{2 * time.Second, 100 * time.Millisecond}, o.bucketShareLatencies, "in the order given")
 	assert.Equal(t, []coordination{coordRedis}, o.bucketShareVariants)
 	assert.Equal(t, []shareBudget{shareTPM}, o.bucketShareBudgets)
-	o, err = parseOptions([]string{"-s2shared-budgets", "tpm,requests"}, io.Discard)
+	o, err = parseOptions([]string{"-s2shared-budgets", "tpm-noheaders,tpm,requests"}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, []shareBudget{shareRequests, shareTPM}, o.bucketShareBudgets, "run order, not flag order")
+	assert.Equal(t, []shareBudget{shareRequests, shareTPM, shareTPMNoHeaders}, o.bucketShareBudgets, "run order, not flag order")
 
 	for _, args := range [][]string{
 		{"-s2shared-governors", "0"},

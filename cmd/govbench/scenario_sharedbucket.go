@@ -17,8 +17,10 @@ import (
 // requests per minute), or the matrix's OpenAI tokens-per-minute budget
 // (see matrixSpecs, calls of mixed sizes). The budget reports itself on
 // every answer (x-ratelimit-{limit,remaining,reset}-{requests,tokens}),
-// so each Governor's pacer learns its size and rate; what no answer says
-// is how much of the refill the other Governors spend. Without
+// or, for the token budget without headers (tpm-noheaders), only in the
+// numbers of its 429s' messages, so each Governor's pacer learns its size
+// and rate; what no answer says is how much of the refill the other
+// Governors spend. Without
 // coordination each Governor must find its share from the reports and its
 // 429s; with coordination (redis) they book the request bucket together
 // over a Redis that govbench starts, the reference (Redis shares no token
@@ -39,13 +41,22 @@ const bucketShareClients = 64
 type shareBudget int
 
 const (
-	shareRequests shareBudget = iota // S2's request bucket
-	shareTPM                         // the TPM cells' OpenAI token budget
+	shareRequests     shareBudget = iota // S2's request bucket
+	shareTPM                             // the TPM cells' OpenAI token budget
+	shareTPMNoHeaders                    // the same, stated only in its 429s' messages
 )
 
-var shareBudgetNames = [...]string{"requests", "tpm"}
+var shareBudgetNames = [...]string{"requests", "tpm", "tpm-noheaders"}
 
 func (b shareBudget) String() string { return shareBudgetNames[b] }
+
+// headers says how a token budget reports itself.
+func (b shareBudget) headers() string {
+	if b == shareTPMNoHeaders {
+		return "stated only in its 429s' messages"
+	}
+	return "with headers"
+}
 
 // parseShareBudgets parses -s2shared-budgets, in run order.
 func parseShareBudgets(s string) ([]shareBudget, error) {
@@ -53,7 +64,7 @@ func parseShareBudgets(s string) ([]shareBudget, error) {
 	for _, f := range splitList(s) {
 		i := slices.Index(shareBudgetNames[:], f)
 		if i < 0 {
-			return nil, fmt.Errorf("unknown budget %q (want requests or tpm)", f)
+			return nil, fmt.Errorf("unknown budget %q (want requests, tpm or tpm-noheaders)", f)
 		}
 		want[shareBudget(i)] = true
 	}
@@ -129,7 +140,7 @@ func runBucketShares(ctx context.Context, w *workspace, o *options, log io.Write
 	var out []bucketShareRun
 	for _, b := range o.bucketShareBudgets {
 		latencies := o.bucketShareLatencies
-		if b == shareTPM {
+		if b != shareRequests {
 			latencies = []time.Duration{matrixTokenMeanLatency()}
 		}
 		rs, err := runBucketShareCells(ctx, w, o, b, latencies, log)
@@ -185,14 +196,14 @@ func runBucketShare(ctx context.Context, w *workspace, o *options, b shareBudget
 		mc = mockConfig{latency: l, spread: latencySpread, seed: o.seed, rate: run.rate, burst: run.burst}
 		fmt.Fprintf(log, "govbench: S2 shared by %d Governors, preset %s%s: bucket %.1f/s burst %d, latency %v, %v\n",
 			n, preset, coord.suffix(), run.rate, run.burst, l, d)
-	case shareTPM:
+	case shareTPM, shareTPMNoHeaders:
 		run.rate, run.burst, run.tpm = matrixTokenRate, int(matrixTokenRate*60), matrixTPM()
 		mc = mockConfig{latency: matrixTokenLatency, spread: latencySpread, seed: o.seed,
-			fill: true, tokensPerSecond: matrixTokenSpeed, tpm: run.tpm}
+			fill: true, tokensPerSecond: matrixTokenSpeed, tpm: run.tpm, noHeaders: b == shareTPMNoHeaders}
 		body = matrixBody(false)
-		name = "s2shared-tpm-" + strings.TrimPrefix(name, "s2shared-")
-		fmt.Fprintf(log, "govbench: TPM shared by %d Governors, preset %s%s: %d tokens/min (%.1f calls/s, burst %d), mean latency %v, %v\n",
-			n, preset, coord.suffix(), run.tpm, run.rate, run.burst, l, d)
+		name = "s2shared-" + b.String() + "-" + strings.TrimPrefix(name, "s2shared-")
+		fmt.Fprintf(log, "govbench: TPM (%s) shared by %d Governors, preset %s%s: %d tokens/min (%.1f calls/s, burst %d), mean latency %v, %v\n",
+			b.headers(), n, preset, coord.suffix(), run.tpm, run.rate, run.burst, l, d)
 	}
 	var g group
 	defer func() { err = errors.Join(err, g.stopAll()) }()
@@ -279,7 +290,7 @@ func runBucketShare(ctx context.Context, w *workspace, o *options, b shareBudget
 
 // writeBucketShares writes the tables of S2 shared, one a budget.
 func writeBucketShares(w io.Writer, runs []bucketShareRun) {
-	for _, b := range []shareBudget{shareRequests, shareTPM} {
+	for _, b := range []shareBudget{shareRequests, shareTPM, shareTPMNoHeaders} {
 		var of []bucketShareRun
 		for _, r := range runs {
 			if r.budget == b {
@@ -310,9 +321,9 @@ func writeBucketShareTable(w io.Writer, runs []bucketShareRun) {
 			r.tally.lostText(), fmt.Sprint(r.tally.duplicated), r.events.String())
 	}
 	r := runs[0]
-	if r.budget == shareTPM {
-		fmt.Fprintf(w, "\n## Goodput: an OpenAI TPM budget (%d tokens/min with headers, %.1f calls/s of mixed sizes, a minute's worth at the start) shared by several Governors, %v\n\n%s",
-			r.tpm, r.rate, r.d, t.markdown())
+	if r.budget != shareRequests {
+		fmt.Fprintf(w, "\n## Goodput: an OpenAI TPM budget (%d tokens/min %s, %.1f calls/s of mixed sizes, a minute's worth at the start) shared by several Governors, %v\n\n%s",
+			r.tpm, r.budget.headers(), r.rate, r.d, t.markdown())
 		return
 	}
 	fmt.Fprintf(w, "\n## Goodput: S2's bucket (%.1f/s, burst %d) shared by several Governors, %v\n\n%s", r.rate, r.burst, r.d, t.markdown())
