@@ -39,7 +39,9 @@
 // the 4 KiB stack of fasthttp's goroutine, which the frames on it during the
 // wait are kept small enough not to grow (see forward). The answer is
 // classified: success; rate-limited (429 and 529, with any retry-after-ms /
-// retry-after hint); quota exhausted (a final 429); server error
+// retry-after hint; and a streamed success that the provider ends with an
+// overloaded_error event, which the controller hears when the stream ends,
+// the call passed on as it is); quota exhausted (a final 429); server error
 // (500/502/503/504); timeout; connection error; or final (other 4xx, passed
 // straight back). What a retry can fix is retried ahead of fresh calls,
 // after the provider's hint or an exponential backoff with full jitter,

@@ -256,6 +256,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	up.metrics.countRequest(resp.StatusCode())
 	up.metrics.countCall(res.details.Status)
 	ln, at, tenant, cost, held := res.lane, res.attempt, res.tenant, res.usage, res.held // the closure captures these, not res, which stays on the stack
+	granted, sent := res.granted, res.sent
 	var rec *accessRecord
 	if p.cfg.AccessLog != nil {
 		rec = newAccessRecord(ctx, l.ID(), &res.details)
@@ -273,8 +274,17 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		checkEvery:  clientCheckInterval,
 		countTokens: streamCountsTokens(resp),
 	}
+	// A successful event stream, readable as it passes: the provider may
+	// still end it with an overload error.
+	body.watchOverload = body.countTokens
 	body.done = func() {
 		if ln != nil {
+			if body.overload.seen {
+				// The attempt was heard as answered when it began;
+				// its end is an overload, heard as a 529 is.
+				now := p.cfg.Now()
+				ln.ObserveStreamOverload(now.Sub(sent), granted, now)
+			}
 			ln.Done(at)
 			ln.Queue().ReleaseTenant(tenant)
 		}

@@ -45,6 +45,8 @@ type callResult struct {
 	// would cost an allocation per call.)
 	lane    *lane.Lane
 	attempt lane.Attempt // the attempt whose answer it is
+	granted time.Time    // when the attempt's slot was granted; zero if at once
+	sent    time.Time    // when the attempt was sent
 	tenant  string       // whose slot it is
 	err     *apiError
 	details Details
@@ -415,6 +417,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			d.Status = StatusCompletedWithRetries
 		}
 		c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, at, o.tenant
+		c.res.granted, c.res.sent = c.granted, start
 		if c.costed && resp.BodyStream() != nil {
 			c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
 		}

@@ -65,6 +65,10 @@ type streamBody struct {
 	// tokens reads the usage of the body as it passes, when countTokens.
 	tokens      usage.Stream
 	countTokens bool
+	// overload watches the events for an overload error, when
+	// watchOverload.
+	overload      overloadWatch
+	watchOverload bool
 
 	mu     sync.Mutex // guards closed and timer against the watch
 	closed bool
@@ -136,6 +140,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	n, err := b.stream.Read(p)
 	if b.countTokens {
 		_, _ = b.tokens.Write(p[:n])
+	}
+	if b.watchOverload {
+		b.overload.write(p[:n])
 	}
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
