@@ -352,8 +352,9 @@ func TestPacerSpendsTheRateWhenAnswersOutlastTheBucket(t *testing.T) {
 // three in four beside three.) Every pacer here sends its 64/n calls at
 // once from the start, which Governor's admission ramp never does: the
 // first cuts, made while the others still spend at the whole share,
-// split unevenly, and the growth that evens the shares out takes a
-// minute (Jain 0.95 to 1.00 after 60 s, 0.89 to 1.00 after 20 s).
+// split unevenly (Jain 0.89 to 1.00 over the first 20 s), and the growth
+// that evens the shares out takes about a minute: over 90 s the split is
+// fair (Jain 0.975 to 1.000) and under 4 calls in 100 are refused.
 func TestPacersShareOneBucket(t *testing.T) {
 	for _, tc := range []struct {
 		pacers  int
@@ -371,7 +372,7 @@ func TestPacersShareOneBucket(t *testing.T) {
 				require.True(t, provider.count(t0))
 				pacers[i].observe(provider.report(t0), seq, t0, t0.Add(tc.latency))
 			}
-			const run = 20 * time.Second
+			const run = 90 * time.Second
 			start := t0.Add(tc.latency)
 			r := runPacers(pacers, &provider, start, math.MaxInt, start.Add(run), 64/tc.pacers, time.Millisecond, tc.latency)
 			served, refused := 0, 0
@@ -385,9 +386,9 @@ func TestPacersShareOneBucket(t *testing.T) {
 			per100 := 100 * float64(refused) / float64(served+refused)
 			fairness := jain(shares)
 			t.Logf("served %d of %.0f (%.3f), %.2f refused per 100, Jain %.3f, %v", served, optimum, float64(served)/optimum, per100, fairness, r.served)
-			assert.LessOrEqual(t, per100, 20.0, "calls refused per 100")
+			assert.LessOrEqual(t, per100, 5.0, "calls refused per 100")
 			assert.GreaterOrEqual(t, float64(served)/optimum, 0.95, "of the bucket's rate")
-			assert.GreaterOrEqual(t, fairness, 0.85, "Jain's fairness index over the pacers' calls served")
+			assert.GreaterOrEqual(t, fairness, 0.95, "Jain's fairness index over the pacers' calls served")
 		})
 	}
 }
