@@ -88,6 +88,24 @@ func TestResultsHeldInMemoryAreBounded(t *testing.T) {
 }
 
 // With a batch directory, answers are on disk: nothing is held in memory.
+// Making room for answers, a job whose results were read goes before one
+// whose results nobody has read yet, though that one finished first.
+func TestResultsAlreadyReadAreForgottenFirst(t *testing.T) {
+	t.Parallel()
+	size := answerBytes(t)
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.MaxResultBytes = int64(2 * size) }})
+	one := mustJSON(t, map[string]any{"requests": []any{chatItem("", "same", nil)}})
+
+	unread := e.waitJob(t, e.createJob(t, one).ID)
+	read := e.waitJob(t, e.createJob(t, one).ID)
+	resp, out := e.do(t, http.MethodGet, batch.PathBatches+"/"+read.ID+"/results", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, out)
+	e.waitJob(t, e.createJob(t, one).ID)
+	resp, _ = e.do(t, http.MethodGet, batch.PathBatches+"/"+read.ID, "", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the job already read made room")
+	assert.Equal(t, 1, e.jobStatus(t, unread.ID).Counts["COMPLETED"], "the unread job is kept")
+}
+
 func TestResultsOnDiskHoldNoMemory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.Dir = t.TempDir(); c.MaxResultBytes = 1 }})

@@ -27,7 +27,7 @@
 //   - The answers batches hold in memory (async jobs without a batch
 //     directory; sync batches until their document is written) are
 //     bounded by Config.MaxResultBytes: finished jobs are forgotten early
-//     to make room, and an answer that still does not fit is dropped (its
+//     to make room (those whose results were read first), and an answer that still does not fit is dropped (its
 //     item FAILED, results_memory_full). A progress answer keeps none.
 //   - With a batch directory, a job's results are recorded on disk as
 //     items finish and read back from there; after a restart on the same

@@ -110,8 +110,8 @@ func dropAnswer(r *Row, max int64) {
 // resultBudget bounds the answer bytes that batches hold in memory, all
 // together (async jobs without a batch directory, sync batches until
 // their answer is written). When an answer does not fit, evict is called to
-// forget the finished job that finished first, until it fits or there is
-// none left.
+// forget a finished job (see Server.evictFinished), until it fits or there
+// is none left.
 type resultBudget struct {
 	max   int64
 	evict func() bool

@@ -45,8 +45,9 @@ type Config struct {
 	// MaxResultBytes bounds the answer bytes that batches keep in memory,
 	// all together: async jobs without a batch directory, and sync batches
 	// answered with a document (JSON or JSONL, not progress lines) until
-	// it is written. Beyond it, the finished jobs that finished first are
-	// forgotten early (without a batch directory); if running batches
+	// it is written. Beyond it, finished jobs are forgotten early (without
+	// a batch directory), those whose results were read or that were
+	// deleted first, each kind in the order they finished; if running batches
 	// alone fill it, a new answer is dropped (its item FAILED with
 	// results_memory_full) and new batches get 503. Default 256 MiB.
 	MaxResultBytes int64
@@ -212,10 +213,15 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
-// evictFinished forgets the finished job that finished first, to make room
-// for answers; false if there is none.
+// evictFinished forgets a finished job to make room for answers: the one
+// that finished first among those its client is done with (see
+// job.doneWith), else the one that finished first; false if none has
+// finished.
 func (s *Server) evictFinished() bool {
-	j := s.jobs.evictFinished(nil)
+	j := s.jobs.evictFinished((*job).doneWith)
+	if j == nil {
+		j = s.jobs.evictFinished(nil)
+	}
 	if j == nil {
 		return false
 	}
