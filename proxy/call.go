@@ -184,6 +184,13 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 				l.CountTokens(t)
 				res.usage.observe(l, t, p.cfg.Now())
 			}
+			// As for a stream passed on (see respond): an overload
+			// error that ended it is told to the lane, slot still held.
+			var w overloadWatch
+			if w.write(resp.Body()); w.seen && res.lane != nil {
+				now := p.cfg.Now()
+				res.lane.ObserveStreamOverload(now.Sub(res.sent), res.granted, now)
+			}
 		}
 		cut := wc.land()
 		if err != nil {

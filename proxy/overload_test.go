@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -95,4 +96,26 @@ func TestStreamOverloadLowersTheLimit(t *testing.T) {
 		}
 		up.Close()
 	}
+}
+
+// A streamed answer that Do reads whole (a batch item's) tells the lane of
+// an overload error that ended it, as a stream passed on does.
+func TestStreamReadWholeOverloadLowersTheLimit(t *testing.T) {
+	checkLeaks(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"+anthropicOverloadEvent)
+	}))
+	defer up.Close()
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+	res := p.Do(context.Background(), &Call{Path: "/v1/messages", Body: []byte(`{"model":"claude-test","stream":true}`)})
+	require.Nil(t, res.Err)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(res.Body), "overloaded_error", "the answer is kept as sent")
+	l := lanesOf(t, client(t), base)
+	require.Len(t, l, 1)
+	assert.EqualValues(t, 1, l[0].Decreases+l[0].Collapses, "the overload lowered the limit")
+	assert.Equal(t, "rate_limited", l[0].LastDecreaseReason)
 }
