@@ -82,14 +82,7 @@ func TestCredentialsNeverShareALane(t *testing.T) {
 // credential header named in Connection is hop-by-hop, not sent, so it does
 // not count.
 func TestHopByHopCredentialIsNotALaneKey(t *testing.T) {
-	hash := func(headers ...string) [32]byte {
-		req := fasthttp.AcquireRequest()
-		defer fasthttp.ReleaseRequest(req)
-		for i := 0; i < len(headers); i += 2 {
-			req.Header.Add(headers[i], headers[i+1])
-		}
-		return credentialHash(&req.Header)
-	}
+	hash := headersCredentialHash
 	none := hash()
 	key := hash("Authorization", "Bearer sk-a")
 	require.NotEqual(t, none, key)
@@ -117,14 +110,7 @@ func TestHopByHopCredentialIsNotALaneKey(t *testing.T) {
 // it had before api-key was read, so its lane id, metric series and
 // shared record in Redis stay the same across Governor versions.
 func TestAzureAPIKeyIsACredential(t *testing.T) {
-	hash := func(headers ...string) [32]byte {
-		req := fasthttp.AcquireRequest()
-		defer fasthttp.ReleaseRequest(req)
-		for i := 0; i < len(headers); i += 2 {
-			req.Header.Add(headers[i], headers[i+1])
-		}
-		return credentialHash(&req.Header)
-	}
+	hash := headersCredentialHash
 	none := hash()
 	a, b := hash("api-key", "azure-a"), hash("api-key", "azure-b")
 	assert.NotEqual(t, a, b, "two Azure keys, two lanes")
@@ -167,4 +153,15 @@ func TestModelsAlikeInTheirLabelsGetLanesOfTheirOwn(t *testing.T) {
 		ids[l.ID] = true
 	}
 	assert.Len(t, ids, len(models), "one lane id per model")
+}
+
+// headersCredentialHash is the credential hash of a request with the
+// headers given as name, value pairs.
+func headersCredentialHash(headers ...string) [32]byte {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	for i := 0; i < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	return credentialHash(&req.Header)
 }
