@@ -11,8 +11,9 @@ import (
 )
 
 // bufferAnswer reads an answer whole, as bufferBody does, taking its bytes
-// from budget (the one request bodies take theirs from), so that the
-// answers held at once are bounded as the requests are. An answer whose
+// from budget (the answers', as large as the one request bodies take
+// theirs from), so that the answers held at once are bounded as the
+// requests are. An answer whose
 // length is known and does not fit is not read; one of unknown length is
 // read until the budget has no more room. Either is then passed on as a
 // stream (stream true): what was read (partial), then the rest as it

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -77,10 +78,39 @@ func testAnswerBeyondBudget(t *testing.T, chunked bool) {
 	_, err = io.ReadFull(r.Body, first)
 	require.NoError(t, err)
 	assert.Equal(t, body[:half], string(first))
-	assert.LessOrEqual(t, p.budget.held.Load(), int64(100<<10), "never beyond the budget")
+	assert.LessOrEqual(t, p.answers.held.Load(), int64(100<<10), "never beyond the budget")
 	release()
 	rest, err := io.ReadAll(r.Body)
 	require.NoError(t, err)
 	assert.Equal(t, body[half:], string(rest))
 	assert.Equal(t, "COMPLETED", r.Header.Get("X-Governor-Status"))
+}
+
+// Answers held whole have a budget of their own: while they fill it, calls
+// whose bodies fit MaxBufferedBytes are still taken, and the next large
+// answer is passed on as it arrives, its usage counted as it passes.
+func TestAnswersHeldDoNotRefuseRequests(t *testing.T) {
+	checkLeaks(t)
+	answer := `{"data":"` + strings.Repeat("x", 300<<10) + `","usage":{"prompt_tokens":123,"completion_tokens":7,"total_tokens":130}}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(up.Close)
+	set := metrics.NewSet()
+	p, base := startProxy(t, Config{Upstream: mustURL(t, up.URL), MaxBufferedBytes: 100 << 10, Metrics: set})
+	c := client(t)
+
+	// Answers being written fill their budget.
+	require.True(t, p.answers.take(p.answers.max))
+	defer p.answers.give(p.answers.max)
+	body := `{"model":"m","input":"` + strings.Repeat("y", 50<<10) + `"}`
+	resp, out := post(t, c, base+"/v1/embeddings", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "a 50 KiB body fits the requests' budget: %.200s", out)
+	assert.True(t, answer == string(out), "passed on whole, as it arrived: %d bytes of %d", len(out), len(answer))
+	assert.Equal(t, 123, tokensOf(set, "prompt"), "the usage of an answer passed on as it arrives")
+	assert.Equal(t, 7, tokensOf(set, "completion"))
+	assert.Equal(t, p.answers.max, p.answers.held.Load(), "the answer took none of the full budget")
+	assert.Zero(t, p.budget.held.Load(), "the request's body was given back")
 }

@@ -37,10 +37,11 @@ type Config struct {
 	// while they are read.
 	// A call whose body would take the total beyond it gets 503
 	// buffers_full with Retry-After, before its body is read when its
-	// Content-Length says so. A forwarded call's successful answer read
-	// whole (see MaxResponseBytes) takes its bytes from it too until it
-	// is written; one that does not fit is passed on as it arrives
-	// instead. Default 256 MiB.
+	// Content-Length says so. The successful answers of forwarded calls
+	// read whole (see MaxResponseBytes) are bounded by as much again, on a
+	// budget of their own, until they are written: one that does not fit
+	// is passed on as it arrives instead, and never refuses a call.
+	// Default 256 MiB.
 	MaxBufferedBytes int64
 	// AttemptTimeout bounds one attempt from dispatch until its response
 	// headers arrive and, for a buffered answer, until its body is read.

@@ -64,7 +64,9 @@
 //
 // The request bodies held by calls waiting or in flight are bounded by
 // Config.MaxBufferedBytes (503 buffers_full beyond it, before the body is
-// read when Content-Length gives its size), the client connections of each
+// read when Content-Length gives its size), and so are, apart, the
+// successful answers read whole until they are written (one that does not
+// fit is passed on as it arrives); the client connections of each
 // listener by Config.MaxConnections (503 and closed beyond it). A listener
 // that runs out of file descriptors pauses its accepts until some close,
 // instead of failing. A request that is not HTTP/1.0 or 1.1, or is a

@@ -86,7 +86,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 		attemptTimeout: p.cfg.AttemptTimeout,
 		tenant:         tenant,
 		maxResponse:    int64(p.cfg.MaxResponseBytes),
-		answers:        &p.budget,
+		answers:        &p.answers,
 		client:         ctx.Conn(),
 	}
 	return anthropic, true
@@ -234,7 +234,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 			// Written from the answer's buffer, whose bytes go back to
 			// the budget once they are written.
 			h := heldBodies.Get().(*heldBody)
-			h.resp, h.budget, h.n = resp, &p.budget, res.held
+			h.resp, h.budget, h.n = resp, &p.answers, res.held
 			h.r.Reset(resp.Body())
 			ctx.Response.SetBodyStream(h, len(resp.Body()))
 		} else {
@@ -266,17 +266,20 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		stream = io.MultiReader(bytes.NewReader(res.partial), stream)
 	}
 	body := &streamBody{
-		resp:        resp,
-		stream:      stream,
-		conn:        connOf(resp),
-		idle:        p.cfg.StreamIdleTimeout,
-		client:      ctx.Conn(),
-		checkEvery:  clientCheckInterval,
-		countTokens: streamCountsTokens(resp),
+		resp:       resp,
+		stream:     stream,
+		conn:       connOf(resp),
+		idle:       p.cfg.StreamIdleTimeout,
+		client:     ctx.Conn(),
+		checkEvery: clientCheckInterval,
+		// A successful event stream, or an answer too large for the
+		// answers' budget passed on as it arrives: its usage is read as
+		// it passes.
+		countTokens: streamCountsTokens(resp) || res.spilled && identityEncoded(resp),
 	}
 	// A successful event stream, readable as it passes: the provider may
 	// still end it with an overload error.
-	body.watchOverload = body.countTokens
+	body.watchOverload = streamCountsTokens(resp)
 	body.done = func() {
 		if ln != nil {
 			if body.overload.seen {
@@ -293,7 +296,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 			cost.observe(l, t, p.cfg.Now())
 		}
 		p.metrics.inFlight.Add(-1)
-		p.budget.give(held)
+		p.answers.give(held)
 		if rec != nil {
 			p.logAccess(rec, body.written)
 		}

@@ -32,6 +32,7 @@ type Proxy struct {
 	server  *fasthttp.Server
 
 	budget  bodyBudget // request bodies held (MaxBufferedBytes)
+	answers bodyBudget // successful answers read whole, held until written (MaxBufferedBytes)
 	conns   *connTracker
 	clients *clientWatch // the clients of calls under way
 	calls   callCount    // calls of Do in progress
@@ -82,7 +83,9 @@ func New(cfg Config) (*Proxy, error) {
 		names = append(names, r.Name)
 	}
 	p.budget.max = c.MaxBufferedBytes
+	p.answers.max = c.MaxBufferedBytes
 	c.Metrics.NewGauge("governor_buffered_request_bytes", func() float64 { return float64(p.budget.held.Load()) })
+	c.Metrics.NewGauge("governor_buffered_answer_bytes", func() float64 { return float64(p.answers.held.Load()) })
 	p.metrics = newProxyMetrics(c.Metrics, names)
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]

@@ -59,6 +59,7 @@ type callResult struct {
 	// on as a stream, read before the budget ran out (see bufferAnswer).
 	held    int64
 	partial []byte
+	spilled bool // a success passed on as it arrives, not read whole
 }
 
 // costCorrection is what a streamed answer's usage corrects: the call's
@@ -350,7 +351,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		// connection error to retry, and a 429's body says whether it
 		// is final.
 		if o.answers != nil && resp.StatusCode() < 400 {
-			c.res.held, c.res.partial, _, err = bufferAnswer(resp, o.maxResponse, o.answers)
+			c.res.held, c.res.partial, c.res.spilled, err = bufferAnswer(resp, o.maxResponse, o.answers)
 		} else {
 			err = bufferBody(resp, o.maxResponse)
 		}
@@ -373,7 +374,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
 		if o.answers != nil {
 			o.answers.give(c.res.held)
-			c.res.held, c.res.partial = 0, nil
+			c.res.held, c.res.partial, c.res.spilled = 0, nil, false
 		}
 		l.Observe(lane.ClientGone, latency, c.granted, now)
 		l.Done(at)

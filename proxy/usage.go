@@ -59,7 +59,12 @@ var errUnknownEncoding = errors.New("unknown content encoding")
 // streamCountsTokens reports whether a streamed answer's usage can be read
 // as it passes: a success, an event stream, not compressed.
 func streamCountsTokens(resp *fasthttp.Response) bool {
+	return resp.StatusCode() < 300 && isEventStream(resp.Header.ContentType()) && identityEncoded(resp)
+}
+
+// identityEncoded reports whether resp's body is sent as is (no
+// Content-Encoding, or identity).
+func identityEncoded(resp *fasthttp.Response) bool {
 	enc := resp.Header.ContentEncoding()
-	return resp.StatusCode() < 300 && isEventStream(resp.Header.ContentType()) &&
-		(len(enc) == 0 || bytes.EqualFold(enc, []byte("identity")))
+	return len(enc) == 0 || bytes.EqualFold(enc, []byte("identity"))
 }

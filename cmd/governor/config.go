@@ -27,7 +27,7 @@ type config struct {
 	Upstream          string        `env:"GOVERNOR_UPSTREAM" envDefault:"https://api.openai.com" help:"default upstream base URL"`
 	Routes            string        `env:"GOVERNOR_ROUTES" help:"prefix routes name=url,...: /name/... goes to url/... with /name stripped"`
 	MaxBodyBytes      int           `env:"GOVERNOR_MAX_BODY_BYTES" envDefault:"33554432" help:"largest request body; larger gets 413"`
-	MaxBufferedBytes  int64         `env:"GOVERNOR_MAX_BUFFERED_BYTES" envDefault:"268435456" help:"request bodies held at once by calls waiting or in flight; beyond it 503 with Retry-After (before the body is read when Content-Length says so); answers read whole take from it too, and one that does not fit is streamed instead"`
+	MaxBufferedBytes  int64         `env:"GOVERNOR_MAX_BUFFERED_BYTES" envDefault:"268435456" help:"request bodies held at once by calls waiting or in flight; beyond it 503 with Retry-After (before the body is read when Content-Length says so); successful answers read whole are bounded by as much again, apart, and one that does not fit is streamed instead"`
 	AttemptTimeout    time.Duration `env:"GOVERNOR_ATTEMPT_TIMEOUT" envDefault:"10m" help:"one attempt, from dispatch until the answer (for a stream, its headers)"`
 	StreamIdleTimeout time.Duration `env:"GOVERNOR_STREAM_IDLE_TIMEOUT" envDefault:"5m" help:"a streamed answer silent this long is ended"`
 	ConnectTimeout    time.Duration `env:"GOVERNOR_CONNECT_TIMEOUT" envDefault:"10s" help:"dialing an upstream, and waiting for a free connection to it"`
@@ -50,7 +50,7 @@ type config struct {
 	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept (in memory, or on disk with GOVERNOR_BATCH_DIR)"`
 	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; empty = memory only"`
 
-	BatchMaxResultBytes int64 `env:"GOVERNOR_BATCH_MAX_RESULT_BYTES" envDefault:"268435456" help:"answer bytes batches keep in memory, all together: async jobs without GOVERNOR_BATCH_DIR, and sync batches until their answer is written (progress lines keep none); beyond it the oldest finished jobs are forgotten early, and when running batches fill it new answers are dropped (their items FAILED) and new batches get 503"`
+	BatchMaxResultBytes int64 `env:"GOVERNOR_BATCH_MAX_RESULT_BYTES" envDefault:"268435456" help:"answer bytes batches keep in memory, all together: async jobs without GOVERNOR_BATCH_DIR, and sync batches until their answer is written (progress lines keep none); beyond it finished jobs are forgotten early, those whose results were read or that were deleted first, and when running batches fill it new answers are dropped (their items FAILED) and new batches get 503"`
 
 	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
 	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target (default preset: the level a new lane's start doubles up to, see GOVERNOR_AIMD_ADMISSION_WINDOW); 0 = preset default (phoenix: max, default: min(max, 8)); default preset: also the share above which a lane gives slots back, so replicas sharing an account without Redis settle near it (set about the account's concurrency / replicas)"`
