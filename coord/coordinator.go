@@ -638,7 +638,9 @@ const remainderTurn = 10 * time.Second
 // for one of the client's connections, past the timeout, and switch the
 // Governor to local mode. So a booking waits at most the round trip under
 // way and its own, twice the timeout. A booking whose ctx ends returns at
-// once; its slot may still be booked.
+// once, but for the one that sends the round trip, which returns when it
+// is over (within those two timeouts); either way its slot may still be
+// booked.
 func (co *Coordinator) Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error) {
 	if !co.up.Load() {
 		return 0, ErrLocal
