@@ -18,8 +18,9 @@ import (
 // read until the budget has no more room. Either is then passed on as a
 // stream (stream true): what was read (partial), then the rest as it
 // arrives, and a cut in the rest reaches the client, as a stream's does,
-// instead of being retried. held is what was taken from budget, to give
-// back once the answer is written.
+// instead of being retried. held is what was taken from budget (the
+// capacity of the buffer the body is read into), to give back once the
+// answer is written.
 func bufferAnswer(resp *fasthttp.Response, limit int64, budget *bodyBudget) (held int64, partial []byte, stream bool, err error) {
 	in := resp.BodyStream()
 	if in == nil {
@@ -53,13 +54,25 @@ func bufferAnswer(resp *fasthttp.Response, limit int64, budget *bodyBudget) (hel
 			if int64(len(body)+n) > limit {
 				return fail(fmt.Errorf("read upstream body: %w (more than %d bytes)", errResponseTooLarge, limit))
 			}
-			body = append(body, buf[:n]...)
-			if !budget.take(int64(n)) {
-				// These n bytes are read already: they go with the
-				// rest, unaccounted (one read's worth).
-				return held, body, true, nil
+			if len(body)+n > cap(body) {
+				// Grow as append would (double up to 256 KiB, then by
+				// a quarter), taking the whole new capacity from the
+				// budget first: what is held is the buffer, not only
+				// the bytes in it.
+				grown := 2 * cap(body)
+				if cap(body) >= 256<<10 {
+					grown = cap(body) + cap(body)/4
+				}
+				size := max(len(body)+n, grown, 4<<10)
+				if !budget.take(int64(size - cap(body))) {
+					// These n bytes are read already: they go with
+					// the rest, unaccounted (one read's worth).
+					return held, append(body, buf[:n]...), true, nil
+				}
+				held += int64(size - cap(body))
+				body = append(make([]byte, 0, size), body...)
 			}
-			held += int64(n)
+			body = append(body, buf[:n]...)
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {

@@ -16,6 +16,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // An answer larger than what MaxBufferedBytes has room for is not held
@@ -113,4 +114,22 @@ func TestAnswersHeldDoNotRefuseRequests(t *testing.T) {
 	assert.Equal(t, 7, tokensOf(set, "completion"))
 	assert.Equal(t, p.answers.max, p.answers.held.Load(), "the answer took none of the full budget")
 	assert.Zero(t, p.budget.held.Load(), "the request's body was given back")
+}
+
+// An answer of unknown length read whole holds the buffer it was read
+// into, not only its bytes: that is what it takes from the budget.
+func TestAnswerOfUnknownLengthTakesItsBuffer(t *testing.T) {
+	for _, size := range []int{1, 5 << 10, 300 << 10, 1 << 20} {
+		resp := fasthttp.AcquireResponse()
+		resp.SetBodyStream(strings.NewReader(strings.Repeat("x", size)), -1)
+		budget := &bodyBudget{max: 4 << 20}
+		held, partial, stream, err := bufferAnswer(resp, 64<<20, budget)
+		require.NoError(t, err)
+		assert.False(t, stream, "%d bytes fit", size)
+		assert.Nil(t, partial)
+		assert.Equal(t, size, len(resp.Body()))
+		assert.GreaterOrEqual(t, held, int64(cap(resp.Body())), "%d bytes: the buffer's capacity is taken", size)
+		assert.Equal(t, held, budget.held.Load())
+		fasthttp.ReleaseResponse(resp)
+	}
 }
