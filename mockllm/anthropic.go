@@ -115,5 +115,8 @@ func buildMessages(body []byte, o buildOptions) (answer, *apiError) {
 		sse("message_stop", []byte(`{"type":"message_stop"}`)),
 	)
 	ans.events = events
+	// Overloaded once the answer has begun, Anthropic ends the stream
+	// with an error event and no message_stop.
+	ans.overload = [][]byte{sse("error", statusError(statusOverloaded, false).body(shapeAnthropic))}
 	return ans, nil
 }

@@ -96,6 +96,12 @@ type Faults struct {
 	Reset float64
 	// Hang never answers, until the client goes away or the server closes.
 	Hang float64
+	// OverloadedMidStream ends a stream after half of its events with
+	// the error event the provider sends when it is overloaded once an
+	// answer has begun (see the overload-mid-stream fault); a JSON answer
+	// gets the provider's overload status instead, after the latency
+	// wait.
+	OverloadedMidStream float64
 }
 
 // Limits are the capacity limits in force at one moment.
@@ -144,7 +150,7 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"Error500", f.Error500}, {"Overloaded529", f.Overloaded529}, {"Reset", f.Reset}, {"Hang", f.Hang}} {
+	}{{"Error500", f.Error500}, {"Overloaded529", f.Overloaded529}, {"Reset", f.Reset}, {"Hang", f.Hang}, {"OverloadedMidStream", f.OverloadedMidStream}} {
 		if !(p.v >= 0 && p.v <= 1) {
 			return fmt.Errorf("mockllm: fault probability %s=%v is outside [0, 1]", p.name, p.v)
 		}

@@ -27,6 +27,8 @@ func TestConfigValidate(t *testing.T) {
 		{Faults: mockllm.Faults{Error500: 1.5}},
 		{Faults: mockllm.Faults{Reset: -0.1}},
 		{Faults: mockllm.Faults{Error500: 0.6, Overloaded529: 0.6}},
+		{Faults: mockllm.Faults{OverloadedMidStream: 1.1}},
+		{Faults: mockllm.Faults{Hang: 0.5, OverloadedMidStream: 0.6}},
 	} {
 		assert.Error(t, cfg.Validate(), "%+v", cfg)
 	}

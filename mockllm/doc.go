@@ -19,6 +19,25 @@
 // the same bytes whether sent directly or through a proxy. Streams split the
 // same text into Config.StreamChunks chunks and flush each one.
 //
+// # Overload in a stream
+//
+// A provider that becomes overloaded after it has begun a stream with a 200
+// can no longer say so with a status; it ends the stream with an error
+// event instead. Anthropic sends
+//
+//	event: error
+//	data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}
+//
+// and no message_stop. OpenAI sends an unnamed event holding only an error
+// object, then [DONE]:
+//
+//	data: {"error":{"message":"...","type":"server_error","param":null,"code":null}}
+//
+//	data: [DONE]
+//
+// The overload-mid-stream fault and Faults.OverloadedMidStream end a stream
+// that way, in the shape of its route, after half of its events.
+//
 // # Limits
 //
 // Config.MaxConcurrency caps the requests being served at once; a request
@@ -33,7 +52,7 @@
 // `x-ratelimit-reset-requests`, and on /v1/messages also
 // `anthropic-ratelimit-requests-limit`, `-remaining` and `-reset`.
 // Config.Schedule changes these limits at given offsets. Config.Faults adds
-// random 500s, 529s, resets and hangs.
+// random 500s, 529s, resets, hangs and streams ended by an overload.
 //
 // Token budgets limit what calls cost, as providers' per-minute limits do:
 // Config.TokensPerMinute (OpenAI's TPM: prompt plus max_tokens) with
@@ -68,8 +87,11 @@
 //     insufficient_quota), 500, 502, 503, 504, 529, reset (TCP RST, no
 //     answer), hang (no answer until the client leaves or the server
 //     closes), reset-mid-stream and hang-mid-stream (half of the answer,
-//     then a reset or a stall). 400, 401, 429, 503 and 529 are answered at
-//     once; 500, 502, 504 and reset after the latency wait. A forced fault
+//     then a reset or a stall), and overload-mid-stream (half of a stream,
+//     then the error event the provider ends a begun stream with when it
+//     is overloaded; a JSON answer gets the overload status, 529 on
+//     /v1/messages, 503 elsewhere). 400, 401, 429, 503 and 529 are
+//     answered at once; 500, 502, 504 and reset after the latency wait. A forced fault
 //     replaces random faults; it applies only to requests the limits admit.
 //     An unknown value gets 400.
 //   - X-Request-Id: the id that ties attempts together; counted in

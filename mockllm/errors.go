@@ -126,6 +126,15 @@ func statusError(status int, quota bool) apiError {
 	}
 }
 
+// overloadError is the answer of an overloaded provider in the shape of a
+// route: Anthropic's 529 overloaded_error, OpenAI's 503.
+func overloadError(sh shape) apiError {
+	if sh == shapeAnthropic {
+		return statusError(statusOverloaded, false)
+	}
+	return statusError(http.StatusServiceUnavailable, false)
+}
+
 // statusOverloaded is Anthropic's 529 Overloaded.
 const statusOverloaded = 529
 

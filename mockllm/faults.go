@@ -27,6 +27,9 @@ const (
 	faultHang
 	faultResetMidStream
 	faultHangMidStream
+	// faultOverloadMidStream ends a stream half way with the provider's
+	// overload error event (a JSON answer: its overload status).
+	faultOverloadMidStream
 )
 
 type fault struct {
@@ -78,6 +81,8 @@ var faultNames = map[string]fault{
 	"hang":             {kind: faultHang},
 	"reset-mid-stream": {kind: faultResetMidStream},
 	"hang-mid-stream":  {kind: faultHangMidStream},
+
+	"overload-mid-stream": {kind: faultOverloadMidStream},
 }
 
 // mockHeaders are the X-Mock-* settings of one request.
@@ -100,7 +105,7 @@ func parseMock(h http.Header, attempt int64) (mockHeaders, error) {
 		entries := strings.Split(v, ",")
 		for _, e := range entries {
 			if _, ok := faultNames[strings.ToLower(strings.TrimSpace(e))]; !ok {
-				return m, fmt.Errorf("%s: unknown fault %q (want ok, 400, 401, 429, 429-quota, 500, 502, 503, 504, 529, reset, hang, reset-mid-stream or hang-mid-stream)", HeaderFault, strings.TrimSpace(e))
+				return m, fmt.Errorf("%s: unknown fault %q (want ok, 400, 401, 429, 429-quota, 500, 502, 503, 504, 529, reset, hang, reset-mid-stream, hang-mid-stream or overload-mid-stream)", HeaderFault, strings.TrimSpace(e))
 			}
 		}
 		i := int64(0)
@@ -136,6 +141,8 @@ func randomFault(f Faults, u float64) fault {
 		return fault{kind: faultReset}
 	case u < f.Error500+f.Overloaded529+f.Reset+f.Hang:
 		return fault{kind: faultHang}
+	case u < f.Error500+f.Overloaded529+f.Reset+f.Hang+f.OverloadedMidStream:
+		return fault{kind: faultOverloadMidStream}
 	}
 	return fault{}
 }

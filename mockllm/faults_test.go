@@ -318,3 +318,53 @@ func TestShutdownFinishesRequests(t *testing.T) {
 	assert.Equal(t, 1, ok, "the slow request is answered")
 	assert.Equal(t, 1, broken, "the hung one is cut off")
 }
+
+// An overload after a stream has begun ends it half way with the
+// provider's own error event, in the shape of the route; a JSON answer
+// gets the overload status.
+func TestOverloadMidStream(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		wantEnd          string // what the stream ends with
+		wantGone         string // what it never reaches
+	}{
+		{"anthropic", "/v1/messages", messagesStreamBody,
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded (simulated by mockllm)\"}}\n\n",
+			"message_stop"},
+		{"openai", "/v1/chat/completions", chatStreamBody,
+			"data: {\"error\":{\"message\":\"The server is overloaded or not ready yet. (simulated by mockllm)\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n",
+			"\"finish_reason\":\"stop\""},
+	} {
+		for _, random := range []bool{false, true} {
+			cfg, hdr := mockllm.Config{}, []string{"X-Mock-Fault", "overload-mid-stream"}
+			if random {
+				cfg, hdr = mockllm.Config{Faults: mockllm.Faults{OverloadedMidStream: 1}}, nil
+			}
+			s, url, c := start(t, cfg)
+			resp, got := post(t, c, url+tc.path, tc.body, hdr...)
+			assert.Equal(t, http.StatusOK, resp.StatusCode, "%s: the stream begins well", tc.name)
+			assert.True(t, strings.HasSuffix(string(got), tc.wantEnd), "%s random=%v: ends with the overload event: %s", tc.name, random, got)
+			assert.NotContains(t, string(got), tc.wantGone, "%s: the answer stops half way", tc.name)
+			assert.Greater(t, strings.Count(string(got), "data: "), 2, "%s: the first half arrived", tc.name)
+			st := s.Stats()
+			assert.Equal(t, int64(1), st.StreamsOverloaded, tc.name)
+			assert.Equal(t, int64(1), st.StreamsAborted, tc.name)
+			assert.Equal(t, int64(0), st.StreamsCompleted, tc.name)
+			assert.Equal(t, 0, st.InFlight, "%s: the place is given back", tc.name)
+		}
+	}
+
+	s := mockllm.New(mockllm.Config{})
+	defer s.Close()
+	for path, want := range map[string]int{"/v1/messages": 529, "/v1/chat/completions": 503} {
+		body := chatBody
+		if path == "/v1/messages" {
+			body = messagesBody
+		}
+		rec := serve(s, http.MethodPost, path, body, "X-Mock-Fault", "overload-mid-stream")
+		assert.Equal(t, want, rec.Code, "%s: a JSON answer gets the overload status", path)
+		if path == "/v1/messages" {
+			assert.Contains(t, rec.Body.String(), "overloaded_error")
+		}
+	}
+}

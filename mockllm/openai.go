@@ -73,6 +73,19 @@ type chunkDelta struct {
 
 const fingerprint = "fp_mockllm"
 
+// sseDone ends an OpenAI stream.
+const sseDone = "data: [DONE]\n\n"
+
+// midStreamError is the event OpenAI sends in place of the next chunk when
+// it fails once a stream has begun: an unnamed event holding only an error
+// object, no choices, after which the stream ends with [DONE]. The SDKs
+// raise it as an APIError. Overload and internal errors alike come as a
+// server_error.
+var midStreamError = mustMarshal(openAIErrorBody{Error: openAIErrorDetail{
+	Message: "The server is overloaded or not ready yet. (simulated by mockllm)",
+	Type:    "server_error",
+}})
+
 // decodeObject decodes a JSON object body into v.
 func decodeObject(body []byte, v any) *apiError {
 	b := trimSpaceJSON(body)
@@ -158,8 +171,9 @@ func buildChat(body []byte, o buildOptions) (answer, *apiError) {
 			SystemFingerprint: fingerprint, Choices: []chunkChoice{}, Usage: mustMarshal(usage),
 		})))
 	}
-	events = append(events, []byte("data: [DONE]\n\n"))
+	events = append(events, []byte(sseDone))
 	ans.events = events
+	ans.overload = [][]byte{sse("", midStreamError), []byte(sseDone)}
 	return ans, nil
 }
 

@@ -322,12 +322,19 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	case faultReset:
 		s.reset(w, release)
 		return
+	case faultOverloadMidStream:
+		if ans.events == nil {
+			// A JSON answer can say it only with a status.
+			release()
+			s.fail(w, sh, overloadError(sh))
+			return
+		}
 	}
 	if ans.idHeader != "" {
 		w.Header().Set(ans.idHeader, ans.id)
 	}
 	if ans.events != nil {
-		s.stream(ctx, w, &wt, ans.events, gen, f, release)
+		s.stream(ctx, w, &wt, ans, gen, f, release)
 		return
 	}
 	s.writeJSONAnswer(ctx, w, ans.body, f, release)
@@ -403,7 +410,7 @@ func openAIDuration(d time.Duration) string {
 
 func (s *Server) hasFaults() bool {
 	f := s.cfg.Faults
-	return f.Error500 > 0 || f.Overloaded529 > 0 || f.Reset > 0 || f.Hang > 0
+	return f.Error500 > 0 || f.Overloaded529 > 0 || f.Reset > 0 || f.Hang > 0 || f.OverloadedMidStream > 0
 }
 
 // uniform returns a random number in [0, 1) without locking.
@@ -461,8 +468,11 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 // answer is a prepared successful answer: a JSON body or the events of a
 // stream.
 type answer struct {
-	body     []byte
-	events   [][]byte
+	body   []byte
+	events [][]byte
+	// overload are the events that end a stream the provider gives up
+	// on, overloaded, after it has begun (see faultOverloadMidStream).
+	overload [][]byte
 	idHeader string
 	id       string
 	model    string

@@ -27,6 +27,9 @@ type Stats struct {
 	StreamsStarted   int64 `json:"streams_started"`
 	StreamsCompleted int64 `json:"streams_completed"`
 	StreamsAborted   int64 `json:"streams_aborted"`
+	// StreamsOverloaded counts the aborted streams that the provider
+	// ended with its overload error event (the overload-mid-stream fault).
+	StreamsOverloaded int64 `json:"streams_overloaded"`
 	// ClientGone counts requests whose client went away before an answer
 	// started (during the latency wait or a hang).
 	ClientGone int64 `json:"client_gone"`
@@ -59,6 +62,7 @@ type counters struct {
 	streamsStarted    atomic.Int64
 	streamsCompleted  atomic.Int64
 	streamsAborted    atomic.Int64
+	streamsOverloaded atomic.Int64
 	clientGone        atomic.Int64
 	resets            atomic.Int64
 	hangs             atomic.Int64
@@ -76,7 +80,7 @@ type recordedHeaders struct {
 func (c *counters) reset() {
 	for _, v := range []*atomic.Int64{
 		&c.received, &c.rateLimited, &c.streamsStarted, &c.streamsCompleted,
-		&c.streamsAborted, &c.clientGone, &c.resets, &c.hangs,
+		&c.streamsAborted, &c.streamsOverloaded, &c.clientGone, &c.resets, &c.hangs,
 		&c.maxRetryCount, &c.retryCountNonzero,
 	} {
 		v.Store(0)
@@ -123,6 +127,7 @@ func (c *counters) snapshot() Stats {
 		StreamsStarted:    c.streamsStarted.Load(),
 		StreamsCompleted:  c.streamsCompleted.Load(),
 		StreamsAborted:    c.streamsAborted.Load(),
+		StreamsOverloaded: c.streamsOverloaded.Load(),
 		ClientGone:        c.clientGone.Load(),
 		Resets:            c.resets.Load(),
 		Hangs:             c.hangs.Load(),

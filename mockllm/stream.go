@@ -113,11 +113,13 @@ func (f fault) isMidStream() bool {
 	return f.kind == faultResetMidStream || f.kind == faultHangMidStream
 }
 
-// stream writes events as a server-sent event stream, flushing each one and
-// pausing ChunkDelay between them, plus an equal share of gen, the time
-// the answer takes to generate. A mid-stream fault strikes after half of
-// the events. A stream that does not reach its last event counts as aborted.
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, events [][]byte, gen time.Duration, f fault, release func()) {
+// stream writes the events of ans as a server-sent event stream, flushing
+// each one and pausing ChunkDelay between them, plus an equal share of gen,
+// the time the answer takes to generate. A mid-stream fault strikes after
+// half of the events: an overload ends the stream there with ans.overload.
+// A stream that does not reach its last event counts as aborted.
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, ans answer, gen time.Duration, f fault, release func()) {
+	events := ans.events
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -132,12 +134,21 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 		return s.cfg.ChunkDelay + gen*time.Duration(i)/n - gen*time.Duration(i-1)/n
 	}
 	strike := -1
-	if f.isMidStream() {
+	if f.isMidStream() || f.kind == faultOverloadMidStream {
 		strike = max(1, len(events)/2)
 	}
 	for i, ev := range events {
 		if i == strike {
 			s.stats.streamsAborted.Add(1)
+			if f.kind == faultOverloadMidStream {
+				s.stats.streamsOverloaded.Add(1)
+				release()
+				for _, ev := range ans.overload {
+					_, _ = w.Write(ev) // the stream ends here either way
+				}
+				_ = rc.Flush()
+				return
+			}
 			s.midStreamFault(ctx, w, f, release)
 			return
 		}

@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Faults.Overloaded529, "fault-529", 0, "probability of a 529 overloaded_error")
 	fs.Float64Var(&cfg.Faults.Reset, "fault-reset", 0, "probability of a connection reset (TCP RST) without answer")
 	fs.Float64Var(&cfg.Faults.Hang, "fault-hang", 0, "probability of a request that never answers")
+	fs.Float64Var(&cfg.Faults.OverloadedMidStream, "fault-overload-mid-stream", 0, "probability of a stream ended half way by the provider's overload error event\n(Anthropic: event: error, overloaded_error; OpenAI: data: {\"error\":…} then [DONE]);\na JSON answer gets 529 on /v1/messages, 503 elsewhere")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "random seed for latency spread and faults (0 = from the clock)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: mockllm [flags]

@@ -21,6 +21,7 @@ func TestBadFlags(t *testing.T) {
 		{"-schedule", "20s:speed=3"},
 		{"-schedule", "20s"},
 		{"-fault-500", "2"},
+		{"-fault-overload-mid-stream", "0.6", "-fault-529", "0.6"},
 		{"-rate", "-1"},
 		{"-chunks", "0"},
 		{"-tpm", "-5"},
@@ -40,7 +41,7 @@ func TestHelp(t *testing.T) {
 	assert.Equal(t, 0, run(t.Context(), []string{"-h"}, io.Discard, &stderr))
 	for _, flag := range []string{
 		"-listen", "-latency", "-spread", "-chunk-delay", "-chunks", "-max-concurrency",
-		"-rate", "-burst", "-schedule", "-fault-500", "-fault-529", "-fault-reset", "-fault-hang", "-seed",
+		"-rate", "-burst", "-schedule", "-fault-500", "-fault-529", "-fault-reset", "-fault-hang", "-fault-overload-mid-stream", "-seed",
 		"-tpm", "-itpm", "-otpm", "-tokens-per-second", "-knee",
 	} {
 		assert.Contains(t, stderr.String(), flag+" ")
