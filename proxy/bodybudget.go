@@ -165,7 +165,5 @@ func (p *Proxy) BuffersFullError() *Error {
 // refuseBuffersFull answers ctx with buffersFull, in Anthropic's shape on
 // its routes.
 func (p *Proxy) refuseBuffersFull(ctx *fasthttp.RequestCtx) {
-	up, _ := p.router.resolve(ctx.Path())
-	anthropic := up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
-	reply.WriteError(ctx, anthropic, p.buffersFull())
+	reply.WriteError(ctx, p.anthropicShaped(ctx), p.buffersFull())
 }

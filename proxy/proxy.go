@@ -424,24 +424,33 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		p.refuseBuffersFull(ctx)
 		return
 	}
+	anthropic := p.anthropicShaped(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// The rest of the body may still be on its way: without a
 		// lingering close the client would see a reset, not this answer.
 		if c, ok := ctx.Conn().(*clientConn); ok {
 			c.lingerOnClose()
 		}
-		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
+		reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
 		return
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest,
+		reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest,
 			Message: "timed out reading the request"})
 		return
 	}
-	reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
+	reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
 		Message: "malformed HTTP request"})
+}
+
+// anthropicShaped reports whether Governor's own errors to ctx take
+// Anthropic's shape: its route is Anthropic's, or it carries an
+// anthropic-version header, as Anthropic's SDKs send.
+func (p *Proxy) anthropicShaped(ctx *fasthttp.RequestCtx) bool {
+	up, _ := p.router.resolve(ctx.Path())
+	return up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly connection errors of
