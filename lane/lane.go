@@ -79,9 +79,16 @@ func (l *Lane) close(set *metrics.Set) {
 	}
 }
 
-// ObserveWait accounts for a wait of d in the lane's queue (0 for a slot
-// granted at once).
-func (l *Lane) ObserveWait(d time.Duration) { l.m.queueWait.Update(d.Seconds()) }
+// ObserveWait accounts for one attempt's wait before it is sent: queued in
+// the lane's queue (0 for a slot granted at once), then held in its slot
+// for the provider's request or token budget (0 when none was needed; see
+// Hold). Their sum is what the attempt adds to X-Governor-Queue-Ms.
+func (l *Lane) ObserveWait(queued, held time.Duration) {
+	l.m.queueWait.Update((queued + held).Seconds())
+	if held > 0 {
+		l.m.budgetWait.Update(held.Seconds())
+	}
+}
 
 // CountTokens adds the tokens an answer of the lane used, as its usage
 // reports them (see package usage), to the lane's token counters.

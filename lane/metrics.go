@@ -19,7 +19,10 @@ type laneMetrics struct {
 	collapses *metrics.Counter
 	pauses    *metrics.Counter
 	queueWait *metrics.PrometheusHistogram
-	upstream  *metrics.PrometheusHistogram
+	// budgetWait observes the waits in a slot for a provider's budget,
+	// the part of queueWait that Hold counts.
+	budgetWait *metrics.PrometheusHistogram
+	upstream   *metrics.PrometheusHistogram
 	// promptTokens and completionTokens count the tokens of the lane's
 	// answers, as their usage reports them.
 	promptTokens, completionTokens *metrics.Counter
@@ -39,6 +42,7 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 	m.collapses = set.NewCounter(name("governor_lane_collapses_total{%s}", lbl))
 	m.pauses = set.NewCounter(name("governor_lane_pauses_total{%s}", lbl))
 	m.queueWait = set.NewPrometheusHistogramExt(name("governor_queue_wait_seconds{%s}", lbl), LatencyBuckets)
+	m.budgetWait = set.NewPrometheusHistogramExt(name("governor_lane_budget_wait_seconds{%s}", lbl), LatencyBuckets)
 	m.upstream = set.NewPrometheusHistogramExt(name("governor_lane_upstream_latency_seconds{%s}", lbl), LatencyBuckets)
 	m.promptTokens = set.NewCounter(name(`governor_lane_tokens_total{%s,kind="prompt"}`, lbl))
 	m.completionTokens = set.NewCounter(name(`governor_lane_tokens_total{%s,kind="completion"}`, lbl))

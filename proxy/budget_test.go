@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
@@ -71,7 +72,8 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 	// empty after each call.
 	up, seen := emptyBucketUpstream(t, 20)
 	clock := newManualClock()
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now}))
+	set := metrics.NewSet()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: clock.Now, Metrics: set}))
 	c := client(t)
 
 	queueMs := func() int {
@@ -83,15 +85,30 @@ func TestTokenBucketIsMetByPacing(t *testing.T) {
 		return ms
 	}
 	assert.Zero(t, queueMs(), "no budget known: the first call goes at once")
+	var waitedMs int
 	for i := range 3 {
 		// Each answer says the bucket is empty: the next call waits for
 		// one refill at 20/s, 50 ms, or a little more (the pacer spends a
 		// little less than the provider's rate), and never two.
 		ms := queueMs()
+		waitedMs += ms
 		assert.GreaterOrEqual(t, ms, 50, "call %d waits for the refill", i+2)
 		assert.Less(t, ms, 100, "call %d waits for one refill", i+2)
 	}
 	assert.Equal(t, int64(4), seen.Load(), "no call was sent before its wait")
+
+	// The lane's wait metrics say what the callers were told: four waits
+	// adding up to their X-Governor-Queue-Ms, three of them for the budget.
+	id := lanesOf(t, c, base)[0].ID
+	for _, name := range []string{"governor_queue_wait_seconds", "governor_lane_budget_wait_seconds"} {
+		count, sum := histogramOf(t, set, name, id)
+		if name == "governor_queue_wait_seconds" {
+			assert.Equal(t, 4, count, name)
+		} else {
+			assert.Equal(t, 3, count, name)
+		}
+		assert.InDelta(t, float64(waitedMs)/1000, sum, 0.004, "%s: the waits the calls reported", name)
+	}
 	b := lanesOf(t, c, base)[0].RequestBudget
 	require.NotNil(t, b, "the lane shows the budget it paces by")
 	// 19 to 20 a second: providers round remaining down, and the lane

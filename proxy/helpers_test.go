@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,3 +67,27 @@ func mustURLb(b *testing.B, s string) *url.URL {
 }
 
 func newSet() *metrics.Set { return metrics.NewSet() }
+
+// histogramOf returns the count and the sum of the histogram name of lane
+// id in set, as a scrape shows them.
+func histogramOf(t *testing.T, set *metrics.Set, name, id string) (count int, sum float64) {
+	t.Helper()
+	var b strings.Builder
+	set.WritePrometheus(&b)
+	out := b.String()
+	value := func(suffix string) string {
+		prefix := fmt.Sprintf("%s_%s{lane=%q} ", name, suffix, id)
+		for line := range strings.Lines(out) {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatalf("no %s in:\n%s", strings.TrimSpace(prefix), out)
+		return ""
+	}
+	count, err := strconv.Atoi(value("count"))
+	require.NoError(t, err)
+	sum, err = strconv.ParseFloat(value("sum"), 64)
+	require.NoError(t, err)
+	return count, sum
+}

@@ -227,17 +227,17 @@ func (c *governedCall) acquire(ctx context.Context, attempt int) (context.Contex
 	prio := queue.Priority{Urgency: c.o.urgency, Retry: attempt > 1, Tenant: c.o.tenant}
 	c.granted = time.Time{}
 	if c.l.Queue().TryAcquire(prio) {
-		c.l.ObserveWait(0)
-		return c.pace(ctx) // granted now, which pace reads
+		return c.pace(ctx, 0) // granted now, which pace reads
 	}
 	ctx = c.own(ctx)
 	start := c.startWait()
 	granted, err := c.l.Queue().AcquireAt(ctx, prio)
-	if e := c.waited(ctx, start, err); e != nil {
+	queued, e := c.waited(ctx, start, err)
+	if e != nil {
 		return ctx, e
 	}
 	c.granted = granted
-	return c.pace(ctx)
+	return c.pace(ctx, queued)
 }
 
 // startWait sets the queue timeout of a wait, which ends the call's own
@@ -256,10 +256,11 @@ func (c *governedCall) startWait() time.Time {
 }
 
 // waited accounts for a wait that began at start and ended with err (from
-// Acquire), and returns the call's error if it ended without a slot.
+// Acquire): it returns how long it was, and the call's error if it ended
+// without a slot (pace accounts for a wait that got one).
 //
 //go:noinline
-func (c *governedCall) waited(ctx context.Context, start time.Time, err error) *apiError {
+func (c *governedCall) waited(ctx context.Context, start time.Time, err error) (time.Duration, *apiError) {
 	p, l := c.p, c.l
 	if !c.timer.Stop() && err == nil {
 		// The timeout came as the slot was granted: it wins, as a
@@ -271,18 +272,19 @@ func (c *governedCall) waited(ctx context.Context, start time.Time, err error) *
 	}
 	waited := p.cfg.Now().Sub(start)
 	c.res.details.Queue += waited
-	l.ObserveWait(waited)
 	if err == nil {
-		return nil
+		return waited, nil
 	}
-	return p.waitError(ctx, err)
+	l.ObserveWait(waited, 0)
+	return waited, p.waitError(ctx, err)
 }
 
 // pace waits, holding the slot, until the provider's budget lets the
-// attempt go, instead of collecting a 429.
+// attempt go, instead of collecting a 429. queued is how long the attempt
+// waited for its slot: the lane's metrics take the whole wait.
 //
 //go:noinline
-func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
+func (c *governedCall) pace(ctx context.Context, queued time.Duration) (context.Context, *apiError) {
 	p, l := c.p, c.l
 	now := p.cfg.Now()
 	if c.granted.IsZero() {
@@ -298,32 +300,40 @@ func (c *governedCall) pace(ctx context.Context) (context.Context, *apiError) {
 		}
 		w, mark, err := l.ReserveTokens(c.cost, now)
 		if err != nil {
+			l.ObserveWait(queued, 0)
 			l.Queue().ReleaseTenant(c.o.tenant)
 			return ctx, &apiError{Status: fasthttp.StatusBadRequest, Code: CodeExceedsTokenBudget,
 				Message: "Governor: this call can never run within the provider's token budget (" + err.Error() + "); shorten the prompt or lower max_tokens"}
 		}
 		c.mark, delay = mark, max(delay, w)
 	}
-	if delay > 0 {
-		ctx = c.own(ctx)
-		l.Hold(now)
-		// The booking is a place in line: once the wait is over, the lane
-		// says whether a cut of its share (or a report) moved it back.
-		var waited time.Duration
-		for delay > 0 {
-			if err := sleepCtx(ctx, delay, nil); err != nil {
-				l.Unhold(p.cfg.Now())
-				l.Queue().ReleaseTenant(c.o.tenant)
-				return ctx, p.waitError(ctx, err)
-			}
-			waited += delay
-			// At least the time waited has passed since the booking,
-			// whatever a clock set for a test says.
-			delay = l.Behind(seq, c.mark, now, later(p.cfg.Now(), now.Add(waited)))
-		}
-		l.Unhold(p.cfg.Now())
-		c.res.details.Queue += waited
+	if delay <= 0 {
+		l.ObserveWait(queued, 0)
+		return ctx, nil
 	}
+	ctx = c.own(ctx)
+	l.Hold(now)
+	// The booking is a place in line: once the wait is over, the lane
+	// says whether a cut of its share (or a report) moved it back.
+	var waited time.Duration
+	for delay > 0 {
+		if err := sleepCtx(ctx, delay, nil); err != nil {
+			end := p.cfg.Now()
+			l.Unhold(end)
+			held := max(0, end.Sub(now))
+			c.res.details.Queue += held
+			l.ObserveWait(queued, held)
+			l.Queue().ReleaseTenant(c.o.tenant)
+			return ctx, p.waitError(ctx, err)
+		}
+		waited += delay
+		// At least the time waited has passed since the booking,
+		// whatever a clock set for a test says.
+		delay = l.Behind(seq, c.mark, now, later(p.cfg.Now(), now.Add(waited)))
+	}
+	l.Unhold(p.cfg.Now())
+	c.res.details.Queue += waited
+	l.ObserveWait(queued, waited)
 	return ctx, nil
 }
 
