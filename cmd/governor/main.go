@@ -1,5 +1,3 @@
-// Command governor is a sidecar proxy that governs how fast applications
-// call their LLM providers. Run `governor -h` for its configuration.
 package main
 
 import (
