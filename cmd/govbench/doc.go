@@ -1,6 +1,6 @@
 // Command govbench measures Governor as a user would meet it: real
 // processes on loopback, a load generator that never retries, and a
-// Markdown report with every figure the "Benchmarks" issue asks for.
+// Markdown report with every figure BENCHMARKS.md publishes.
 //
 // # Why real processes
 //

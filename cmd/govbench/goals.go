@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The goals of the "Benchmarks" issue, for the default preset. govbench
+// The goals the default preset is judged by (BENCHMARKS.md). govbench
 // reports them met or missed and never fails on them: the report, not the
 // exit status, carries a miss.
 
@@ -14,7 +14,7 @@ const (
 	goalGoodput       = 0.95
 	goalGoodputShared = 0.93
 	goalJain          = 0.95
-	// S4 with coordination over Redis (the "many sidecars" issue).
+	// S4 with coordination over Redis (replicas sharing one account).
 	goalGoodputCoord = 0.97
 	goalJainCoord    = 0.98
 	goal429Coord     = 1
