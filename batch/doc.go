@@ -33,7 +33,9 @@
 //     items finish and read back from there; after a restart on the same
 //     directory, unfinished jobs resume by themselves, and an item whose
 //     result was recorded is never sent again (one still in flight at
-//     the stop is).
+//     the stop is). A directory that refuses a result (a full disk)
+//     pauses the job, its status saying so, until it takes results
+//     again.
 //
 // The wire formats (JSON, OpenAI Batch JSONL, NDJSON progress, async jobs)
 // are described in API.md beside this file.

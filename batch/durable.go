@@ -74,15 +74,115 @@ func newDiskRows(j *journal.Job, e *execution) *diskRows {
 }
 
 func (d *diskRows) put(i int, r *Row) error {
-	meta, err := json.Marshal(metaOf(r, d.customIDs(i)))
-	if err == nil {
-		err = d.j.Put(i, meta, r.Body)
-	}
-	if err != nil {
+	if err := d.write(i, r); err != nil {
 		_ = d.fallback.put(i, r)
 		return fmt.Errorf("item %d kept in memory: %w", i, err)
 	}
 	return nil
+}
+
+// write records row i in the journal, with no fallback.
+func (d *diskRows) write(i int, r *Row) error {
+	meta, err := json.Marshal(metaOf(r, d.customIDs(i)))
+	if err != nil {
+		return err
+	}
+	return d.j.Put(i, meta, r.Body)
+}
+
+// Bounds of the wait between two tries to write a row the batch directory
+// refused.
+const (
+	storeRetryMin = 100 * time.Millisecond
+	storeRetryMax = 5 * time.Second
+)
+
+// store records row i of e. A row of a job kept in the batch directory
+// that the directory refuses for now (a full disk, a file size limit) is
+// not given up: the worker waits and tries again, with growing pauses up
+// to storeRetryMax, and the job's status says it is stalled. The job thus
+// pauses rather than stops: its other items in flight end and wait the
+// same way, no more start, and it goes on by itself once the directory
+// takes rows again (an expired or deleted job gave its room back, the
+// volume grew); at most a window of answers waits in memory meanwhile.
+//
+// store reports false when Governor starts shutting down during the wait:
+// the row is not recorded, and the item runs again after a restart. When
+// ctx ends otherwise (the job was cancelled), or the journal cannot be
+// written at all any more, the row is kept in memory as record does.
+func (s *Server) store(ctx context.Context, e *execution, i int, r Row) bool {
+	d, ok := e.rows.(*diskRows)
+	if !ok {
+		e.record(i, r)
+		return true
+	}
+	wait := storeRetryMin
+	waiting := false
+	defer func() {
+		if waiting {
+			s.unstall(e)
+		}
+	}()
+	for {
+		err := d.write(i, &r)
+		var we *journal.WriteError
+		switch {
+		case err == nil:
+			e.recorded(i, r)
+			return true
+		case !errors.As(err, &we):
+			e.record(i, r)
+			return true
+		case !waiting:
+			waiting = true
+			s.stall(e, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			wait = min(2*wait, storeRetryMax)
+		case <-s.paused:
+			t.Stop()
+			return false
+		case <-ctx.Done():
+			t.Stop()
+			if stopped(ctx) {
+				return false
+			}
+			e.record(i, r)
+			return true
+		}
+	}
+}
+
+// stall counts a row of e that waits for the batch directory; the first
+// one logs why.
+func (s *Server) stall(e *execution, err error) {
+	e.mu.Lock()
+	e.stalled++
+	first := e.stalled == 1
+	if first {
+		e.stallErr = err.Error()
+	}
+	e.mu.Unlock()
+	if first {
+		s.cfg.Logger.Error("batch job stalled: the batch directory does not take its results; it waits and goes on once they are written",
+			"batch", e.id, "err", err)
+	}
+}
+
+// unstall ends the wait of one row of e; the last one logs.
+func (s *Server) unstall(e *execution) {
+	e.mu.Lock()
+	e.stalled--
+	last := e.stalled == 0
+	if last {
+		e.stallErr = ""
+	}
+	e.mu.Unlock()
+	if last {
+		s.cfg.Logger.Info("batch job no longer stalled", "batch", e.id)
+	}
 }
 
 func (d *diskRows) reader() (rowReader, error) {

@@ -57,6 +57,10 @@ type JobStatus struct {
 	// ExpiresAt is when a finished job's results are forgotten.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Stopped   string     `json:"stopped,omitempty"`
+	// Stalled, while set, says why a running job does not progress: the
+	// batch directory does not take its results (a full disk). The job
+	// goes on by itself once it does.
+	Stalled string `json:"stalled,omitempty"`
 }
 
 func (j *job) finished() bool {
@@ -87,7 +91,7 @@ func (j *job) status(now time.Time, ttl time.Duration) JobStatus {
 	e := j.exec
 	sum := e.snapshotSummary(now)
 	e.mu.Lock()
-	started, finished := e.started, e.finished
+	started, finished, stallErr := e.started, e.finished, e.stallErr
 	e.mu.Unlock()
 	st := JobStatus{
 		ID:        e.id,
@@ -116,6 +120,9 @@ func (j *job) status(now time.Time, ttl time.Duration) JobStatus {
 		exp := finished.Add(ttl)
 		st.ExpiresAt = &exp
 	} else {
+		if stallErr != "" {
+			st.Stalled = "results cannot be written to the batch directory (" + stallErr + "): the job waits, and goes on by itself once they can"
+		}
 		st.Counts[string(StatusPending)] = sum.Total - sum.Completed - sum.CompletedWithRetries - sum.Failed - sum.DidNotRun
 	}
 	return st

@@ -52,6 +52,10 @@ type execution struct {
 	summary  Summary
 	started  time.Time
 	finished time.Time
+	// stalled counts the rows waiting for the batch directory to take
+	// them, and stallErr says why (see Server.store).
+	stalled  int
+	stallErr string
 }
 
 func newExecution(id string, b *Batch, creds map[string]string) *execution {
@@ -88,6 +92,11 @@ func (e *execution) record(i int, r Row) {
 	if err := e.rows.put(i, &r); err != nil && e.onStoreError != nil {
 		e.onStoreError(err)
 	}
+	e.recorded(i, r)
+}
+
+// recorded accounts for row i, stored.
+func (e *execution) recorded(i int, r Row) {
 	e.mu.Lock()
 	e.done[i] = true
 	e.summary.add(r.Status)
@@ -176,7 +185,9 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 				if e.resumable && !r.completed() && (stopped(ctx) || r.drained()) {
 					continue // not recorded: it runs again after a restart
 				}
-				e.record(i, r)
+				if !s.store(ctx, e, i, r) {
+					continue // not recorded: it runs again after a restart
+				}
 				if o.ExitOnError && r.Status == proxy.StatusFailed {
 					stop(errExitOnError)
 				}

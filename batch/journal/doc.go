@@ -7,8 +7,11 @@
 // file of checksummed records: Put returns once its record is on disk
 // (fsync, shared by the writers that arrive meanwhile), so a result Put has
 // returned for survives the process being killed at any instant, and a
-// crash mid-write leaves at most a cut record at the end. Cancel and Finish
-// append records of their own; Finish also removes the secret.
+// crash mid-write leaves at most a cut record at the end. A write the disk
+// refuses (full, or past a file size limit) is cut off again and reported
+// as a *WriteError: the journal stays whole, and the record can be put
+// again once there is room. Cancel and Finish append records of their
+// own; Finish also removes the secret.
 //
 // Load, after a restart, returns every job with its recorded results (meta
 // only) and never fails on damage: a journal that ends in a cut or

@@ -26,6 +26,14 @@ const maxItems = 1 << 24
 // ErrFinished reports a write to a job that has finished.
 var ErrFinished = errors.New("job finished")
 
+// WriteError reports a record that the disk did not take: a full disk, a
+// file size limit, a device that fails. The journal is left as it was
+// before the write, so the same record may be tried again later.
+type WriteError struct{ Err error }
+
+func (e *WriteError) Error() string { return e.Err.Error() }
+func (e *WriteError) Unwrap() error { return e.Err }
+
 // Job is one job's files. Its methods are safe for concurrent use.
 type Job struct {
 	id    string
@@ -72,7 +80,8 @@ func (j *Job) Input() ([]byte, error) {
 
 // Put records the result of item i: meta (small, read back without the
 // body) and body. It returns once the record is on disk. A result recorded
-// twice reads back as the later one.
+// twice reads back as the later one. An error that is a *WriteError (a
+// full disk) left the journal as it was: Put may be called again.
 func (j *Job) Put(i int, meta, body []byte) error {
 	if i < 0 || i >= j.total {
 		return fmt.Errorf("job %s: item %d out of range", j.id, i)
@@ -142,8 +151,9 @@ func (j *Job) writableLocked() error {
 }
 
 // writeLocked appends a frame of parts. A failed write is cut off again,
-// so that the journal stays a sequence of whole records; if even that
-// fails, the job is broken. It requires j.mu to be held.
+// so that the journal stays a sequence of whole records, and reported as a
+// *WriteError; if even that fails, the job is broken. It requires j.mu to
+// be held.
 func (j *Job) writeLocked(parts [][]byte) (int64, error) {
 	var n int64
 	for _, p := range parts {
@@ -157,8 +167,9 @@ func (j *Job) writeLocked(parts [][]byte) (int64, error) {
 		if _, err := j.f.Write(b); err != nil {
 			if terr := j.f.Truncate(j.size); terr != nil {
 				j.broken = fmt.Errorf("job %s: journal: a write failed (%v) and could not be undone: %w", j.id, err, terr)
+				return 0, err
 			}
-			return 0, err
+			return 0, &WriteError{Err: err}
 		}
 	}
 	return frameHeader + n, nil
@@ -179,7 +190,8 @@ func (j *Job) sync(end int64) error {
 		return fmt.Errorf("job %s: closed", j.id)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("job %s: journal sync: %w", j.id, err)
+		// Written again, the record reads back as the later copy.
+		return &WriteError{Err: fmt.Errorf("job %s: journal sync: %w", j.id, err)}
 	}
 	j.synced = size
 	return nil
