@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/llmgovernor/governor/lane"
-	"github.com/llmgovernor/governor/usage"
 )
 
 // Call is a governed call made by Governor itself rather than forwarded
@@ -56,7 +53,10 @@ type Result struct {
 	// Lane is the id of the lane the call went through, as
 	// GET /governor/lanes shows it; empty when it got none.
 	Lane string
-	Body []byte // the whole answer; a streamed answer is read to its end
+	// Body is the whole answer. A streamed answer is read to its end
+	// inside its attempt: one that the provider cut, or ended with an
+	// error event (an overload), is a failed attempt and is retried.
+	Body []byte
 	// Err is an error of Governor's own: no upstream answer to return.
 	Err     *Error
 	Details Details
@@ -128,7 +128,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	up, path := p.router.resolve(in.URI().Path())
 
 	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout, tenant: c.Tenant,
-		maxResponse: int64(c.MaxResponseBytes)}
+		maxResponse: int64(c.MaxResponseBytes), wholeStreams: true}
 	if opts.maxResponse <= 0 {
 		opts.maxResponse = int64(p.cfg.MaxResponseBytes)
 	}
@@ -169,41 +169,6 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	defer res.release()
 	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()),
 		RequestID: requestID(&resp.Header), Lane: l.ID(), Details: res.details}
-	if resp.BodyStream() != nil {
-		// The provider may still be generating: ctx ending cuts the read
-		// as it would have cut the attempt.
-		err := wc.resume(resp)
-		if err == nil {
-			if conn := connOf(resp); conn != nil {
-				_ = conn.SetReadDeadline(time.Now().Add(p.cfg.StreamIdleTimeout))
-			}
-			err = bufferBody(resp, opts.maxResponse)
-		}
-		if err == nil && streamCountsTokens(resp) {
-			if t, ok := usage.Parse(resp.Body()); ok {
-				l.CountTokens(t)
-				res.usage.observe(l, t, p.cfg.Now())
-			}
-			// As for a stream passed on (see respond): an overload
-			// error that ended it is told to the lane, slot still held.
-			var w overloadWatch
-			if w.write(resp.Body()); w.seen && res.lane != nil {
-				now := p.cfg.Now()
-				res.lane.ObserveStreamOverload(now.Sub(res.sent), res.granted, now)
-			}
-		}
-		cut := wc.land()
-		if err != nil {
-			e, why := upstreamError(up, err), truncate(err.Error(), 200)
-			if cut { // ctx ended: say why, as for a wait
-				cause := context.Cause(ctx)
-				e, why = *p.waitError(ctx, cause), attemptError(lane.ClientGone, 0, nil, cause, 0)
-			}
-			out.Details.Status = StatusFailed
-			out.Details.Errors = append(out.Details.Errors, "body: "+why)
-			return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: out.Details, Lane: l.ID()}
-		}
-	}
 	// The answer's buffer becomes the result's: the body is not copied.
 	out.Body = resp.SwapBody(nil)
 	return out

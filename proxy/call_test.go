@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"strings"
+	"net/http/httptest"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -58,12 +59,27 @@ func TestCallCancelledInFlightCutsTheAttempt(t *testing.T) {
 			name: "stream being read",
 			start: func(t *testing.T, set *metrics.Set) (string, string, map[string]string, func() bool, func() bool) {
 				gone := make(chan struct{}, 1)
-				up := sseUpstream(t, 2, make(chan struct{}), gone) // never sends event 1
+				began := make(chan struct{})
+				up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					_, _ = io.WriteString(w, "data: event 0\n\n")
+					w.(http.Flusher).Flush()
+					close(began)
+					<-r.Context().Done() // never sends event 1
+					gone <- struct{}{}
+				}))
 				t.Cleanup(up.Close)
 				return up.URL, `{"model":"gpt-test","stream":true}`, nil,
-					// The attempt is over once its headers came: Do reads
-					// the body.
-					func() bool { return strings.Contains(promText(set), `outcome="answered"} 1`+"\n") },
+					// The stream has begun: Do reads it inside the
+					// attempt.
+					func() bool {
+						select {
+						case <-began:
+							return true
+						default:
+							return false
+						}
+					},
 					func() bool {
 						select {
 						case <-gone:
@@ -73,8 +89,8 @@ func TestCallCancelledInFlightCutsTheAttempt(t *testing.T) {
 						}
 					}
 			},
-			cutError:   "body: cut: " + errStopped.Error(),
-			cutOutcome: "answered",
+			cutError:   "cut: " + errStopped.Error(),
+			cutOutcome: "client_gone",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

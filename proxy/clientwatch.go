@@ -331,14 +331,6 @@ func (wc *watchedClient) takeOff() error {
 	return nil
 }
 
-// resume puts the attempt that landed with resp back in flight while its
-// streamed body is read: the client leaving cuts the read as it would have
-// cut the attempt, and a client gone already fails it. End it with land.
-func (wc *watchedClient) resume(resp *fasthttp.Response) error {
-	wc.resp = resp
-	return wc.takeOff()
-}
-
 // land ends the attempt in flight and reports whether it was cut because the
 // client left. Its upstream connection, which may already serve another call
 // by now, is no longer cut.

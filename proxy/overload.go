@@ -3,24 +3,42 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 // overloadWatch reads the server-sent events of a streamed answer as they
-// pass and notes whether the provider ended it with an overload error:
-// Anthropic, once overloaded, may end a stream it began with a 200 by an
-// event
+// pass and notes how the provider ended it. A provider that fails once a
+// stream has begun with a 200 can no longer say so with a status: it ends
+// the stream with an error event instead. Anthropic, once overloaded,
+// sends
 //
 //	event: error
 //	data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}
 //
-// which says what a 529 before the answer would have said. It keeps at most
-// maxEventLine bytes of the line being read: longer lines are content, never
-// such an error, so its memory does not grow with the stream.
+// which says what a 529 before the answer would have said; OpenAI sends an
+// unnamed event holding only an error object, then [DONE]:
+//
+//	data: {"error":{"message":"…","type":"server_error","param":null,"code":null}}
+//
+// A stream that the watch knows by its first event (Anthropic's
+// message_start, an OpenAI chat.completion.chunk) and that stops before its
+// last (message_stop, [DONE]) was cut, however cleanly its bytes ended.
+//
+// It keeps at most maxEventLine bytes of the line being read: longer lines
+// are content, never such an error, so its memory does not grow with the
+// stream.
 type overloadWatch struct {
 	line     []byte // the start of the line being read, up to maxEventLine
 	long     bool   // that line is longer than maxEventLine
 	errEvent bool   // the event being read is named "error"
 	seen     bool   // an overload error has passed
+	// errType is the type of the first error event that passed
+	// ("overloaded_error", "server_error"), empty if none did.
+	errType string
+	// known says the stream began as one whose last event the watch
+	// knows; ended says that event has passed.
+	known, ended bool
 }
 
 // maxEventLine bounds the line an error event's data may take.
@@ -58,6 +76,13 @@ func (w *overloadWatch) keep(part []byte) {
 	w.line = append(w.line, part...)
 }
 
+// Markers of the streams whose last event the watch knows.
+var (
+	lineEnd         = []byte{'\n'}
+	chatChunkMarker = []byte(`"chat.completion.chunk"`)
+	doneMarker      = []byte("[DONE]")
+)
+
 // readLine reads one line of the stream, without its line feed.
 func (w *overloadWatch) readLine(line []byte) {
 	line = bytes.TrimSuffix(line, []byte{'\r'})
@@ -72,24 +97,60 @@ func (w *overloadWatch) readLine(line []byte) {
 	value = bytes.TrimPrefix(value, []byte{' '})
 	switch string(name) {
 	case "event":
-		w.errEvent = string(value) == "error"
+		switch string(value) {
+		case "error":
+			w.errEvent = true
+		case "message_start":
+			w.known = true
+		case "message_stop":
+			w.ended = true
+		}
 	case "data":
+		switch {
+		case bytes.Equal(value, doneMarker):
+			w.ended = true
+		case !w.known && bytes.Contains(value, chatChunkMarker):
+			w.known = true
+		}
 		// An unescaped "error" is a JSON key or value, never text of
 		// the answer (whose quotes are escaped): only such lines are
 		// parsed.
-		if (w.errEvent || bytes.Contains(value, []byte(`"error"`))) && isOverloadEvent(value) {
-			w.seen = true
+		if w.errType == "" && (w.errEvent || bytes.Contains(value, []byte(`"error"`))) {
+			if t, ok := errorEventType(value); ok {
+				w.errType = truncate(t, 64)
+				w.seen = t == "overloaded_error"
+			}
 		}
 	}
 }
 
-// isOverloadEvent reports whether data is the JSON of an overload error
-// event.
-func isOverloadEvent(data []byte) bool {
+// errorEventType returns the type of the error that an event's data
+// holds, if it is an error event: Anthropic's {"type":"error","error":{…}}
+// or OpenAI's {"error":{…}}.
+func errorEventType(data []byte) (string, bool) {
 	var ev struct {
-		Error struct {
+		Error *struct {
 			Type string `json:"type"`
 		} `json:"error"`
 	}
-	return json.Unmarshal(data, &ev) == nil && ev.Error.Type == "overloaded_error"
+	if json.Unmarshal(data, &ev) != nil || ev.Error == nil {
+		return "", false
+	}
+	return ev.Error.Type, true
+}
+
+// outcome is what a stream read whole came to, as an attempt: RateLimited
+// when an overload ended it, ServerError when another error of the
+// provider's did, ConnError when it stopped before its last event, else
+// Answered; why says it in the attempt's errors.
+func (w *overloadWatch) outcome() (o lane.Outcome, why string) {
+	switch {
+	case w.seen:
+		return lane.RateLimited, "stream ended by " + w.errType
+	case w.errType == "api_error" || w.errType == "server_error":
+		return lane.ServerError, "stream ended by " + w.errType
+	case w.known && !w.ended:
+		return lane.ConnError, "stream cut before its last event"
+	}
+	return lane.Answered, ""
 }

@@ -2,15 +2,20 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/mockllm"
 )
 
 // anthropicOverloadEvent is the event Anthropic ends a stream with when it
@@ -98,9 +103,52 @@ func TestStreamOverloadLowersTheLimit(t *testing.T) {
 	}
 }
 
-// A streamed answer that Do reads whole (a batch item's) tells the lane of
-// an overload error that ended it, as a stream passed on does.
-func TestStreamReadWholeOverloadLowersTheLimit(t *testing.T) {
+// A streamed answer that Do reads whole (a batch item's) is read inside
+// its attempt: a stream the provider ended with an error event (Anthropic's
+// overloaded_error, OpenAI's server_error) is a failed attempt, retried
+// within the call's budget and listed in its errors, and the controller
+// hears an overload once, as a 529.
+func TestCallStreamEndedByAnErrorIsRetried(t *testing.T) {
+	checkLeaks(t)
+	for _, tc := range []struct {
+		path, body, wantErr, wantEnd, outcome string
+		decreases                             int
+	}{
+		{"/v1/messages", `{"model":"claude-test","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"200 stream ended by overloaded_error", "event: message_stop", "rate_limited", 1},
+		{"/v1/chat/completions", `{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"200 stream ended by server_error", `"finish_reason":"stop"`, "server_error", 0},
+	} {
+		mock, url := startMock(t, mockllm.Config{})
+		set := newSet()
+		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, url), Metrics: set}))
+		id := "overloaded" + tc.path
+		res := p.Do(context.Background(), &Call{Path: tc.path, Body: []byte(tc.body), MaxRetries: 3,
+			Header: map[string]string{mockllm.HeaderFault: "overload-mid-stream,ok", mockllm.HeaderRequestID: id}})
+		require.Nil(t, res.Err, tc.path)
+		assert.Equal(t, http.StatusOK, res.StatusCode, tc.path)
+		assert.Equal(t, StatusCompletedWithRetries, res.Details.Status, tc.path)
+		assert.Equal(t, 2, res.Details.Attempts, tc.path)
+		assert.Equal(t, []string{tc.wantErr}, res.Details.Errors, tc.path)
+		assert.Contains(t, string(res.Body), tc.wantEnd, "%s: the answer is the whole stream of the retry", tc.path)
+		assert.NotContains(t, string(res.Body), `"error"`, tc.path)
+		assert.EqualValues(t, 2, mock.Stats().ByRequestID[id], "%s: the provider saw each attempt once", tc.path)
+
+		l := lanesOf(t, client(t), base)
+		require.Len(t, l, 1)
+		assert.Zero(t, l[0].InFlight, tc.path)
+		assert.EqualValues(t, tc.decreases, l[0].Decreases+l[0].Collapses, "%s: an overload lowers the limit", tc.path)
+		prom := promText(set)
+		for outcome, want := range map[string]int{"answered": 1, tc.outcome: 1} {
+			assert.Contains(t, prom, fmt.Sprintf("governor_attempts_total{lane=%q,outcome=%q} %d\n", l[0].ID, outcome, want), tc.path)
+		}
+	}
+}
+
+// A Call whose stream ends in an error on every attempt spends its budget
+// and comes back FAILED with the provider's last answer, as a call answered
+// 529 every time does.
+func TestCallStreamAlwaysOverloadedSpendsItsBudget(t *testing.T) {
 	checkLeaks(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -110,12 +158,84 @@ func TestStreamReadWholeOverloadLowersTheLimit(t *testing.T) {
 	}))
 	defer up.Close()
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
-	res := p.Do(context.Background(), &Call{Path: "/v1/messages", Body: []byte(`{"model":"claude-test","stream":true}`)})
+	res := p.Do(context.Background(), &Call{Path: "/v1/messages", Body: []byte(`{"model":"claude-test","stream":true}`), MaxRetries: 2})
 	require.Nil(t, res.Err)
 	assert.Equal(t, http.StatusOK, res.StatusCode)
-	assert.Contains(t, string(res.Body), "overloaded_error", "the answer is kept as sent")
+	assert.Equal(t, StatusFailed, res.Details.Status)
+	assert.Equal(t, 3, res.Details.Attempts, "the first attempt and 2 retries")
+	assert.Equal(t, []string{"200 stream ended by overloaded_error", "200 stream ended by overloaded_error", "200 stream ended by overloaded_error"}, res.Details.Errors)
+	assert.Contains(t, string(res.Body), "overloaded_error", "the provider's last answer, as sent")
 	l := lanesOf(t, client(t), base)
 	require.Len(t, l, 1)
-	assert.EqualValues(t, 1, l[0].Decreases+l[0].Collapses, "the overload lowered the limit")
+	assert.Zero(t, l[0].InFlight)
+	assert.NotZero(t, l[0].Decreases+l[0].Collapses, "the overloads lowered the limit")
 	assert.Equal(t, "rate_limited", l[0].LastDecreaseReason)
+}
+
+// A stream that Do reads whole and that stops before its last event
+// (Anthropic's message_stop, OpenAI's [DONE]), however cleanly its bytes
+// end, was cut: the attempt is retried as a connection error. A stream of
+// a shape the watch does not know ends where its bytes end.
+func TestCallStreamCutBeforeItsLastEventIsRetried(t *testing.T) {
+	checkLeaks(t)
+	for _, tc := range []struct {
+		name, whole, cut string
+		retried          bool
+	}{
+		{"anthropic", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+			"event: message_start\ndata: {\"type\":\"message_start\"}\n\n", true},
+		{"openai", "data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\ndata: [DONE]\n\n",
+			"data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\n", true},
+		{"unknown shape", "data: one\n\n", "data: one\n\n", false},
+	} {
+		var n atomic.Int32
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			if n.Add(1) == 1 {
+				_, _ = io.WriteString(w, tc.cut) // a clean end of the bytes: the last chunk
+				return
+			}
+			_, _ = io.WriteString(w, tc.whole)
+		}))
+		p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+		res := p.Do(context.Background(), &Call{Path: "/v1/messages", Body: []byte(`{"stream":true}`), MaxRetries: 3})
+		require.Nil(t, res.Err, tc.name)
+		if !tc.retried {
+			assert.Equal(t, StatusCompleted, res.Details.Status, tc.name)
+			assert.Equal(t, tc.cut, string(res.Body), tc.name)
+			up.Close()
+			continue
+		}
+		assert.Equal(t, StatusCompletedWithRetries, res.Details.Status, tc.name)
+		assert.Equal(t, []string{"200 stream cut before its last event"}, res.Details.Errors, tc.name)
+		assert.Equal(t, tc.whole, string(res.Body), tc.name)
+		up.Close()
+	}
+}
+
+// A stream that Do reads whole is limited on each silence, not on the
+// whole: one longer than GOVERNOR_STREAM_IDLE_TIMEOUT but never idle that
+// long completes.
+func TestCallStreamLongerThanTheIdleTimeoutCompletes(t *testing.T) {
+	checkLeaks(t)
+	const events = 12
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range events {
+			_, _ = io.WriteString(w, "data: {\"object\":\"chat.completion.chunk\",\"n\":"+strconv.Itoa(i)+"}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(50 * time.Millisecond) // the trickle itself
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer up.Close()
+	// The stream takes 600 ms, the idle timeout is 400 ms, each gap 50 ms.
+	p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: 400 * time.Millisecond}))
+	res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"stream":true}`), MaxRetries: 0})
+	require.Nil(t, res.Err, "%+v", res.Err)
+	assert.Equal(t, StatusCompleted, res.Details.Status, "%v", res.Details.Errors)
+	assert.Equal(t, events+1, strings.Count(string(res.Body), "data: "), "the whole stream")
 }

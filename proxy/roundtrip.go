@@ -28,6 +28,11 @@ type callOptions struct {
 	// takes its bytes from; one that does not fit is passed on as a
 	// stream instead (see bufferAnswer).
 	answers *bodyBudget
+	// wholeStreams reads a streamed success whole inside its attempt too,
+	// for a caller that takes the answer whole (a Call of Do): a stream
+	// the provider cut, or ended with an error event, is then a failed
+	// attempt, retried, as a cut JSON answer is (see overloadWatch).
+	wholeStreams bool
 	// client is the caller's connection, watched during the call so that
 	// a caller who leaves takes the call out of the queue and cuts its
 	// attempt in flight; nil for calls with no connection of their own
@@ -356,14 +361,17 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if err != nil {
 		err = scrubHeadError(err)
 		oc = classifyErr(err)
-	} else if needsBuffering(resp) {
+	} else if needsBuffering(resp) || o.wholeStreams {
 		// Read the body inside the attempt: a body cut short is a
 		// connection error to retry, and a 429's body says whether it
 		// is final.
-		if o.answers != nil && resp.StatusCode() < 400 {
+		switch {
+		case o.answers != nil && resp.StatusCode() < 400:
 			c.res.held, c.res.partial, c.res.spilled, err = bufferAnswer(resp, o.maxResponse, o.answers)
-		} else {
+		case needsBuffering(resp):
 			err = bufferBody(resp, o.maxResponse)
+		default:
+			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout)
 		}
 		if err != nil {
 			oc = classifyErr(err)
@@ -374,6 +382,15 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	if err == nil {
 		oc = classifyStatus(resp.StatusCode(), bufferedBody(resp))
+	}
+	// served is what the answer's status says; oc, for a stream read
+	// whole, what its events add (an error that ended it, a cut).
+	served, streamWhy := oc, ""
+	if err == nil && oc == lane.Answered && o.wholeStreams && streamCountsTokens(resp) && resp.BodyStream() == nil {
+		var w overloadWatch
+		w.write(resp.Body())
+		w.write(lineEnd) // the last line, if the stream did not end it
+		oc, streamWhy = w.outcome()
 	}
 	now := p.cfg.Now()
 	latency := now.Sub(start)
@@ -398,7 +415,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	emptyBudget := false // a 429 of an empty request budget
 	if err == nil {
-		emptyBudget = c.observeBudgets(resp, oc, start, now)
+		// A stream ended by an error was served all the same: the
+		// provider spent its budget on it.
+		emptyBudget = c.observeBudgets(resp, served, start, now)
 		s := resp.StatusCode()
 		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
@@ -446,7 +465,11 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 
 	// A failed attempt.
-	d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
+	if streamWhy != "" {
+		d.Errors = append(d.Errors, strconv.Itoa(resp.StatusCode())+" "+streamWhy)
+	} else {
+		d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
+	}
 	if c.retry == nil {
 		c.retry = new(retrying)
 	}
@@ -461,7 +484,13 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if oc == lane.RateLimited {
 		r.freed = l.NextSuccess()
 	}
-	spent := r.budget.fail(l, at, oc, now, p.cfg.QueueTimeout, o.maxRetries)
+	charged := oc
+	if streamWhy != "" {
+		// Served, then given up on: not a call that lost the race for
+		// a slot (see retryBudget), so it costs a retry.
+		charged = lane.ServerError
+	}
+	spent := r.budget.fail(l, at, charged, now, p.cfg.QueueTimeout, o.maxRetries)
 	l.Done(at)
 	l.Queue().ReleaseTenant(c.o.tenant)
 	if err != nil {

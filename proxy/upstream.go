@@ -147,12 +147,22 @@ type trackedConn struct {
 	// peeker.
 	used   bool
 	peeker *peeker
+
+	// idle, while a stream is read whole (see bufferStream), moves the
+	// read deadline that far ahead before each read. Only the goroutine
+	// that reads the connection sets and reads it.
+	idle time.Duration
 }
 
 // Read reads from the connection, first letting a stream in progress pass
 // on what it holds: the read may block. A read of an attempt that was cut
 // fails.
 func (c *trackedConn) Read(p []byte) (int, error) {
+	if c.idle > 0 {
+		// Before the check below: a cut that comes after it sets its
+		// own deadline after this one.
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
 	if c.severed.Load() {
 		// The cut may have come before fasthttp set the deadline for
 		// the answer, which replaced the cut's.
@@ -313,6 +323,17 @@ var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // errResponseTooLarge reports an upstream answer larger than Governor buffers.
 var errResponseTooLarge = errors.New("upstream response too large")
+
+// bufferStream reads a streamed answer whole, as bufferBody does, under a
+// limit on each silence of the upstream (idle; none when not positive)
+// rather than on the whole: the attempt's deadline covered its head only.
+func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration) error {
+	if c := connOf(resp); c != nil && idle > 0 {
+		c.idle = idle
+		defer func() { c.idle = 0 }()
+	}
+	return bufferBody(resp, limit)
+}
 
 // bufferBody reads a streamed response body of at most limit bytes into the
 // response and closes the stream, so the connection goes back to the pool.

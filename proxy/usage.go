@@ -12,12 +12,15 @@ import (
 	"github.com/llmgovernor/governor/usage"
 )
 
-// answerUsage returns the usage that a successful JSON answer read whole
-// reports, and whether it reports any. A streamed answer is read as it
-// passes instead (see streamBody). An answer compressed with gzip or
-// deflate is read decompressed, up to limit bytes; other encodings are not
-// read.
+// answerUsage returns the usage that a successful answer read whole
+// reports, and whether it reports any: a JSON answer, or an event stream
+// read whole (a Call's). A stream passed on is read as it passes instead
+// (see streamBody). A JSON answer compressed with gzip or deflate is read
+// decompressed, up to limit bytes; other encodings are not read.
 func answerUsage(resp *fasthttp.Response, limit int) (usage.Tokens, bool) {
+	if streamCountsTokens(resp) && resp.BodyStream() == nil {
+		return usage.Parse(resp.Body())
+	}
 	if resp.StatusCode() >= 300 || !mediaTypeIs(resp.Header.ContentType(), "application/json") {
 		return usage.Tokens{}, false
 	}
