@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -15,14 +18,23 @@ import (
 // against Config.MaxBufferedBytes. Safe for concurrent use.
 //
 // A request that announces its body with Content-Length reserves its bytes
-// when its head arrives, before its body is read (see headerReceived), so
-// that many clients sending large bodies at once cannot make Governor read
-// them all: one that would not fit is refused then. Its handler then holds
-// the reservation as its body's bytes; a request that fails before its
+// when its head arrives, before its body is read (see headerReceived): its
+// reader allocates the announced length at once, so that many clients
+// sending large bodies at once cannot make Governor read them all: one
+// that would not fit is refused then. Its handler then holds the
+// reservation as its body's bytes; a request that fails before its
 // handler (a cut body, a read timeout) gives the reservation back in
 // serverError, and one that ends in neither way is given back at its
 // deadline, when reading it can no longer go on. A body of unknown length
 // (chunked) takes its bytes when its handler starts, or is refused then.
+//
+// A reservation is kept only by a body that arrives at the pace that ends
+// it by its deadline (the read timeout), give or take paceSlack: when a
+// request would not fit, bodies behind that pace give their room up, the
+// furthest behind first, and their connections are cut (see evictLocked).
+// So clients that announce large bodies and send them slowly, or not at
+// all, cannot hold the budget for the read timeout: holding it takes
+// sending the bytes, much as if the budget counted bytes received.
 type bodyBudget struct {
 	max  int64
 	held atomic.Int64 // bytes held and reserved
@@ -34,7 +46,25 @@ type bodyBudget struct {
 // reservation is the room a request's head reserved for its body.
 type reservation struct {
 	n        int64
+	start    time.Time // when its head arrived
 	deadline time.Time // its body has been read, or failed, by then
+
+	// conn is the connection the body arrives on, nil if it cannot be
+	// followed; the body's bytes received so far are conn.received - base.
+	conn *clientConn
+	base int64
+}
+
+// behind returns how many bytes r's body is behind the pace that ends it
+// by its deadline, at now: 0 or less when it is on pace, or when its
+// connection cannot be followed.
+func (r reservation) behind(now time.Time) int64 {
+	span := r.deadline.Sub(r.start)
+	if r.conn == nil || span <= 0 {
+		return 0
+	}
+	due := int64(float64(r.n) * min(float64(now.Sub(r.start))/float64(span), 1))
+	return due - (r.conn.received.Load() - r.base)
 }
 
 // take takes n bytes and reports true, or takes none and reports false
@@ -51,10 +81,12 @@ func (b *bodyBudget) take(n int64) bool {
 func (b *bodyBudget) give(n int64) { b.held.Add(-n) }
 
 // reserve reserves n bytes for the body of the request whose head is h,
-// to be read before deadline, and reports whether they fit. A reservation
-// left on h by an earlier request of its connection, and reservations past
-// their deadline at now, are given back first.
-func (b *bodyBudget) reserve(h *fasthttp.RequestHeader, n int64, now, deadline time.Time) bool {
+// arriving on conn (nil if unknown) from received byte base, to be read
+// by deadline, and reports whether they fit. A reservation left on h by
+// an earlier request of its connection, reservations past their deadline
+// at now and, if that is not enough, bodies behind their pace are given
+// back first.
+func (b *bodyBudget) reserve(h *fasthttp.RequestHeader, n int64, conn *clientConn, base int64, now, deadline time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cancelLocked(h)
@@ -65,15 +97,63 @@ func (b *bodyBudget) reserve(h *fasthttp.RequestHeader, n int64, now, deadline t
 				b.give(r.n)
 			}
 		}
-		if !b.take(n) {
+		if !b.take(n) && !b.evictLocked(n, now) {
 			return false
 		}
 	}
 	if b.reserved == nil {
 		b.reserved = make(map[*fasthttp.RequestHeader]reservation)
 	}
-	b.reserved[h] = reservation{n: n, deadline: deadline}
+	b.reserved[h] = reservation{n: n, start: now, deadline: deadline, conn: conn, base: base}
 	return true
+}
+
+// paceSlack is how far behind its pace a body may fall and keep its room:
+// a body's first bytes may take longer (a TCP connection's slow start, a
+// client that writes its head and body apart), and a body no larger may
+// take the whole read timeout. So holding the budget by sending nothing
+// takes a connection per paceSlack bytes held (4,096 for 256 MiB), and
+// MaxConnections bounds those.
+const paceSlack = 64 << 10
+
+// evictLocked takes n bytes by giving back the reservations of bodies more
+// than paceSlack behind their pace at now, the furthest behind first, and cutting their
+// connections; it evicts none and reports false if those would not make
+// room enough. It requires b.mu to be held.
+//
+// A cut connection's read fails at once, so fasthttp drops the body it
+// was reading and the request ends in serverError, which finds no
+// reservation to give back. If the body ended just before the cut, its
+// handler finds none to claim and takes its bytes anew, or refuses the
+// call.
+func (b *bodyBudget) evictLocked(n int64, now time.Time) bool {
+	type late struct {
+		h      *fasthttp.RequestHeader
+		behind int64
+	}
+	var lates []late
+	var room int64
+	for h, r := range b.reserved {
+		if d := r.behind(now); d > paceSlack {
+			lates = append(lates, late{h, d})
+			room += r.n
+		}
+	}
+	if b.max-b.held.Load()+room < n {
+		return false
+	}
+	slices.SortFunc(lates, func(x, y late) int { return cmp.Compare(y.behind, x.behind) })
+	for _, l := range lates {
+		r := b.reserved[l.h]
+		delete(b.reserved, l.h)
+		b.give(r.n)
+		r.conn.tooSlow.Store(true)
+		_ = r.conn.TCPConn.SetReadDeadline(time.Unix(1, 0))
+		if b.take(n) {
+			return true
+		}
+	}
+	return false
 }
 
 // claim ends the reservation of the request whose head is h and returns
@@ -132,11 +212,37 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 		p.budget.cancel(h)
 		return fasthttp.RequestConfig{}
 	}
+	conn, _ := requestCtxOf(h).Conn().(*clientConn)
+	var base int64
+	if conn != nil {
+		// The body's first bytes may have come in the reads of its head.
+		base = conn.requestStart + headLen(h)
+	}
 	now := p.cfg.Now()
-	if !p.budget.reserve(h, int64(n), now, now.Add(p.cfg.ReadTimeout)) {
+	if !p.budget.reserve(h, int64(n), conn, base, now, now.Add(p.cfg.ReadTimeout)) {
 		return fasthttp.RequestConfig{MaxRequestBodySize: 1}
 	}
 	return fasthttp.RequestConfig{}
+}
+
+// requestCtxOf returns the RequestCtx whose request head h is.
+//
+// fasthttp's Server calls HeaderReceived with &ctx.Request.Header of the
+// RequestCtx that serves the connection, and with nothing else: this is
+// the way from the hook to the connection whose body it reserves room
+// for. TestRequestCtxOfHeader checks it against the fasthttp in go.mod.
+// Only headerReceived may call it.
+func requestCtxOf(h *fasthttp.RequestHeader) *fasthttp.RequestCtx {
+	return (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(requestHeaderOffset)))
+}
+
+// requestHeaderOffset is the offset of ctx.Request.Header in a RequestCtx.
+const requestHeaderOffset = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offsetof(fasthttp.Request{}.Header)
+
+// headLen returns how many bytes the request head h took on the wire:
+// its request line and its header lines, the empty line included.
+func headLen(h *fasthttp.RequestHeader) int64 {
+	return int64(len(h.Method()) + len(h.RequestURI()) + len(h.Protocol()) + len("  \r\n") + len(h.RawHeaders()))
 }
 
 // buffersFull is the error of a call refused for want of room in the

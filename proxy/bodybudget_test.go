@@ -154,12 +154,12 @@ func TestBodyReservationsEnd(t *testing.T) {
 	b := bodyBudget{max: 1000}
 	var h1, h2 fasthttp.RequestHeader
 	t0 := time.Unix(1000, 0)
-	require.True(t, b.reserve(&h1, 600, t0, t0.Add(time.Minute)))
-	assert.False(t, b.reserve(&h2, 600, t0.Add(time.Minute), t0.Add(2*time.Minute)), "h1's body may still be on its way")
-	assert.True(t, b.reserve(&h2, 600, t0.Add(time.Minute+1), t0.Add(2*time.Minute)), "h1's deadline has passed")
+	require.True(t, b.reserve(&h1, 600, nil, 0, t0, t0.Add(time.Minute)))
+	assert.False(t, b.reserve(&h2, 600, nil, 0, t0.Add(time.Minute), t0.Add(2*time.Minute)), "h1's body may still be on its way")
+	assert.True(t, b.reserve(&h2, 600, nil, 0, t0.Add(time.Minute+1), t0.Add(2*time.Minute)), "h1's deadline has passed")
 	assert.EqualValues(t, 600, b.held.Load())
 
-	assert.True(t, b.reserve(&h2, 700, t0, t0.Add(time.Minute)), "the next request of h2's connection replaces its reservation")
+	assert.True(t, b.reserve(&h2, 700, nil, 0, t0, t0.Add(time.Minute)), "the next request of h2's connection replaces its reservation")
 	assert.EqualValues(t, 700, b.held.Load())
 	assert.EqualValues(t, 700, b.claim(&h2))
 	assert.EqualValues(t, 0, b.claim(&h2), "claimed once")
@@ -167,10 +167,56 @@ func TestBodyReservationsEnd(t *testing.T) {
 	assert.EqualValues(t, 700, b.held.Load(), "held by the handler now")
 	b.give(700)
 
-	require.True(t, b.reserve(&h1, 100, t0, t0.Add(time.Minute)))
+	require.True(t, b.reserve(&h1, 100, nil, 0, t0, t0.Add(time.Minute)))
 	b.cancel(&h1)
 	assert.EqualValues(t, 0, b.held.Load())
 	assert.False(t, b.hold(0, 1001), "a chunked body over the budget")
 	assert.True(t, b.hold(0, 1000))
 	assert.EqualValues(t, 1000, b.held.Load())
+}
+
+// headerReceived reaches the connection of the request whose head it is
+// given (see requestCtxOf), on keep-alive connections too.
+func TestRequestCtxOfHeader(t *testing.T) {
+	checkLeaks(t)
+	type seen struct{ hook, handler net.Conn }
+	got := make(chan seen, 4)
+	var hook net.Conn
+	srv := &fasthttp.Server{
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			hook = requestCtxOf(h).Conn()
+			return fasthttp.RequestConfig{}
+		},
+		Handler:           func(ctx *fasthttp.RequestCtx) { got <- seen{hook, ctx.Conn()} },
+		ReduceMemoryUsage: true,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	for range 2 {
+		_, err = io.WriteString(c, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+		require.NoError(t, err)
+		s := <-got
+		require.NotNil(t, s.handler)
+		assert.Same(t, s.handler, s.hook)
+		_, _ = readResponse(t, c)
+	}
+	require.NoError(t, c.Close())
+	require.NoError(t, srv.Shutdown())
+	require.NoError(t, <-done)
+}
+
+// headLen counts the bytes of a head as sent.
+func TestHeadLen(t *testing.T) {
+	for _, head := range []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n",
+		"POST /a?b=c%20d HTTP/1.0\r\nHost:x\r\nX-Long:  " + strings.Repeat("v", 300) + "\r\nContent-Length: 2\r\n\r\n",
+	} {
+		var h fasthttp.RequestHeader
+		require.NoError(t, h.Read(bufio.NewReader(strings.NewReader(head+"hi"))))
+		assert.EqualValues(t, len(head), headLen(&h), head)
+	}
 }

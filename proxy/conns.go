@@ -53,6 +53,12 @@ func (t *connTracker) state(c net.Conn, st fasthttp.ConnState) {
 		t.mu.Lock()
 		t.conns[c] = info
 		t.mu.Unlock()
+	case fasthttp.StateActive:
+		// The first bytes of a request have been read; its head follows.
+		if cc, ok := c.(*clientConn); ok {
+			cc.requestStart = cc.received.Load()
+			cc.tooSlow.Store(false)
+		}
 	case fasthttp.StateIdle:
 		if info := t.info(c); info != nil {
 			info.busy.Store(false)

@@ -225,6 +225,16 @@ type clientConn struct {
 	// that serves the connection sets write deadlines.
 	writeDeadline time.Time
 
+	// received counts the bytes Read has handed to fasthttp, so that the
+	// budget can tell how far a request's body has come (see
+	// bodyBudget.reserve); requestStart is its value when the current
+	// request began (see connTracker.state), set and read only by the
+	// goroutine that serves the connection. tooSlow is set when the body
+	// being read gave its room up for arriving too slowly.
+	received     atomic.Int64
+	requestStart int64
+	tooSlow      atomic.Bool
+
 	// ahead holds the bytes read ahead of fasthttp's reader (see Read);
 	// nil when there are none. It and the fields below are used only by
 	// the goroutine that serves the connection.

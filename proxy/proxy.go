@@ -437,8 +437,11 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest,
-			Message: "timed out reading the request"})
+		msg := "timed out reading the request"
+		if c, ok := ctx.Conn().(*clientConn); ok && c.tooSlow.Load() {
+			msg = fmt.Sprintf("request body arriving too slowly to end within %s, while other calls needed its room", p.cfg.ReadTimeout)
+		}
+		reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest, Message: msg})
 		return
 	}
 	reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,

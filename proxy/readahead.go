@@ -32,9 +32,16 @@ type readAhead struct {
 
 var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
 
-// Read reads from the connection. Only the goroutine that serves the
-// connection reads from it (see Close).
+// Read reads from the connection and counts the bytes it returns (see
+// clientConn.received). Only the goroutine that serves the connection
+// reads from it (see Close).
 func (c *clientConn) Read(p []byte) (int, error) {
+	n, err := c.read(p)
+	c.received.Add(int64(n))
+	return n, err
+}
+
+func (c *clientConn) read(p []byte) (int, error) {
 	if a := c.ahead; a != nil {
 		n := copy(p, a.buf[a.r:a.w])
 		a.r += n
