@@ -51,7 +51,9 @@ var (
 	falseValue           = []byte("false")
 )
 
-// setDetailHeaders adds a call's execution details to its answer.
+// setDetailHeaders adds a call's execution details to its answer, and
+// caps the retry hints of an answer Governor gave up on (see
+// capRetryHints).
 func setDetailHeaders(h *fasthttp.ResponseHeader, d *Details) {
 	var buf [20]byte
 	h.SetCanonical(headerStatusKey, []byte(d.Status))
@@ -59,5 +61,25 @@ func setDetailHeaders(h *fasthttp.ResponseHeader, d *Details) {
 	h.SetCanonical(headerQueueMsKey, strconv.AppendInt(buf[:0], d.Queue.Milliseconds(), 10))
 	if d.Status == StatusFailed {
 		h.SetCanonical(headerShouldRetryKey, falseValue)
+		capRetryHints(h, time.Now())
+	}
+}
+
+// capRetryHints caps the provider's Retry-After and retry-after-ms of an
+// answer passed back to the client, as of now, at maxRetryAfterSeconds:
+// every Retry-After Governor sends is at most that, the longest every
+// official SDK honours (a longer one is ignored, not obeyed). A hint
+// Governor cannot read is left as the provider sent it.
+func capRetryHints(h *fasthttp.ResponseHeader, now time.Time) {
+	const most = maxRetryAfterSeconds * time.Second
+	if v := h.Peek(fasthttp.HeaderRetryAfter); len(v) > 0 {
+		if d, ok := parseRetryAfter(v, now); ok && d > most {
+			h.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(maxRetryAfterSeconds))
+		}
+	}
+	if v := h.Peek("Retry-After-Ms"); len(v) > 0 {
+		if d, ok := parseRetryAfterMs(v); ok && d > most {
+			h.Set("Retry-After-Ms", strconv.FormatInt(most.Milliseconds(), 10))
+		}
 	}
 }

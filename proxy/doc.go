@@ -47,7 +47,8 @@
 // after the provider's hint or an exponential backoff with full jitter,
 // until the budget is spent; then the provider's last answer goes back
 // with x-should-retry: false, so the official SDKs do not multiply retries
-// Governor already made. A 429 that came while the lane's other calls were
+// Governor already made (and its Retry-After, or retry-after-ms, at most
+// 60 s, the most Governor ever sends). A 429 that came while the lane's other calls were
 // being served does not spend the budget: under a concurrency cap the call
 // lost the race for a slot the lane holds, and waits for its turn again
 // (for Config.QueueTimeout at most). A timed-out attempt is abandoned, its

@@ -223,6 +223,14 @@ func TestContractNames(t *testing.T) {
 		assert.Equal(t, "1", c.header.Get("X-Governor-Attempts"))
 		assert.Equal(t, "false", c.header.Get("X-Should-Retry"))
 		assert.Equal(t, int64(1), mock.Stats().ByRequestID["contract-once"])
+
+		// The provider's retry hint comes back at most 60 s (a lane of
+		// its own: the others are not paused).
+		c = send(t, "POST", base+"/v1/chat/completions", `{"model":"paused"}`, "X-Mock-Fault", "429",
+			"X-Mock-Retry-After", "3600", "X-Governor-Max-Retries", "0")
+		assert.Equal(t, 429, c.status)
+		assert.Equal(t, "false", c.header.Get("X-Should-Retry"))
+		assertRetryAfter(t, c)
 	})
 
 	t.Run("Governor's errors", func(t *testing.T) {
