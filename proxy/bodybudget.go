@@ -10,8 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/llmgovernor/governor/internal/reply"
 )
 
 // bodyBudget counts the bytes of request bodies held by calls under way,
@@ -271,5 +269,5 @@ func (p *Proxy) BuffersFullError() *Error {
 // refuseBuffersFull answers ctx with buffersFull, in Anthropic's shape on
 // its routes.
 func (p *Proxy) refuseBuffersFull(ctx *fasthttp.RequestCtx) {
-	reply.WriteError(ctx, p.anthropicShaped(ctx), p.buffersFull())
+	p.writeError(ctx, p.anthropicShaped(ctx), p.buffersFull())
 }

@@ -87,6 +87,7 @@ func TestRequestBodiesHeldAreBounded(t *testing.T) {
 	resp, body = readResponse(t, c2)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.Equal(t, 2.0, counterOf(t, set, `governor_errors_total{code="buffers_full"}`), "both refusals are counted")
 
 	// A small one still fits.
 	small := startCall(t, addr, "small", 300)

@@ -59,7 +59,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	up, path := p.router.resolve(ctx.Path())
 	anthropic = up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
 	refuse := func(e apiError) (bool, bool) {
-		reply.WriteError(ctx, anthropic, e)
+		p.writeError(ctx, anthropic, e)
 		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
 		p.finish(up, ctx, "", &Details{Status: StatusFailed})
 		return anthropic, false
@@ -101,7 +101,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		// An earlier answer on this keep-alive connection may have left
 		// its write deadline.
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
-		reply.WriteError(ctx, anthropic, *res.err)
+		p.writeError(ctx, anthropic, *res.err)
 		setDetailHeaders(&ctx.Response.Header, &res.details)
 		p.finish(up, ctx, c.l.ID(), &res.details)
 		return
@@ -348,4 +348,11 @@ func upstreamError(up *upstream, err error) apiError {
 	}
 	return apiError{Status: fasthttp.StatusBadGateway, Code: CodeUpstreamUnreachable, Final: true,
 		Message: fmt.Sprintf("upstream %s (%s) unreachable: %v", up.name, up.url.Redacted(), err)}
+}
+
+// writeError answers ctx with e, an error of Governor's own (in
+// Anthropic's shape if anthropic), and counts it.
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, anthropic bool, e apiError) {
+	p.metrics.countError(e.Code)
+	reply.WriteError(ctx, anthropic, e)
 }

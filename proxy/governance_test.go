@@ -373,7 +373,8 @@ func TestQueueFullAnswers503(t *testing.T) {
 	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
-	cfg := limitOne(Config{Upstream: mustURL(t, up)})
+	set := newSet()
+	cfg := limitOne(Config{Upstream: mustURL(t, up), Metrics: set})
 	cfg.QueueCapacity = 1
 	_, base := startProxy(t, cfg)
 	c := client(t)
@@ -388,6 +389,7 @@ func TestQueueFullAnswers503(t *testing.T) {
 	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	require.NoError(t, err)
 	assert.True(t, ra >= 1 && ra <= 60)
+	assert.Equal(t, 1.0, counterOf(t, set, `governor_errors_total{code="queue_full"}`))
 	close(rec.release)
 	wg.Wait()
 	assert.Equal(t, []string{"block", "waiting"}, rec.seen())

@@ -17,6 +17,20 @@ type proxyMetrics struct {
 	// refusedConns counts the client connections refused beyond
 	// Config.MaxConnections.
 	refusedConns *metrics.Counter
+	// errors counts Governor's own error answers by code (see
+	// errorCodes); otherError those of any other code.
+	errors     map[string]*metrics.Counter
+	otherError *metrics.Counter
+}
+
+// errorCodes are the codes of Governor's own errors that
+// governor_errors_total counts by name; any other counts as "other".
+// (too_many_connections has a counter of its own: it refuses a
+// connection, not a request.)
+var errorCodes = []string{
+	CodeQueueFull, CodeQueueTimeout, CodeBuffersFull, CodeTooManyLanes, CodeDraining,
+	CodeUpstreamUnreachable, CodeUpstreamTimeout, CodeUpstreamBadResponse, CodeExceedsTokenBudget,
+	CodeBodyTooLarge, CodeBadRequest, CodeNotFound, CodeMethodNotAllowed, CodeUnauthorized, CodeClientClosed,
 }
 
 // routeMetrics are one route's series.
@@ -41,6 +55,11 @@ func newProxyMetrics(set *metrics.Set, routes []string) *proxyMetrics {
 	m := &proxyMetrics{routes: map[string]*routeMetrics{}}
 	set.NewGauge("governor_in_flight_requests", func() float64 { return float64(m.inFlight.Load()) })
 	m.refusedConns = set.NewCounter("governor_connections_refused_total")
+	m.errors = make(map[string]*metrics.Counter, len(errorCodes))
+	for _, code := range errorCodes {
+		m.errors[code] = set.NewCounter(fmt.Sprintf(`governor_errors_total{code=%q}`, code))
+	}
+	m.otherError = set.NewCounter(`governor_errors_total{code="other"}`)
 	for _, r := range append(routes, apiRoute) {
 		rm := &routeMetrics{}
 		for i := range rm.requests {
@@ -84,4 +103,14 @@ func (rm *routeMetrics) countCall(status Status) {
 			return
 		}
 	}
+}
+
+// countError counts an error of Governor's own with code, answered to a
+// client or returned to the caller of Do.
+func (m *proxyMetrics) countError(code string) {
+	if c := m.errors[code]; c != nil {
+		c.Inc()
+		return
+	}
+	m.otherError.Inc()
 }

@@ -291,7 +291,7 @@ func (p *Proxy) stop() {
 // serveLanes answers GET /governor/lanes.
 func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() {
-		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
+		p.writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
 		return
 	}
 	out := struct {
@@ -348,7 +348,7 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	refuse := func(status int, code, msg string) bool {
 		ctx.SetConnectionClose()
-		reply.WriteError(ctx, false, apiError{Status: status, Code: code, Final: true, Message: msg})
+		p.writeError(ctx, false, apiError{Status: status, Code: code, Final: true, Message: msg})
 		return false
 	}
 	if m := h.Method(); string(m) == fasthttp.MethodConnect || string(m) == "PRI" {
@@ -391,7 +391,7 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 	}
 	if p.cfg.APIToken != "" &&
 		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(HeaderToken), []byte(p.cfg.APIToken)) != 1 {
-		reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
+		p.writeError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
 			Message: "Governor's API requires the " + HeaderToken + " header"})
 		return
 	}
@@ -405,7 +405,7 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 			return
 		}
 	}
-	reply.WriteError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
+	p.writeError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
 		Message: fmt.Sprintf("no Governor endpoint %s", path)})
 }
 
@@ -431,7 +431,7 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		if c, ok := ctx.Conn().(*clientConn); ok {
 			c.lingerOnClose()
 		}
-		reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
+		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
 		return
 	}
@@ -441,10 +441,10 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		if c, ok := ctx.Conn().(*clientConn); ok && c.tooSlow.Load() {
 			msg = fmt.Sprintf("request body arriving too slowly to end within %s, while other calls needed its room", p.cfg.ReadTimeout)
 		}
-		reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest, Message: msg})
+		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest, Message: msg})
 		return
 	}
-	reply.WriteError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
+	p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
 		Message: "malformed HTTP request"})
 }
 

@@ -26,6 +26,7 @@ var metricFamilies = []metricFamily{
 	{"governor_buffered_request_bytes", "gauge", "Request bodies held by calls waiting or in flight (and announced by Content-Length while they are read) and by running async jobs, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_buffered_answer_bytes", "gauge", "Successful answers of forwarded calls read whole and not yet written to their clients, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_requests_total", "counter", "Answers by route and HTTP status class (code=1xx..5xx, other)."},
+	{"governor_errors_total", "counter", "Errors of Governor's own answered to forwarded calls, batch items and requests it could not serve, by code (queue_full, queue_timeout, buffers_full, too_many_lanes, draining, upstream_unreachable, upstream_timeout, exceeds_token_budget, client_closed, ...; other for any other)."},
 	{"governor_calls_total", "counter", "Forwarded calls by route and how they ended (status=COMPLETED, COMPLETED_WITH_RETRIES, FAILED)."},
 	{"governor_upstream_latency_seconds", "histogram", "Upstream attempts by route: dispatch to response headers (waiting for a connection included)."},
 	{"governor_attempts_total", "counter", "Upstream attempts by lane and outcome (answered, rate_limited, quota_exhausted, server_error, timeout, connection_error, client_gone)."},
