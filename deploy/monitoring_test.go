@@ -109,7 +109,8 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"GovernorLaneCollapsed", "GovernorLanePaused", "GovernorRateLimitsAbsorbed",
-		"GovernorQueueWaitHigh", "GovernorCallsFailing", "GovernorRedisCoordinationLost", "GovernorDraining"} {
+		"GovernorQueueWaitHigh", "GovernorCallsFailing", "GovernorUpstreamUnreachable", "GovernorTurningCallsAway",
+		"GovernorRedisCoordinationLost", "GovernorDraining"} {
 		assert.Contains(t, alerts, want)
 	}
 }
@@ -201,15 +202,25 @@ func TestMonitoringMetricsAreExported(t *testing.T) {
 	used = slices.Compact(used)
 	require.NotEmpty(t, used)
 
-	exported := scrapeRunningGovernor(t)
+	exported, scrape := scrapeRunningGovernor(t)
 	for _, name := range used {
 		assert.True(t, exported[name], "%s is used by the monitoring bundle but not exported by Governor", name)
+	}
+
+	// promtool's lint of the exposition finds nothing wrong with
+	// Governor's own families (the Go runtime's and the process's, which
+	// the metrics library writes without HELP lines, are not Governor's).
+	lint := exec.Command(promtool(t), "check", "metrics")
+	lint.Stdin = strings.NewReader(scrape)
+	out, _ := lint.CombinedOutput() // exit status 3 for the go_* and process_* findings
+	for line := range strings.Lines(string(out)) {
+		assert.False(t, strings.HasPrefix(line, "governor_"), "promtool check metrics: %s", line)
 	}
 }
 
 // scrapeRunningGovernor builds and starts Governor, makes calls through it
-// and returns the names of the samples on its /metrics.
-func scrapeRunningGovernor(t *testing.T) map[string]bool {
+// and returns the names of the samples on its /metrics, and the scrape.
+func scrapeRunningGovernor(t *testing.T) (map[string]bool, string) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "governor")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/governor")
@@ -285,19 +296,18 @@ func scrapeRunningGovernor(t *testing.T) map[string]bool {
 	resp, err := c.Get("http://" + admin + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
 	names := map[string]bool{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
+	for line := range strings.Lines(string(body)) {
+		if line == "\n" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		if i := strings.IndexAny(line, "{ "); i > 0 {
 			names[line[:i]] = true
 		}
 	}
-	require.NoError(t, sc.Err())
-	return names
+	return names, string(body)
 }
 
 func freeAddr(t *testing.T) string {
