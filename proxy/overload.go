@@ -37,8 +37,9 @@ type overloadWatch struct {
 	// ("overloaded_error", "server_error"), empty if none did.
 	errType string
 	// known says the stream began as one whose last event the watch
-	// knows; ended says that event has passed.
-	known, ended bool
+	// knows; ended says that event has passed; begun that a line of an
+	// event has passed.
+	known, ended, begun bool
 }
 
 // maxEventLine bounds the line an error event's data may take.
@@ -90,6 +91,7 @@ func (w *overloadWatch) readLine(line []byte) {
 		w.errEvent = false
 		return
 	}
+	w.begun = true
 	if len(line) > maxEventLine {
 		return
 	}
@@ -141,8 +143,9 @@ func errorEventType(data []byte) (string, bool) {
 
 // outcome is what a stream read whole came to, as an attempt: RateLimited
 // when an overload ended it, ServerError when another error of the
-// provider's did, ConnError when it stopped before its last event, else
-// Answered; why says it in the attempt's errors.
+// provider's did, ConnError when it stopped before its last event (or
+// before its first: no event stream is empty), else Answered; why says it
+// in the attempt's errors.
 func (w *overloadWatch) outcome() (o lane.Outcome, why string) {
 	switch {
 	case w.seen:
@@ -151,6 +154,8 @@ func (w *overloadWatch) outcome() (o lane.Outcome, why string) {
 		return lane.ServerError, "stream ended by " + w.errType
 	case w.known && !w.ended:
 		return lane.ConnError, "stream cut before its last event"
+	case !w.begun:
+		return lane.ConnError, "stream ended before its first event"
 	}
 	return lane.Answered, ""
 }

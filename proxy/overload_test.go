@@ -186,6 +186,7 @@ func TestCallStreamCutBeforeItsLastEventIsRetried(t *testing.T) {
 			"event: message_start\ndata: {\"type\":\"message_start\"}\n\n", true},
 		{"openai", "data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\ndata: [DONE]\n\n",
 			"data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\n", true},
+		{"closed right after its headers", "data: one\n\n", "", true},
 		{"unknown shape", "data: one\n\n", "data: one\n\n", false},
 	} {
 		var n atomic.Int32
@@ -209,7 +210,11 @@ func TestCallStreamCutBeforeItsLastEventIsRetried(t *testing.T) {
 			continue
 		}
 		assert.Equal(t, StatusCompletedWithRetries, res.Details.Status, tc.name)
-		assert.Equal(t, []string{"200 stream cut before its last event"}, res.Details.Errors, tc.name)
+		want := "200 stream cut before its last event"
+		if tc.cut == "" {
+			want = "200 stream ended before its first event"
+		}
+		assert.Equal(t, []string{want}, res.Details.Errors, tc.name)
 		assert.Equal(t, tc.whole, string(res.Body), tc.name)
 		up.Close()
 	}
