@@ -407,7 +407,8 @@ func TestContractNames(t *testing.T) {
 	})
 }
 
-// Priority orders a lane's queue; a full queue answers 503 queue_full with
+// Priority orders a lane's queue, where batch items wait at u=5 by
+// default; a full queue answers 503 queue_full with
 // Retry-After, a call waiting longer than GOVERNOR_QUEUE_TIMEOUT 504
 // queue_timeout; X-Governor-Tenant names the share a call takes; the
 // phoenix preset has Phoenix's constants.
@@ -464,9 +465,18 @@ func TestContractQueue(t *testing.T) {
 		return l["in_flight"] == 1.0 && fmt.Sprint(l["queued_by_urgency"]) == "map[u=7:1]"
 	}, 10*time.Second, 5*time.Millisecond, "u=0 overtakes u=7")
 
+	// A batch item waits at urgency 5 unless its batch says otherwise.
+	c = send(t, "POST", base+"/governor/batches",
+		`{"requests":[{"url":"/v1/chat/completions","headers":{"X-Mock-Fault":"hang"},"body":{"model":"m"}}]}`)
+	require.Equal(t, 202, c.status, "%s", c.body)
+	job := c.json(t)["id"].(string)
+	require.Eventually(t, func() bool { return fmt.Sprint(lane()["queued_by_urgency"]) == "map[u=5:1 u=7:1]" },
+		10*time.Second, 5*time.Millisecond, "the batch item queued at u=5")
+
 	bg := <-background
 	assertOpenAIError(t, bg, 504, "queue_timeout")
 	urgent()
+	assert.Equal(t, 202, send(t, "DELETE", base+"/governor/batches/"+job, "").status)
 }
 
 // The pacer reads the providers' budget headers: OpenAI's
