@@ -186,13 +186,67 @@ func TestDurableCancelledJobStaysCancelled(t *testing.T) {
 	assert.Equal(t, int64(2), mock.Stats().Received)
 }
 
-func TestBatchDirectoryIsLocked(t *testing.T) {
+// A Governor started on a batch directory that another process holds (an
+// old pod still draining on the same volume) starts all the same: sync
+// batches run, the async job endpoints answer 503 batch_directory_busy,
+// and once the other lets the directory go its jobs are listed and
+// resumed here.
+func TestBatchDirectoryInUseIsTakenOnceFree(t *testing.T) {
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopMock)
 	dir := t.TempDir()
-	newEnv(t, envOptions{batch: func(c *batch.Config) { c.Dir = dir }})
-	_, err := batch.New(nil, batch.Config{Dir: dir, Metrics: metrics.NewSet()})
+	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	const n = 10
+
+	old := newEnv(t, opts)
+	st := old.createJSONLJob(t, jsonlJob(n, "50ms"))
+	e := newEnv(t, opts)
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, batch.PathBatches, jsonlJob(1, "1ms")},
+		{http.MethodGet, batch.PathBatches, ""},
+		{http.MethodGet, batch.PathBatches + "/" + st.ID, ""},
+		{http.MethodGet, batch.PathBatches + "/" + st.ID + "/results?partial=true", ""},
+		{http.MethodDelete, batch.PathBatches + "/" + st.ID, ""},
+	} {
+		resp, out := e.do(t, tc.method, tc.path, "application/jsonl", tc.body)
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s %s", tc.method, tc.path)
+		assert.Equal(t, "5", resp.Header.Get("Retry-After"))
+		assert.Contains(t, out, `"code":"batch_directory_busy"`)
+		assert.Contains(t, out, "in use by another process")
+	}
+	doc := e.runBatch(t, mustJSON(t, map[string]any{"requests": []any{chatItem("a", "x", nil)}}))
+	assert.Equal(t, 1, doc.Summary.Completed, "sync batches run meanwhile")
+	assert.Equal(t, batch.JobRunning, old.jobStatus(t, st.ID).Status, "the other keeps its job")
+
+	old.stop()
+	require.Eventually(t, func() bool {
+		resp, _ := e.do(t, http.MethodGet, batch.PathBatches, "", "")
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 5*time.Millisecond, "the directory is taken once let go")
+	done := e.waitJob(t, st.ID)
+	assert.Equal(t, batch.JobCompleted, done.Status)
+	assert.Equal(t, n, done.Counts["COMPLETED"], "%v", done.Counts)
+	_, lines := e.jsonlResults(t, st.ID, false)
+	require.Len(t, lines, n)
+	counts := mock.Stats().ByRequestID
+	var again int64
+	for i, l := range lines {
+		id := fmt.Sprintf("r%d", i)
+		require.Equal(t, id, l["custom_id"], "input order")
+		require.NotNil(t, l["response"], id)
+		again += counts[id] - 1
+	}
+	assert.LessOrEqual(t, again, int64(2), "only the 2 items in flight at the stop are sent again")
+}
+
+// A batch directory that cannot be opened at all is an error at start.
+func TestUnusableBatchDirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err := batch.New(nil, batch.Config{Dir: filepath.Join(file, "dir"), Metrics: metrics.NewSet()})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "in use by another process")
-	assert.Contains(t, err.Error(), fmt.Sprintf("pid %d", os.Getpid()))
+	assert.Contains(t, err.Error(), "not a directory")
 }
 
 // A finished job whose TTL ran out while Governor was down is removed from

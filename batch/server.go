@@ -99,10 +99,16 @@ type Server struct {
 	jobs   *jobStore
 	live   *liveBatches // sync batches under way
 	m      *serverMetrics
-	dir    *journal.Dir  // nil without Config.Dir
+	// dir is the batch directory, nil without Config.Dir; set before
+	// dirOpen is closed.
+	dir    *journal.Dir
 	budget *resultBudget // answers held in memory by async jobs, without dir
+	// dirOpen is closed once the batch directory is open and its jobs
+	// loaded (at once without one). Until then another process holds
+	// it, and the async job endpoints answer 503 (see dirBusy).
+	dirOpen chan struct{}
 	// lost says why each job found damaged at start-up could not be kept;
-	// written before the endpoints serve, read-only afterwards.
+	// written before dirOpen is closed, read-only afterwards.
 	lost map[string]string
 
 	// ctx ends when async jobs are to stop at once: at Shutdown without
@@ -122,9 +128,13 @@ const (
 )
 
 // New returns a Server that runs batches through p, and registers its
-// endpoints on p. With Config.Dir, it locks the directory (failing if
-// another process holds it), lists its finished jobs again and resumes
-// the unfinished ones; damage it finds there is logged, not fatal.
+// endpoints on p. With Config.Dir, it locks the directory, lists its
+// finished jobs again and resumes the unfinished ones; damage it finds
+// there is logged, not fatal. If another process holds the directory (an
+// old Governor still draining on the same volume), New does not fail: the
+// async job endpoints answer 503 batch_directory_busy, sync batches run,
+// and the directory is taken and its jobs resumed as soon as it is let
+// go. A directory that cannot be opened at all is an error.
 func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	if cfg.Metrics == nil {
 		return nil, errors.New("batch: no metrics set")
@@ -152,9 +162,14 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.paused = make(chan struct{})
 	s.pause = sync.OnceFunc(func() { close(s.paused) })
+	s.dirOpen = make(chan struct{})
+	var busy error // the directory is locked by another process
 	if cfg.Dir != "" {
 		dir, err := journal.Open(cfg.Dir)
-		if err != nil {
+		switch {
+		case errors.Is(err, journal.ErrLocked):
+			busy = err
+		case err != nil:
 			return nil, fmt.Errorf("batch: %w", err)
 		}
 		s.dir = dir
@@ -168,11 +183,73 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	p.HandleAPI(PathBatch, s.serveBatch)
 	p.HandleAPI(PathBatches, s.serveBatches)
 	p.HandleAPI(PathBatches+"/", s.serveJob)
-	if s.dir != nil {
+	switch {
+	case busy != nil:
+		cfg.Logger.Warn("batch directory in use by another process: async jobs are served once it lets it go; sync batches run meanwhile",
+			"err", busy)
+		s.wg.Go(s.awaitDir)
+	case s.dir != nil:
 		s.restore()
+		close(s.dirOpen)
+	default:
+		close(s.dirOpen)
 	}
 	s.wg.Go(s.sweep)
 	return s, nil
+}
+
+// dirRetry is how often a batch directory held by another process is
+// tried again.
+const dirRetry = 500 * time.Millisecond
+
+// awaitDir takes the batch directory once the process that holds it lets
+// it go, then lists and resumes its jobs; it gives up at Shutdown.
+func (s *Server) awaitDir() {
+	t := time.NewTicker(dirRetry)
+	defer t.Stop()
+	var last string // the last error logged
+	for {
+		select {
+		case <-s.paused:
+			return
+		case <-t.C:
+		}
+		dir, err := journal.Open(s.cfg.Dir)
+		if err != nil {
+			if !errors.Is(err, journal.ErrLocked) && err.Error() != last {
+				last = err.Error()
+				s.cfg.Logger.Error("batch directory unusable; trying again", "err", err)
+			}
+			continue
+		}
+		s.dir = dir
+		s.restore()
+		close(s.dirOpen)
+		s.cfg.Logger.Info("batch directory taken: async jobs are served", "dir", s.cfg.Dir)
+		return
+	}
+}
+
+// dirReady reports whether the batch directory, if any, is open.
+func (s *Server) dirReady() bool {
+	select {
+	case <-s.dirOpen:
+		return true
+	default:
+		return false
+	}
+}
+
+// codeDirBusy is the error of the async job endpoints while another
+// process holds the batch directory.
+const codeDirBusy = "batch_directory_busy"
+
+// dirBusy answers 503 batch_directory_busy: another process holds the
+// batch directory.
+func (s *Server) dirBusy(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "5")
+	writeError(ctx, fasthttp.StatusServiceUnavailable, codeDirBusy,
+		"the batch directory (GOVERNOR_BATCH_DIR) is in use by another process, usually a Governor still draining on the same volume: async jobs are served here once it lets it go; sync batches (POST "+PathBatch+") run meanwhile")
 }
 
 // sweepEvery is how often expired jobs are dropped when nobody asks for
@@ -257,7 +334,7 @@ func (s *Server) makeRoomForJob() bool {
 // proxy's own Shutdown waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.pause()
-	if s.dir == nil {
+	if s.cfg.Dir == "" {
 		s.stopJobs()
 	}
 	done := make(chan struct{})
@@ -363,6 +440,10 @@ func (s *Server) streamProgress(ctx *fasthttp.RequestCtx, e *execution) {
 // /governor/batches (list the jobs held; with ?sync=true, also the sync
 // batches under way).
 func (s *Server) serveBatches(ctx *fasthttp.RequestCtx) {
+	if !s.dirReady() {
+		s.dirBusy(ctx)
+		return
+	}
 	switch {
 	case ctx.IsPost():
 		s.createJob(ctx)
@@ -478,6 +559,10 @@ func (s *Server) run(ctx context.Context, j *job) {
 
 // serveJob answers /governor/batches/{id} and /governor/batches/{id}/results.
 func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
+	if !s.dirReady() {
+		s.dirBusy(ctx)
+		return
+	}
 	rest := strings.TrimPrefix(string(ctx.Path()), PathBatches+"/")
 	id, sub, _ := strings.Cut(rest, "/")
 	now := s.cfg.Now()

@@ -57,9 +57,11 @@ func Open(path string) (*Dir, error) {
 		}
 		return nil, fmt.Errorf("batch directory %s: lock: %w", path, err)
 	}
-	// Who holds it, for the message above; advisory only.
+	// Who holds it, for the message above; advisory only. The host
+	// tells two pods on one volume apart (each may be pid 1).
 	if err := lf.Truncate(0); err == nil {
-		_, _ = fmt.Fprintf(lf, "pid %d\n", os.Getpid())
+		host, _ := os.Hostname()
+		_, _ = fmt.Fprintf(lf, "pid %d on %s\n", os.Getpid(), host)
 	}
 	return &Dir{path: path, lock: lf}, nil
 }

@@ -22,8 +22,9 @@
 //
 // Readers (Job.Open) read results back one at a time, by item index, from
 // a file of their own: memory holds one result, however large the job.
-// The directory is locked while open: a second Governor on the same
-// directory gets ErrLocked.
+// The directory is locked while open: a second Open of it, from this
+// process or another, gets ErrLocked (naming the holder's pid and host)
+// until the first is closed or its process ends.
 //
 // Why files rather than an embedded database is in DESIGN.md.
 package journal

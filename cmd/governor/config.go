@@ -48,7 +48,7 @@ type config struct {
 	BatchMaxJobs      int           `env:"GOVERNOR_BATCH_MAX_JOBS" envDefault:"100" help:"async batch jobs held, running or finished; a new job beyond it forgets a finished job whose results were read to the end or that was deleted, else gets 503"`
 	BatchMaxResponse  int           `env:"GOVERNOR_BATCH_MAX_RESPONSE_BYTES" envDefault:"8388608" help:"one batch item's answer, read whole and kept; a larger one fails its item"`
 	BatchTTL          time.Duration `env:"GOVERNOR_BATCH_TTL" envDefault:"1h" help:"how long a finished async batch job's results are kept (in memory, or on disk with GOVERNOR_BATCH_DIR)"`
-	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; empty = memory only"`
+	BatchDir          string        `env:"GOVERNOR_BATCH_DIR" help:"directory where async batch jobs are kept: they resume after a restart and their results are read from disk; one Governor at a time (another started on it answers the async job endpoints 503 until it can take it); empty = memory only"`
 
 	BatchMaxResultBytes int64 `env:"GOVERNOR_BATCH_MAX_RESULT_BYTES" envDefault:"268435456" help:"answer bytes batches keep in memory, all together: async jobs without GOVERNOR_BATCH_DIR, and sync batches until their answer is written (progress lines keep none); beyond it finished jobs are forgotten early, those whose results were read or that were deleted first, and when running batches fill it new answers are dropped (their items FAILED) and new batches get 503"`
 

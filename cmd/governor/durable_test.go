@@ -252,3 +252,43 @@ func TestTruncatedBatchDirectory(t *testing.T) {
 	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
 }
+
+// A new Governor started on the batch directory of one still running (a
+// rolling update whose old and new pods share a volume) becomes ready at
+// once, answers the async job endpoints 503 while the old one holds the
+// directory, and, once the old one has drained and exited, takes the
+// directory and completes its job: every item answered, none sent twice.
+func TestOverlappingGovernorsHandOverTheBatchDirectory(t *testing.T) {
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 300 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	dir := t.TempDir()
+	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=2", "GOVERNOR_DRAIN_TIMEOUT=30s"}
+	const n = 12
+
+	old := startGovernor(t, env...)
+	id := submitJob(t, old, durableJob(n))
+	g := startGovernor(t, env...) // ready: startGovernor waits for /readyz
+	code, _ := durableJobState(t, g, id)
+	assert.Equal(t, http.StatusServiceUnavailable, code, "the old Governor still holds the directory")
+	assert.Contains(t, g.logs(), "batch directory in use by another process")
+	code, st := durableJobState(t, old, id)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "running", st)
+
+	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, old.exitCode(t, 30*time.Second))
+	require.Eventually(t, func() bool { code, st := durableJobState(t, g, id); return code == 200 && st == "completed" },
+		30*time.Second, 10*time.Millisecond, "the new Governor takes the directory and completes the job")
+	lines := resultLines(t, g, id, false)
+	require.Len(t, lines, n)
+	counts := mock.Stats().ByRequestID
+	for i, l := range lines {
+		want := fmt.Sprintf("item-%d", i)
+		require.Equal(t, want, l.CustomID, "results in input order")
+		require.NotNil(t, l.Response, want)
+		assert.Equal(t, int64(1), counts[want], "%s sent once", want)
+	}
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
+}
