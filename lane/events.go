@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -8,7 +9,8 @@ import (
 
 // SummaryInterval is how often a lane logs an event that repeats: the
 // first "lane paused" (or "lane limit decreased", "lane collapsed", "lane
-// paused by another governor") is logged at once; the ones that follow
+// paused by another governor", "upstream attempt failed" of an outcome)
+// is logged at once; the ones that follow
 // within the interval are counted, and the next line of the kind, written
 // once the interval has passed (at the next such event, or the next
 // attempt of the lane), shows the latest of them with more=N, the others
@@ -24,6 +26,12 @@ const (
 	evPausedRemote
 	evDecreased
 	evCollapsed
+	evStartEnded
+	// Attempts that got no usable answer, one kind per outcome.
+	evServerError
+	evTimeout
+	evConnError
+	evQuota
 	nEventKinds
 )
 
@@ -32,6 +40,29 @@ var eventMessages = [nEventKinds]string{
 	evPausedRemote: "lane paused by another governor",
 	evDecreased:    "lane limit decreased",
 	evCollapsed:    "lane collapsed",
+	evStartEnded:   "lane start ended by a refusal",
+	evServerError:  "upstream attempt failed",
+	evTimeout:      "upstream attempt failed",
+	evConnError:    "upstream attempt failed",
+	evQuota:        "upstream attempt failed",
+}
+
+// failedEvent returns the event kind of an attempt that came to o, and
+// whether o is a failure the lane logs: a server error, a timeout, no
+// answer, or an exhausted quota (429s have pauses and decreases of their
+// own).
+func failedEvent(o Outcome) (eventKind, bool) {
+	switch o {
+	case ServerError:
+		return evServerError, true
+	case Timeout:
+		return evTimeout, true
+	case ConnError:
+		return evConnError, true
+	case Quota:
+		return evQuota, true
+	}
+	return 0, false
 }
 
 // eventLog writes one lane's repeated events in summary. It starts no
@@ -94,5 +125,10 @@ func (e *eventLog) write(k eventKind, attrs []any, more int, since, now time.Tim
 	if more > 0 {
 		args = append(args, "more", more, "in", now.Sub(since).Round(time.Millisecond).String())
 	}
-	e.log.Info(eventMessages[k], args...)
+	level := slog.LevelInfo
+	if k >= evServerError {
+		// The provider failing is what an operator looks for first.
+		level = slog.LevelWarn
+	}
+	e.log.Log(context.Background(), level, eventMessages[k], args...)
 }

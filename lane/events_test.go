@@ -196,3 +196,73 @@ func TestEmptyBudgetRefusal(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that does not answer is in the logs: the first failed
+// attempt of each outcome at once, at warn level, then one line per
+// SummaryInterval with how many more came.
+func TestFailedAttemptsAreLogged(t *testing.T) {
+	var buf bytes.Buffer
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 8}, Metrics: metrics.NewSet(), Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+
+	// 120 connection errors 100 ms apart (12 s), a timeout among them.
+	for i := range 120 {
+		now = start.Add(time.Duration(i) * 100 * time.Millisecond)
+		l.Observe(lane.ConnError, time.Millisecond, now, now)
+		if i == 5 {
+			l.Observe(lane.Timeout, time.Second, now, now)
+		}
+	}
+	l.Observe(lane.Answered, time.Millisecond, now, now) // answers say nothing
+	lines := logLines(t, &buf, "upstream attempt failed")
+	require.Len(t, lines, 3, buf.String())
+	assert.Equal(t, "connection_error", lines[0]["outcome"])
+	assert.Equal(t, "WARN", lines[0]["level"])
+	assert.Equal(t, l.ID(), lines[0]["lane"])
+	assert.NotContains(t, lines[0], "more")
+	assert.Equal(t, "timeout", lines[1]["outcome"], "each outcome has its own first line")
+	assert.Equal(t, "connection_error", lines[2]["outcome"])
+	assert.EqualValues(t, 99, lines[2]["more"], "the line at 10 s counts the 99 since the first")
+}
+
+// A refusal that ends a new lane's start, below the level the lane was
+// heading for but above the one call it had, is not logged as a limit
+// that fell from 1 to more; a later decrease is, from and to.
+func TestStartEndedIsNotLoggedAsADecrease(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: metrics.NewSet(), Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Info(now)[0].Limit, "a new lane starts with one call")
+
+	l.Observe(lane.RateLimited, 10*time.Millisecond, now, now)
+	limit := r.Info(now)[0].Limit
+	require.Greater(t, limit, 1, "the start is over: the lane asks at its level")
+	assert.Empty(t, logLines(t, &buf, "lane limit decreased"), buf.String())
+	ended := logLines(t, &buf, "lane start ended by a refusal")
+	require.Len(t, ended, 1, buf.String())
+	assert.EqualValues(t, limit, ended[0]["limit"])
+	assert.Equal(t, "rate_limited", ended[0]["cause"])
+
+	// Answers, then a refusal of a call sent after them: a decrease.
+	for range 20 {
+		now = now.Add(100 * time.Millisecond)
+		l.Observe(lane.Answered, 10*time.Millisecond, now, now)
+	}
+	now = now.Add(time.Second)
+	l.Observe(lane.RateLimited, 10*time.Millisecond, now, now)
+	lines := logLines(t, &buf, "lane limit decreased")
+	require.Len(t, lines, 1, buf.String())
+	assert.Less(t, lines[0]["to"].(float64), lines[0]["from"].(float64))
+	assert.EqualValues(t, r.Info(now)[0].Limit, lines[0]["to"])
+}

@@ -178,6 +178,9 @@ func (l *Lane) ObserveStreamOverload(latency time.Duration, dispatched, now time
 func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) bool {
 	l.lastUsed.Store(now.UnixNano())
 	l.m.attempts[o].Inc()
+	if k, ok := failedEvent(o); ok {
+		l.events.event(k, now, "outcome", o.String())
+	}
 	if o == ClientGone {
 		// The provider did nothing wrong: the controller does not hear
 		// of it.
@@ -240,7 +243,13 @@ func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Ti
 	switch ev {
 	case aimd.Decreased:
 		l.m.decreases.Inc()
-		l.events.event(evDecreased, now, "from", before, "to", limit, "cause", l.decreaseCause())
+		if limit <= before {
+			l.events.event(evDecreased, now, "from", before, "to", limit, "cause", l.decreaseCause())
+		} else {
+			// A refusal ended a new lane's start, below the level it
+			// was heading for, and above the limit it had so far.
+			l.events.event(evStartEnded, now, "limit", limit, "cause", l.decreaseCause())
+		}
 	case aimd.Collapsed:
 		l.m.collapses.Inc()
 		l.events.event(evCollapsed, now, "from", before, "to", limit, "cause", l.ctrl.State().DecreaseCause.String())
