@@ -59,8 +59,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	up, path := p.router.resolve(ctx.Path())
 	anthropic = up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
 	refuse := func(e apiError) (bool, bool) {
-		p.writeError(ctx, anthropic, e)
-		setDetailHeaders(&ctx.Response.Header, &Details{Status: StatusFailed})
+		p.writeCallError(ctx, anthropic, e, &Details{Status: StatusFailed})
 		p.finish(up, ctx, "", &Details{Status: StatusFailed})
 		return anthropic, false
 	}
@@ -101,8 +100,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		// An earlier answer on this keep-alive connection may have left
 		// its write deadline.
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
-		p.writeError(ctx, anthropic, *res.err)
-		setDetailHeaders(&ctx.Response.Header, &res.details)
+		p.writeCallError(ctx, anthropic, *res.err, &res.details)
 		p.finish(up, ctx, c.l.ID(), &res.details)
 		return
 	}
@@ -355,4 +353,16 @@ func upstreamError(up *upstream, err error) apiError {
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, anthropic bool, e apiError) {
 	p.metrics.countError(e.Code)
 	reply.WriteError(ctx, anthropic, e)
+}
+
+// writeCallError answers a forwarded call with Governor's own error e and
+// the call's details d. x-should-retry: false goes only with a final
+// error: one with a Retry-After (queue full, draining, too many lanes)
+// asks the client to come back, which the official SDKs do after it.
+func (p *Proxy) writeCallError(ctx *fasthttp.RequestCtx, anthropic bool, e apiError, d *Details) {
+	p.writeError(ctx, anthropic, e)
+	setDetailHeaders(&ctx.Response.Header, d)
+	if !e.Final {
+		ctx.Response.Header.Del(HeaderShouldRetry)
+	}
 }

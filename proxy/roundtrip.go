@@ -217,7 +217,10 @@ func (c *governedCall) giveUp(ctx context.Context, e *apiError) {
 	if e == nil {
 		e = c.p.waitError(ctx, context.Cause(ctx))
 	}
-	e.Final = true
+	// An error that says when to come back (queue full, draining) leaves
+	// the client's SDK free to, after its Retry-After; any other is
+	// final: Governor has already retried, or retrying cannot help.
+	e.Final = e.RetryAfter == 0
 	c.res.err = e
 }
 

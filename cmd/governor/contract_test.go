@@ -457,6 +457,7 @@ func TestContractQueue(t *testing.T) {
 	c := send(t, "POST", base+"/v1/chat/completions", `{"model":"m"}`)
 	assertOpenAIError(t, c, 503, "queue_full")
 	assertRetryAfter(t, c)
+	assert.Empty(t, c.header.Get("X-Should-Retry"), "an SDK may come back after Retry-After")
 
 	// The first call's client leaves: the urgent call goes next.
 	first()
@@ -475,6 +476,7 @@ func TestContractQueue(t *testing.T) {
 
 	bg := <-background
 	assertOpenAIError(t, bg, 504, "queue_timeout")
+	assert.Equal(t, "false", bg.header.Get("X-Should-Retry"), "the call has waited its time")
 	urgent()
 	assert.Equal(t, 202, send(t, "DELETE", base+"/governor/batches/"+job, "").status)
 }
