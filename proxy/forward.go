@@ -223,6 +223,9 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	resp := res.resp
 	stripResponseHopHeaders(&resp.Header)
 	resp.Header.CopyTo(&ctx.Response.Header)
+	// CopyTo also copies the upstream response's default, a made-up
+	// Content-Type: an answer without one passes on without one.
+	ctx.Response.Header.SetNoDefaultContentType(true)
 	setDetailHeaders(&ctx.Response.Header, &res.details)
 
 	if resp.BodyStream() == nil { // buffered in the round trip

@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scriptedUpstream answers the requests of each connection it accepts with
+// answer(conn, n, br): n counts requests over all connections from 1.
+// Requests are read with their Content-Length bodies.
+func scriptedUpstream(t *testing.T, answer func(c net.Conn, n int, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		n     int
+		conns []net.Conn
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for readRequest(br) == nil {
+					mu.Lock()
+					n++
+					i := n
+					mu.Unlock()
+					answer(c, i, br)
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// readRequest reads one request, its Content-Length body included.
+func readRequest(br *bufio.Reader) error {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, req.Body)
+	return err
+}
+
+// An upstream answer without a Content-Type reaches the client without
+// one, not with a type Governor made up.
+func TestAnswerWithoutContentTypeKeepsNone(t *testing.T) {
+	checkLeaks(t)
+	up := scriptedUpstream(t, func(c net.Conn, n int, br *bufio.Reader) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"id\":\"ok\"}")
+	})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	resp, body := chat(t, client(t), base, nil)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Empty(t, resp.Header.Values("Content-Type"))
+}
