@@ -226,6 +226,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	// CopyTo also copies the upstream response's default, a made-up
 	// Content-Type: an answer without one passes on without one.
 	ctx.Response.Header.SetNoDefaultContentType(true)
+	stripNoContentFraming(&ctx.Response.Header)
 	setDetailHeaders(&ctx.Response.Header, &res.details)
 
 	if resp.BodyStream() == nil { // buffered in the round trip

@@ -64,6 +64,25 @@ func stripResponseHopHeaders(h *fasthttp.ResponseHeader) {
 	}
 }
 
+// framesNoContent reports whether h is the head of a 204 (No Content)
+// that frames a body anyway, with a Content-Length above 0 or
+// Transfer-Encoding. A 204 ends at its head whatever it says (RFC 9112
+// §6.3), so the bytes of such a body, if the upstream sends them, would
+// be read as the start of the next answer on its connection.
+func framesNoContent(h *fasthttp.ResponseHeader) bool {
+	return h.StatusCode() == fasthttp.StatusNoContent &&
+		(h.ContentLength() > 0 || h.ContentLength() == -1 || len(h.Peek(fasthttp.HeaderTransferEncoding)) > 0)
+}
+
+// stripNoContentFraming removes Content-Length and Transfer-Encoding from
+// a 204 answer, which must send neither (RFC 9110 §8.6, RFC 9112 §6.1).
+func stripNoContentFraming(h *fasthttp.ResponseHeader) {
+	if h.StatusCode() == fasthttp.StatusNoContent {
+		h.Del(fasthttp.HeaderContentLength)
+		h.Del(fasthttp.HeaderTransferEncoding)
+	}
+}
+
 // isHopHeader reports whether name is one of hopHeaders, in any case.
 func isHopHeader(name []byte) bool {
 	for _, n := range hopHeaders {

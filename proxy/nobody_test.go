@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -67,6 +68,47 @@ func readRequest(br *bufio.Reader) error {
 	}
 	_, err = io.Copy(io.Discard, req.Body)
 	return err
+}
+
+// An upstream 204 that frames a body (RFC 9110 §8.6 and RFC 9112 §6.1:
+// a 204 has none, and must send neither Content-Length nor
+// Transfer-Encoding) reaches the client as a 204 without either, and its
+// connection carries no other call: bytes the upstream sends after its head
+// would be read as the answer to the next call on that connection.
+func TestNoContentAnswerThatFramesABody(t *testing.T) {
+	checkLeaks(t)
+	const fake = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"fake\":true}\n"
+	for name, head := range map[string]string{
+		"Content-Length":    "HTTP/1.1 204 No Content\r\nContent-Length: " + strconv.Itoa(len(fake)) + "\r\n\r\n",
+		"Transfer-Encoding": "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			up := scriptedUpstream(t, func(c net.Conn, n int, br *bufio.Reader) {
+				if n > 1 {
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"id\":\"ok\"}")
+					return
+				}
+				io.WriteString(c, head)
+				// The body the head framed comes late: after the next
+				// request, if Governor sends one on this connection.
+				if readRequest(br) == nil {
+					io.WriteString(c, fake)
+				}
+			})
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+			c := client(t)
+			resp, body := chat(t, c, base, nil)
+			assert.Equal(t, http.StatusNoContent, resp.StatusCode, body)
+			assert.Empty(t, body)
+			for _, h := range []string{"Content-Length", "Transfer-Encoding", "Content-Type"} {
+				assert.Empty(t, resp.Header.Values(h), "%s on a 204", h)
+			}
+			resp, body = chat(t, c, base, nil)
+			assert.Equal(t, http.StatusOK, resp.StatusCode, body)
+			assert.Equal(t, `{"id":"ok"}`, body, "the next call gets its own answer")
+			assert.Equal(t, "1", resp.Header.Get(HeaderAttempts))
+		})
+	}
 }
 
 // An upstream answer without a Content-Type reaches the client without

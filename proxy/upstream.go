@@ -148,6 +148,11 @@ type trackedConn struct {
 	used   bool
 	peeker *peeker
 
+	// spoiled says the connection's framing is in doubt: its last answer
+	// was a 204 that framed a body (see framesNoContent). The next
+	// exchange refuses it.
+	spoiled atomic.Bool
+
 	// idle, while a stream is read whole (see bufferStream), moves the
 	// read deadline that far ahead before each read. Only the goroutine
 	// that reads the connection sets and reads it.
@@ -195,14 +200,17 @@ func (c *trackedConn) Close() error {
 // upstream has not closed it while it was idle (servers close idle
 // keep-alive connections after a few seconds: uvicorn after 5), and fails
 // with errStaleConn if it has, or sent anything unasked (a TLS
-// close_notify): nothing is written, and fasthttp tries another
-// connection. (fasthttp does not watch idle connections, and a request
+// close_notify), or if its framing is in doubt (spoiled): nothing is
+// written, and fasthttp tries another connection. (fasthttp does not watch idle connections, and a request
 // written to one the server has closed fails only once written.)
 func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	c.ownerMu.Lock()
 	c.owner = nil
 	c.severed.Store(false)
 	c.ownerMu.Unlock()
+	if c.spoiled.Load() {
+		return errStaleConn
+	}
 	if c.used {
 		// The last exchange's read deadline may have passed, which
 		// would keep the socket from being looked at; fasthttp sets
@@ -233,6 +241,13 @@ func (up *upstream) send(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 			wc.carryBody(req, resp)
 		}
 		err = up.client.DoDeadline(req, resp, deadline)
+	}
+	if err == nil && framesNoContent(&resp.Header) {
+		// fasthttp has already put the connection back in its pool:
+		// the next exchange refuses it.
+		if c := connOf(resp); c != nil {
+			c.spoiled.Store(true)
+		}
 	}
 	return err
 }
