@@ -187,7 +187,7 @@ func TestContractNames(t *testing.T) {
 		"GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
 		"GOVERNOR_MAX_BODY_BYTES=100000", "GOVERNOR_MAX_BUFFERED_BYTES=50000",
 		"GOVERNOR_BATCH_MAX_RESPONSE_BYTES=4096", "GOVERNOR_MAX_CONNS_PER_UPSTREAM=7",
-		"GOVERNOR_ACCESS_LOG=true")
+		"GOVERNOR_ATTEMPT_TIMEOUT=1s", "GOVERNOR_ACCESS_LOG=true")
 	base := "http://" + g.base
 	const chat = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	const message = `{"model":"c","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
@@ -243,6 +243,11 @@ func TestContractNames(t *testing.T) {
 
 		c = send(t, "POST", base+"/dead/v1/chat/completions", chat)
 		assertOpenAIError(t, c, 502, "upstream_unreachable")
+		assert.Equal(t, "false", c.header.Get("X-Should-Retry"))
+
+		// GOVERNOR_ATTEMPT_TIMEOUT=1s.
+		c = send(t, "POST", base+"/v1/chat/completions", chat, "X-Mock-Latency", "30s", "X-Governor-Max-Retries", "0")
+		assertOpenAIError(t, c, 504, "upstream_timeout")
 		assert.Equal(t, "false", c.header.Get("X-Should-Retry"))
 
 		// GOVERNOR_MAX_BODY_BYTES, then GOVERNOR_MAX_BUFFERED_BYTES.
