@@ -1,0 +1,156 @@
+package batch_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/lane"
+	"github.com/llmgovernor/governor/mockllm"
+	"github.com/llmgovernor/governor/proxy"
+)
+
+// gate is a provider that holds every request until the test lets it
+// answer, and reports the X-Request-Id of each request as it arrives: with
+// one call at a time in the lane, the order of arrival is the order in
+// which the lane's queue let the calls out.
+type gate struct {
+	url     string
+	arrived chan string
+	release chan struct{}
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{arrived: make(chan string), release: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case g.arrived <- r.Header.Get("X-Request-Id"):
+		case <-r.Context().Done():
+			return
+		}
+		select {
+		case <-g.release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	g.url = srv.URL
+	return g
+}
+
+// next lets the call in flight answer and returns the id of the call the
+// lane lets out after it.
+func (g *gate) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case g.release <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call in flight to release")
+	}
+	select {
+	case id := <-g.arrived:
+		return id
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call came next")
+		return ""
+	}
+}
+
+// queued is the number of calls waiting in the lanes.
+func (e *env) queued(t *testing.T) int {
+	t.Helper()
+	resp, err := e.c.Get(e.base + "/governor/lanes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ Lanes []lane.Info }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	n := 0
+	for _, l := range out.Lanes {
+		n += l.Queued
+	}
+	return n
+}
+
+func (e *env) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return e.queued(t) == n }, 10*time.Second, time.Millisecond, "%d calls waiting", n)
+}
+
+// tenantJob is n chat items whose X-Request-Id is prefix-i.
+func tenantJob(prefix string, n int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"url":"/v1/chat/completions","headers":{"X-Request-Id":"%s-%d"},"body":{"model":"gpt-test","messages":[{"role":"user","content":"%d"}]}}`, prefix, i, i)
+	}
+	return `{"requests":[` + strings.Join(items, ",") + `]}`
+}
+
+// Two async jobs of two tenants (neither names one: each job is a tenant
+// of its own) and an interactive call share a lane that takes one call at
+// a time. The interactive call (urgency 3) goes first; then the jobs take
+// turns, so a job of 10 items submitted after one of 1,000 is done after
+// 20 calls, not after 1,000.
+func TestJobsOfTwoTenantsTakeTurnsInALane(t *testing.T) {
+	g := newGate(t)
+	idle, _, stopIdle, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopIdle)
+	const window, big, small = 16, 1000, 10
+	e := newEnv(t, envOptions{upstream: idle, mockURL: g.url, // the gate is the provider
+		proxy: func(c *proxy.Config) { c.AIMD.Max = 1 },
+		batch: func(c *batch.Config) { c.Window = window }})
+
+	bigJob := e.createJob(t, tenantJob("big", big))
+	first := <-g.arrived
+	require.True(t, strings.HasPrefix(first, "big-"), first)
+	e.waitQueued(t, window-1)
+	smallJob := e.createJob(t, tenantJob("small", small))
+	e.waitQueued(t, window-1+small)
+	interactive := make(chan int, 1)
+	go func() {
+		resp, _ := e.post(t, "/v1/chat/completions", "application/json",
+			`{"model":"gpt-test","messages":[{"role":"user","content":"now"}]}`, "X-Request-Id", "interactive")
+		interactive <- resp.StatusCode
+	}()
+	e.waitQueued(t, window+small)
+
+	var order []string
+	for range 1 + 2*small - 1 {
+		id, _, _ := strings.Cut(g.next(t), "-")
+		order = append(order, id)
+	}
+	want := []string{"interactive"}
+	for i := range small {
+		if i > 0 {
+			want = append(want, "big")
+		}
+		want = append(want, "small")
+	}
+	assert.Equal(t, want, order, "the interactive call first, then the jobs in turns")
+	assert.Equal(t, http.StatusOK, <-interactive)
+
+	next := g.next(t) // the last small item answers
+	assert.True(t, strings.HasPrefix(next, "big-"), next)
+	st := e.waitJob(t, smallJob.ID)
+	assert.Equal(t, small, st.Counts["COMPLETED"], "%v", st.Counts)
+	// Its 10th item answered with the small job's last one; the 11th is
+	// held in flight.
+	require.Eventually(t, func() bool { return e.jobStatus(t, bigJob.ID).Counts["COMPLETED"] == small }, 10*time.Second,
+		time.Millisecond, "the large job made as much progress meanwhile")
+	assert.Equal(t, batch.JobRunning, e.jobStatus(t, bigJob.ID).Status)
+	resp, out := e.do(t, http.MethodDelete, batch.PathBatches+"/"+bigJob.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+}
