@@ -281,6 +281,24 @@ func (js *jobStore) counts() (running, finished int) {
 	return running, finished
 }
 
+// pendingItems returns how many items of the running jobs have not
+// finished.
+func (js *jobStore) pendingItems() int {
+	js.mu.Lock()
+	running := make([]*execution, 0, len(js.byID))
+	for _, j := range js.byID {
+		if !j.finished() {
+			running = append(running, j.exec)
+		}
+	}
+	js.mu.Unlock()
+	n := 0
+	for _, e := range running {
+		n += e.pending()
+	}
+	return n
+}
+
 // cancelAll cancels every running job.
 func (js *jobStore) cancelAll(cause error) {
 	js.mu.Lock()

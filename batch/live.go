@@ -52,3 +52,19 @@ func (lb *liveBatches) statuses(now time.Time) []JobStatus {
 	}
 	return out
 }
+
+// pendingItems returns how many items of the batches under way have not
+// finished.
+func (lb *liveBatches) pendingItems() int {
+	lb.mu.Lock()
+	es := make([]*execution, 0, len(lb.byID))
+	for _, j := range lb.byID {
+		es = append(es, j.exec)
+	}
+	lb.mu.Unlock()
+	n := 0
+	for _, e := range es {
+		n += e.pending()
+	}
+	return n
+}

@@ -109,6 +109,14 @@ func (e *execution) recorded(i int, r Row) {
 	}
 }
 
+// pending returns how many of e's items have no row yet.
+func (e *execution) pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := &e.summary
+	return e.total - s.Completed - s.CompletedWithRetries - s.Failed - s.DidNotRun
+}
+
 func (e *execution) isDone(i int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -154,8 +162,15 @@ func (e *execution) snapshotSummary(now time.Time) Summary {
 func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	if s.cfg.AccessLog != nil {
-		e.onRecord = func(i int, r *Row) { s.logItem(e, i, r) }
+	e.onRecord = func(i int, r *Row) {
+		// Counted as each item ends, so that a long batch's progress
+		// shows in the metrics while it runs.
+		if c := s.m.items[r.Status]; c != nil {
+			c.Inc()
+		}
+		if s.cfg.AccessLog != nil {
+			s.logItem(e, i, r)
+		}
 	}
 	o := &e.options
 	n := e.total

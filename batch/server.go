@@ -179,7 +179,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 		s.budget = &resultBudget{max: cfg.MaxResultBytes, evict: s.evictFinished}
 	}
 	s.jobs.forget = s.forget
-	s.m = newServerMetrics(cfg.Metrics, s.jobs, s.budget)
+	s.m = newServerMetrics(cfg.Metrics, s.jobs, s.live, s.budget)
 	p.HandleAPI(PathBatch, s.serveBatch)
 	p.HandleAPI(PathBatches, s.serveBatches)
 	p.HandleAPI(PathBatches+"/", s.serveJob)
@@ -805,10 +805,6 @@ func (s *Server) writeResults(ctx *fasthttp.RequestCtx, e *execution, status int
 // finished accounts for a batch that has run.
 func (s *Server) finished(e *execution, mode string) {
 	sum := e.snapshotSummary(s.cfg.Now())
-	s.m.items[proxy.StatusCompleted].Add(sum.Completed)
-	s.m.items[proxy.StatusCompletedWithRetries].Add(sum.CompletedWithRetries)
-	s.m.items[proxy.StatusFailed].Add(sum.Failed)
-	s.m.items[proxy.StatusDidNotRun].Add(sum.DidNotRun)
 	s.cfg.Logger.Info("batch finished", "batch", e.id, "mode", mode, "items", sum.Total,
 		"completed", sum.Completed, "completed_with_retries", sum.CompletedWithRetries,
 		"failed", sum.Failed, "did_not_run", sum.DidNotRun, "wall_seconds", sum.WallSeconds, "stopped", sum.Stopped)
