@@ -282,6 +282,12 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		if d.newcomer(c.cfg) {
 			d.answers++
 		}
+		if d.ramp.on {
+			// The provider took a call of the lane: a refusal from now
+			// on finds a ceiling, not a provider full before the lane
+			// got anything in (rampRefusedLocked).
+			d.ramp.admitted = max(d.ramp.admitted, 1)
+		}
 		if c.latencyOn() {
 			// Answered, but slower than chance explains at a level the
 			// lane still uses: the provider queues (profile.go).

@@ -16,7 +16,8 @@ type rampState struct {
 	// at is when the current start window opened: New, or the last step.
 	at time.Time
 	// admitted is how many calls the lane had out, unrefused, when the
-	// window last grew: the provider holds at least that many for it.
+	// window last grew (1 if none yet but a call has been answered): the
+	// provider holds at least that many for it.
 	admitted int
 	// young: the ramp ended on a refusal with calls admitted, and fewer
 	// than rampYoung × Initial calls sent after it have succeeded

@@ -178,3 +178,24 @@ func TestRampEndsOnAdopt(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, 12, c.Limit())
 }
+
+// A call answered before the ramp's first step (a provider that answers
+// within the window) grows the limit as slow start does; a refusal after
+// it finds a ceiling: the provider took a call of the lane. It lowers the
+// limit to what was admitted, where taken for a provider full before the
+// lane got anything in it raised it to Initial cut once (3 → 7).
+func TestRampRefusalAfterAnAnswerFindsACeiling(t *testing.T) {
+	for _, inFlight := range []int{1, 0} { // one call out; unknown
+		c := New(Config{Max: 64}, t0)
+		c.ObserveAt(Sample{Outcome: Success, Latency: time.Millisecond, InFlight: 1, Dispatched: t0}, ms(1))
+		require.Equal(t, 3, c.Limit(), "slow start: +2")
+		assert.Equal(t, Decreased, c.ObserveAt(refusedAt(ms(1), inFlight), ms(2)), "in flight %d", inFlight)
+		assert.Equal(t, 1, c.Limit(), "the one call the provider took, in flight %d", inFlight)
+		assert.False(t, c.defaultRule.newcomer(c.cfg), "in flight %d", inFlight)
+	}
+	// Three out: the provider held two when it refused the third.
+	c := New(Config{Max: 64}, t0)
+	c.ObserveAt(Sample{Outcome: Success, Latency: time.Millisecond, InFlight: 1, Dispatched: t0}, ms(1))
+	assert.Equal(t, Decreased, c.ObserveAt(refusedAt(ms(1), 3), ms(2)))
+	assert.Equal(t, 2, c.Limit())
+}
