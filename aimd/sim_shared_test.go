@@ -47,6 +47,11 @@ type sharedParams struct {
 	// runs (Jain's index).
 	Window, All [2]time.Duration
 	Trace       func(t time.Duration, lane int, limits []int, inFlight []int, ev Event)
+	// Sent and Answered, if set, are told of every call let out (with
+	// its lane's calls in flight, itself included) and every answer, with
+	// the lane's controller: for tracing where each 429 comes from.
+	Sent     func(lane int, ctl *Controller, t time.Duration, call uint64, inFlight int)
+	Answered func(lane int, ctl *Controller, t time.Duration, call uint64, o Outcome, ev Event)
 }
 
 type sharedResult struct {
@@ -98,6 +103,7 @@ type shEvent struct {
 	lane   int
 	reject bool
 	sent   time.Duration
+	call   uint64 // an answer's call, numbered from 1 as let out
 	// told: a shRetry that ends a 429'd call's wait for its hint, begun
 	// in the lane's era (unless a success ended it first).
 	told bool
@@ -154,13 +160,17 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 			l.queue--
 			l.inFlight++
 			sent++
+			call := uint64(sent)
+			if p.Sent != nil {
+				p.Sent(i, l.ctl, now, call, l.inFlight)
+			}
 			if accepted >= p.Cap {
-				push(shEvent{at: now + p.RejectLatency, kind: shAnswer, lane: i, reject: true, sent: now})
+				push(shEvent{at: now + p.RejectLatency, kind: shAnswer, lane: i, reject: true, sent: now, call: call})
 				continue
 			}
 			accepted++
 			lat := time.Duration(float64(p.Latency) * math.Exp(p.Sigma*rng.NormFloat64()))
-			push(shEvent{at: now + lat, kind: shAnswer, lane: i, sent: now})
+			push(shEvent{at: now + lat, kind: shAnswer, lane: i, sent: now, call: call})
 		}
 		if due, ok := l.ctl.AdmitDue(); ok && l.inFlight > 0 {
 			if at := max(due.Sub(epoch), now); at != l.admitAt {
@@ -207,6 +217,9 @@ func simulateShared(cfg Config, p sharedParams) sharedResult {
 				s.Outcome = RateLimited
 			}
 			ev = l.ctl.ObserveAt(s, epoch.Add(now))
+			if p.Answered != nil {
+				p.Answered(e.lane, l.ctl, now, e.call, s.Outcome, ev)
+			}
 			switch ev {
 			case Decreased:
 				res.Decreases++

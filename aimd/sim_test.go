@@ -64,6 +64,11 @@ type simParams struct {
 	// drawn uniformly: calls whose output lengths differ.
 	Mix   []float64
 	Trace func(t time.Duration, limit, inFlight int, ev Event)
+	// Sent and Answered, if set, are told of every call let out (with
+	// the calls in flight, itself included) and every answer, with the
+	// lane's controller: for tracing where each 429 comes from.
+	Sent     func(ctl *Controller, t time.Duration, call, inFlight int)
+	Answered func(ctl *Controller, t time.Duration, call int, o Outcome, ev Event)
 }
 
 type simResult struct {
@@ -208,6 +213,9 @@ func simulate(cfg Config, p simParams) simResult {
 		queue = queue[1:]
 		inFlight++
 		dispatch[call] = now
+		if p.Sent != nil {
+			p.Sent(ctl, now, call, inFlight)
+		}
 		seq++
 		if p.Knee == 0 && inFlight > p.capAt(completed, now) { // provider already at its cap
 			heap.Push(&events, simEvent{at: now + rejectLatency, seq: seq, call: call, reject: true})
@@ -282,6 +290,9 @@ func simulate(cfg Config, p simParams) simResult {
 		}
 		ev := ctl.ObserveAt(s, epoch.Add(now))
 		res.Events[ev]++
+		if p.Answered != nil {
+			p.Answered(ctl, now, e.call, s.Outcome, ev)
+		}
 		inFlight--
 		hold.ended(e.reject, inFlight)
 		if e.timeout {

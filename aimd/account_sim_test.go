@@ -1,0 +1,211 @@
+package aimd
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The accounting of 429s: every call a simulated lane lets out is
+// classified by what the lane knew when it let it out, and every answer
+// counted under that class, refused or not. A class whose calls are all
+// refused in a lane alone under a cap carries no news there; whether it
+// does where lanes share a cap shows in S4's count of its successes.
+// DESIGN.md ("Where the 429s of the small cells come from") quotes it.
+
+var account429 = flag.Int("account-429", 0, "seeds of TestAccount429 (0: skip); classifies every 429 of govbench's small-cap cells and of S4")
+
+// sendClass is what a lane knew of the level of a call it let out.
+type sendClass uint8
+
+const (
+	// The start: a step of the admission ramp; a call let out at the
+	// same instant as the step's first.
+	classRampFind sendClass = iota
+	classRampSame
+	// The first slow start above Initial with no ceiling known: the
+	// first call let out above what the lane held, or one let out at the
+	// same instant as it.
+	classSlowFind
+	classSlowSame
+	// A newcomer asking above what it holds.
+	classNewcomer
+	// A call let out at or above a level refused less than a round
+	// trip ago (no call let out after that refusal has been answered
+	// yet): a re-ask, at an answer or at a pause's end.
+	classReask
+	// A probe of a known ceiling (the level of the last decrease): held
+	// as usual, or backed off.
+	classProbe
+	classProbeBackedOff
+	// Any other call: below every level known to fail.
+	classBelow
+	numClasses
+)
+
+var classNames = [numClasses]string{
+	"start: a step's first call", "start: the same step's others",
+	"slow start: first above", "slow start: the same instant",
+	"newcomer ask", "re-ask within a round trip of a refusal",
+	"probe", "probe, backed off", "below the ceiling",
+}
+
+// laneAccount classifies the calls of one lane.
+type laneAccount struct {
+	sent map[uint64]sendClass
+	// lastSent and same: the instant of the last call let out, and how
+	// many were let out at it before the last one.
+	lastSent time.Duration
+	same     int
+	// refused is the lowest level (calls in flight at the lane when it
+	// was let out) of a 429 whose round trip has not ended, at refusedAt
+	// (0: none).
+	refused   int
+	refusedAt time.Duration
+	sentAt    map[uint64]time.Duration
+	level     map[uint64]int
+	// counts of 429s and successes per class.
+	refusals, successes [numClasses]int
+}
+
+func newLaneAccount() *laneAccount {
+	return &laneAccount{sent: map[uint64]sendClass{}, sentAt: map[uint64]time.Duration{}, level: map[uint64]int{}, lastSent: -1}
+}
+
+func (a *laneAccount) let(ctl *Controller, now time.Duration, call uint64, inFlight int) {
+	d := &ctl.defaultRule
+	if now == a.lastSent {
+		a.same++
+	} else {
+		a.lastSent, a.same = now, 0
+	}
+	var c sendClass
+	switch {
+	case d.ramp.on && a.same == 0:
+		c = classRampFind
+	case d.ramp.on:
+		c = classRampSame
+	case a.refused > 0 && inFlight >= a.refused:
+		c = classReask
+	case ctl.decrLevel > 0 && float64(inFlight) >= ctl.decrLevel && d.backoff.doubled(rateCeiling) > 0:
+		c = classProbeBackedOff
+	case ctl.decrLevel > 0 && float64(inFlight) >= ctl.decrLevel:
+		c = classProbe
+	case ctl.decrLevel == 0 && float64(inFlight) > ctl.cfg.Initial && a.same > 0 && inFlight > ctl.limitLocked()-a.same:
+		c = classSlowSame
+	case ctl.decrLevel == 0 && float64(inFlight) > ctl.cfg.Initial:
+		c = classSlowFind
+	case d.newcomer(ctl.cfg) && ctl.decreases > 0:
+		c = classNewcomer
+	default:
+		c = classBelow
+	}
+	a.sent[call], a.sentAt[call], a.level[call] = c, now, inFlight
+}
+
+func (a *laneAccount) answered(now time.Duration, call uint64, o Outcome) (sendClass, bool) {
+	c, ok := a.sent[call]
+	if !ok {
+		return 0, false
+	}
+	at, level := a.sentAt[call], a.level[call]
+	delete(a.sent, call)
+	delete(a.sentAt, call)
+	delete(a.level, call)
+	if o != RateLimited {
+		a.successes[c]++
+		if a.refused > 0 && at > a.refusedAt {
+			a.refused = 0 // a round trip has passed since the refusal
+		}
+		return c, true
+	}
+	a.refusals[c]++
+	if a.refused == 0 || level < a.refused {
+		a.refused = level
+	}
+	a.refusedAt = now
+	return c, true
+}
+
+// accountSummary returns the classes' 429s per 100 of calls and per
+// run (runs runs), and the share of each class's calls that succeeded.
+func accountSummary(accs []*laneAccount, calls, runs int) string {
+	var r, s [numClasses]int
+	for _, a := range accs {
+		for c := range numClasses {
+			r[c] += a.refusals[c]
+			s[c] += a.successes[c]
+		}
+	}
+	order := make([]int, numClasses)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return r[order[i]] > r[order[j]] })
+	var parts []string
+	for _, c := range order {
+		if r[c] == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f, %.2f a run (%d%% of its calls in)", classNames[c],
+			100*float64(r[c])/float64(calls), float64(r[c])/float64(runs), 100*s[c]/(r[c]+s[c])))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// TestAccount429 classifies every 429 of govbench's matrix cells at
+// small caps (100 ms and 500 ms calls) and of S4 by what the lane knew
+// when it let the call out. Run with -account-429 SEEDS -v.
+func TestAccount429(t *testing.T) {
+	if *account429 == 0 {
+		t.Skip("run with -account-429 SEEDS -v")
+	}
+	seeds := uint64(*account429)
+	for _, lat := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
+		for _, c := range []int{1, 2, 4, 8} {
+			var accs []*laneAccount
+			calls, refused := 0, 0
+			for seed := uint64(1); seed <= seeds; seed++ {
+				p := scenario("cap16", 480*time.Millisecond, seed)
+				p.Caps, p.Hint = []int{c}, time.Second
+				p.Latency, p.Calls, p.Clients = lat, max(64, 30*c), max(64, 2*c)
+				a := newLaneAccount()
+				accs = append(accs, a)
+				p.Sent = func(ctl *Controller, now time.Duration, call, inFlight int) {
+					a.let(ctl, now, uint64(call)+1, inFlight)
+				}
+				p.Answered = func(_ *Controller, now time.Duration, call int, o Outcome, _ Event) {
+					a.answered(now, uint64(call)+1, o)
+				}
+				r := simulate(simConfig(Default), p)
+				calls += p.Calls
+				refused += r.Rejected
+			}
+			t.Logf("cell cap %d %v: %.2f 429s per 100 calls: %s", c, lat, 100*float64(refused)/float64(calls), accountSummary(accs, calls, int(seeds)))
+		}
+	}
+	var accs []*laneAccount
+	calls := 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		p := s4Params(seed)
+		lanes := make([]*laneAccount, len(p.Starts))
+		for i := range lanes {
+			lanes[i] = newLaneAccount()
+		}
+		accs = append(accs, lanes...)
+		p.Sent = func(lane int, ctl *Controller, now time.Duration, call uint64, inFlight int) {
+			lanes[lane].let(ctl, now, call, inFlight)
+		}
+		p.Answered = func(lane int, _ *Controller, now time.Duration, call uint64, o Outcome, _ Event) {
+			if o == Success {
+				calls++
+			}
+			lanes[lane].answered(now, call, o)
+		}
+		simulateShared(simConfig(Default), p)
+	}
+	t.Logf("S4: %s", accountSummary(accs, calls, int(seeds)))
+}
