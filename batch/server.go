@@ -170,7 +170,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 		case errors.Is(err, journal.ErrLocked):
 			busy = err
 		case err != nil:
-			return nil, fmt.Errorf("batch: %w", err)
+			return nil, err // it names the batch directory
 		}
 		s.dir = dir
 		// Finished jobs are on disk: forgetting one frees no memory.

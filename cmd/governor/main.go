@@ -214,6 +214,9 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		AccessLog:        cfg.access,
 		MaxResponseBytes: cfg.BatchMaxResponse,
 	})
+	if err != nil && cfg.BatchDir != "" {
+		return fmt.Errorf("GOVERNOR_BATCH_DIR=%s: %w", cfg.BatchDir, err)
+	}
 	if err != nil {
 		return err
 	}
