@@ -93,19 +93,34 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, batchUsage)
 		return batchcli.ExitUsage
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, batchUsage)
-			return batchcli.ExitCompleted
+	// Flags may come after the input file as well as before it
+	// (governor batch in.jsonl -o out.jsonl); after "--" every argument
+	// is a file name.
+	var inputs []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stdout, batchUsage)
+				return batchcli.ExitCompleted
+			}
+			return usageErr("%v", err)
 		}
-		return usageErr("%v", err)
+		if fs.NArg() == 0 {
+			break
+		}
+		if n := len(rest) - fs.NArg(); n > 0 && rest[n-1] == "--" {
+			inputs = append(inputs, fs.Args()...)
+			break
+		}
+		inputs = append(inputs, fs.Arg(0))
+		rest = fs.Args()[1:]
 	}
 	switch {
-	case fs.NArg() > 1:
-		return usageErr("one input file, got %d arguments", fs.NArg())
-	case fs.NArg() == 0 && cfg.JobID == "":
+	case len(inputs) > 1:
+		return usageErr("one input file, got %d: %s", len(inputs), strings.Join(inputs, " "))
+	case len(inputs) == 0 && cfg.JobID == "":
 		return usageErr("an input file, or -job ID, is required")
-	case fs.NArg() == 1 && cfg.JobID != "":
+	case len(inputs) == 1 && cfg.JobID != "":
 		return usageErr("-job reattaches to a job already submitted: give no input file")
 	}
 	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -138,7 +153,7 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 	env := envMap(environ)
 	cfg.Token = env["GOVERNOR_API_TOKEN"]
 	if cfg.JobID == "" {
-		cfg.Input = fs.Arg(0)
+		cfg.Input = inputs[0]
 		f, err := os.Open(cfg.Input)
 		if err != nil {
 			return usageErr("%v", err)

@@ -180,10 +180,11 @@ func TestBatchCommandWritesResultsInOrder(t *testing.T) {
 	assert.Equal(t, 404, results[4].Response.StatusCode, "the provider's answer is kept")
 	assert.Contains(t, c.stderrText(), "1 failed")
 
-	// Input Governor rejects: a usage error, nothing runs.
+	// Input Governor rejects: a usage error, nothing runs. (Flags may
+	// follow the input file.)
 	bad := filepath.Join(t.TempDir(), "bad.jsonl")
 	require.NoError(t, os.WriteFile(bad, []byte("{\"custom_id\":\"a\",\"url\":\"/v1/chat/completions\",\"body\":{}}\nnot json\n"), 0o600))
-	c = startCLI(t, env, "-url", "http://"+g.base, bad)
+	c = startCLI(t, env, bad, "-url", "http://"+g.base)
 	assert.Equal(t, 2, c.exitCode(t, 30*time.Second))
 	assert.Contains(t, c.stderrText(), "line 2")
 
@@ -222,6 +223,9 @@ func TestBatchCommandUsage(t *testing.T) {
 		{"bad header", []string{"-H", "no colon", input}, nil, "Name: value"},
 		{"bad url", []string{"-url", "127.0.0.1:8080", input}, nil, "-url"},
 		{"unknown flag", []string{"-frobnicate", input}, nil, "frobnicate"},
+		{"unknown flag after the input", []string{input, "-frobnicate"}, nil, "frobnicate"},
+		{"two inputs around a flag", []string{input, "-o", filepath.Join(t.TempDir(), "out.jsonl"), input}, nil, "one input file"},
+		{"two inputs after --", []string{"--", input, "-o"}, nil, "one input file, got 2"},
 		{"missing file", []string{filepath.Join(t.TempDir(), "nope.jsonl")}, nil, "no such file"},
 		{"output directory missing", []string{"-o", filepath.Join(t.TempDir(), "no", "out.jsonl"), input}, nil, "-o"},
 		{"both keys for a mixed input", []string{writeMixedInput(t)},
