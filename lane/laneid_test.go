@@ -92,3 +92,33 @@ func TestLaneKeepsABoundedModelName(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "gpt-4o", short.key.Model)
 }
+
+// A lane's id is a function of its key, whatever order lanes are made in:
+// after a restart, a lane's metric series keep their name. (A model named
+// "none" and calls that name none are told apart by the id, not by which
+// came first.)
+func TestLaneIDDoesNotDependOnOrder(t *testing.T) {
+	keys := []Key{key("sk", ""), key("sk", "none"), key("sk", "a b"), key("sk", "a_b"), key("sk", "gpt-4o"),
+		key("sk", strings.Repeat("m", 100)), key("sk", strings.Repeat("m", 100)+"x"), key("other", "gpt-4o")}
+	ids := func(order []int) map[int]string {
+		r := newTestRegistry(t, &fakeClock{now: t0}, 8)
+		out := map[int]string{}
+		for _, i := range order {
+			l, err := r.Get(keys[i])
+			require.NoError(t, err)
+			out[i] = l.ID()
+		}
+		return out
+	}
+	forward, backward := make([]int, len(keys)), make([]int, len(keys))
+	for i := range keys {
+		forward[i], backward[len(keys)-1-i] = i, i
+	}
+	a, b := ids(forward), ids(backward)
+	for i, k := range keys {
+		assert.Equal(t, a[i], b[i], "model %q", k.Model)
+		assert.NotContains(t, a[i], "~2", "model %q", k.Model)
+	}
+	assert.True(t, strings.HasPrefix(a[0], "default/none/"), a[0])
+	assert.True(t, strings.HasPrefix(a[1], "default/none~"), "a model named none: %s", a[1])
+}

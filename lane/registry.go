@@ -265,12 +265,14 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 }
 
 // newIDLocked returns the id of a new lane of key: upstream/model/credential
-// hash, unique among the lanes held. Distinct keys rarely share that form (a
-// model's label keeps a hash of a name it cannot show whole, see
-// labelSafe), but two credentials can share a short hash, and a model can
-// be named after another's label: the later lane then gets "~2", "~3", …
-// at the end. An id names the lane's metric series, which must not be
-// registered twice. It requires r.mu to be held for writing.
+// hash, unique among the lanes held. The id is a function of the key, the
+// same whatever order lanes are made in (after a restart too, so a lane's
+// metric series keep their name): a model's label is its name or keeps a
+// hash of it (see labelSafe), so distinct models get distinct labels. Only
+// two credentials whose 6-byte hashes coincide share that form; the later
+// lane then gets "~2", "~3", … at the end, since an id names the lane's
+// metric series, which must not be registered twice. It requires r.mu to
+// be held for writing.
 func (r *Registry) newIDLocked(key Key, credHash string) string {
 	base := fmt.Sprintf("%s/%s/%s", key.Upstream, labelSafe(key.Model), credHash)
 	id := base
@@ -297,20 +299,25 @@ func boundModel(m string) string {
 	return m[:maxModel-len(tag)] + tag
 }
 
+// noModel is the model label of a lane whose calls name no model.
+const noModel = "none"
+
 // maxLabel is the longest model label in a lane id.
 const maxLabel = 64
 
 // labelSafe maps a model name to a label that is safe in a lane id and a
-// metric label, at most maxLabel bytes: the name itself if it is that short
-// and made of letters, digits and "._:-@/" only; else as much of it as
-// fits, other bytes replaced by "_", then "~" and a hash of the whole name,
-// so that names that differ only past the prefix, or only in the bytes
-// replaced, still get labels of their own.
+// metric label, at most maxLabel bytes: noModel for none; the name itself
+// if it is that short, made of letters, digits and "._:-@/" only, and not
+// noModel; else as much of it as fits, other bytes replaced by "_", then
+// "~" and a hash of the whole name, so that names that differ only past
+// the prefix, or only in the bytes replaced, still get labels of their
+// own. Distinct names thus get distinct labels (short of a hash
+// collision).
 func labelSafe(s string) string {
 	if s == "" {
-		return "none"
+		return noModel
 	}
-	if len(s) <= maxLabel && strings.IndexFunc(s, func(c rune) bool { return !labelByte(c) }) < 0 {
+	if len(s) <= maxLabel && s != noModel && strings.IndexFunc(s, func(c rune) bool { return !labelByte(c) }) < 0 {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
