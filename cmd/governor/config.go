@@ -40,7 +40,7 @@ type config struct {
 	MaxPause          time.Duration `env:"GOVERNOR_MAX_PAUSE" envDefault:"60s" help:"longest lane pause a provider's Retry-After can impose"`
 	BackoffBase       time.Duration `env:"GOVERNOR_BACKOFF_BASE" envDefault:"500ms" help:"first retry backoff without a provider hint (exponential, full jitter)"`
 	BackoffMax        time.Duration `env:"GOVERNOR_BACKOFF_MAX" envDefault:"30s" help:"longest retry backoff without a provider hint"`
-	MaxConnections    int           `env:"GOVERNOR_MAX_CONNECTIONS" envDefault:"0" help:"client connections open on the main listener; beyond it a new one gets 503 and is closed (the admin listener: at most 64); 0 = three quarters of the open-file limit"`
+	MaxConnections    int           `env:"GOVERNOR_MAX_CONNECTIONS" envDefault:"0" help:"client connections open on the main listener; beyond it a new one gets 503 and is closed (the admin listener: at most 64); 0 = three quarters of the open-file limit, and at most one per 32 KiB of the memory limit (GOMEMLIMIT or the container's)"`
 	MaxLanes          int           `env:"GOVERNOR_MAX_LANES" envDefault:"256" help:"lanes (upstream, credential, model) before new models share one lane and new credentials replace idle lanes"`
 	MaxTenants        int           `env:"GOVERNOR_MAX_TENANTS" envDefault:"100" help:"tenants (X-Governor-Tenant) sharing one lane fairly; further tenants count as one"`
 	BatchMaxItems     int           `env:"GOVERNOR_BATCH_MAX_ITEMS" envDefault:"50000" help:"requests in one batch; more gets 400"`

@@ -204,19 +204,31 @@ func TestAdminListenerClosesSilentConnections(t *testing.T) {
 	assert.Less(t, time.Since(start), adminReadTimeout+5*time.Second)
 }
 
+// By default the main listener holds three quarters of the open-file
+// limit, and at most a connection per 32 KiB of the memory limit.
 func TestMaxConnectionsDefault(t *testing.T) {
+	const mib = 1 << 20
 	for _, tc := range []struct {
 		configured int
 		openFiles  uint64
+		memLimit   int64
 		want       int
 	}{
-		{0, 1024, 768},
-		{0, 1 << 20, 3 << 18},
-		{0, 40, 64},
-		{0, 0, 0},
-		{500, 1024, 500},
+		{0, 1024, 0, 768},
+		{0, 1 << 20, 0, 3 << 18},
+		{0, 40, 0, 64},
+		{0, 0, 0, 0},
+		{500, 1024, 0, 500},
+		// containerd's 1,048,576 open files in the sidecar example's
+		// 512 MiB, GOMEMLIMIT 400MiB: 786,432 connections at 6 KiB
+		// each would take 4.5 GiB.
+		{0, 1 << 20, 400 * mib, 12800},
+		{0, 1024, 400 * mib, 768},
+		{0, 0, 400 * mib, 12800},
+		{0, 1 << 20, 1 * mib, 64},
+		{500, 1 << 20, 1 * mib, 500},
 	} {
-		assert.Equal(t, tc.want, maxConnections(tc.configured, tc.openFiles), "%+v", tc)
+		assert.Equal(t, tc.want, maxConnections(tc.configured, tc.openFiles, tc.memLimit), "%+v", tc)
 	}
 	assert.Equal(t, 64, adminConnections(0))
 	assert.Equal(t, 20, adminConnections(20))
@@ -290,4 +302,27 @@ func TestCallsBeyondTheOpenFileLimitAreAnsweredOrRefused(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, 200, resp.StatusCode, "served as before once the calls have ended")
+}
+
+func TestParseCgroupMemoryLimit(t *testing.T) {
+	for in, want := range map[string]int64{
+		"536870912\n":           536870912,
+		"max\n":                 0, // cgroup v2, no limit
+		"9223372036854771712\n": 0, // cgroup v1, no limit
+		"":                      0,
+		"-1":                    0,
+	} {
+		n, ok := parseCgroupMemoryLimit([]byte(in))
+		assert.Equal(t, want, n, "%q", in)
+		assert.Equal(t, want > 0, ok, "%q", in)
+	}
+}
+
+// The default connection cap follows GOMEMLIMIT, and the start-up log
+// says what it was derived from.
+func TestMaxConnectionsFollowTheMemoryLimit(t *testing.T) {
+	up := newHoldUpstream(t)
+	close(up.release)
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+up.srv.URL, "GOMEMLIMIT=64MiB")
+	assert.Contains(t, g.logs(), `"memory_limit":67108864,"max_connections":2048,`)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -43,16 +44,31 @@ func adminConnections(mainMax int) int {
 // maxConnections is the bound on client connections of the main listener:
 // GOVERNOR_MAX_CONNECTIONS, or by default three quarters of the open-file
 // limit, leaving the rest to upstream connections, the admin listener and
-// files; at least 64. Zero when the limit is unknown (fasthttp's bound).
-func maxConnections(configured int, openFiles uint64) int {
+// files, and at most one connection per connMemory of the memory limit
+// (memLimit, 0 when none is known); at least 64. Zero when neither limit
+// is known (fasthttp's bound).
+func maxConnections(configured int, openFiles uint64, memLimit int64) int {
 	if configured > 0 {
 		return configured
 	}
-	if openFiles == 0 {
+	if openFiles == 0 && memLimit <= 0 {
 		return 0
 	}
-	return int(max(64, min(openFiles, 1<<30)*3/4))
+	n := uint64(math.MaxUint64)
+	if openFiles > 0 {
+		n = min(openFiles, 1<<30) * 3 / 4
+	}
+	if memLimit > 0 {
+		n = min(n, uint64(memLimit)/connMemory)
+	}
+	return int(max(64, n))
 }
+
+// connMemory is the memory a client connection is allowed by default. An
+// idle one takes about 6 KiB and one whose call waits about 9; one whose
+// head is being read holds fasthttp's 16 KiB read buffer as well, about
+// 25 KiB. (Request bodies and answers have budgets of their own.)
+const connMemory = 32 << 10
 
 // fasthttpDiscard drops fasthttp's own messages (a client's connection
 // errors, a refused connection).

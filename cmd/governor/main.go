@@ -132,7 +132,8 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	if err != nil {
 		log.Warn("could not raise the open-file limit", "err", err, "limit", openFiles)
 	}
-	maxConns := maxConnections(cfg.MaxConnections, openFiles)
+	memLimit := memoryLimit()
+	maxConns := maxConnections(cfg.MaxConnections, openFiles, memLimit)
 	if openFiles > 0 && uint64(maxConns) >= openFiles {
 		log.Warn("GOVERNOR_MAX_CONNECTIONS is not below the open-file limit: past the limit, new connections wait unanswered until some close instead of getting 503",
 			"max_connections", maxConns, "open_files", openFiles)
@@ -250,7 +251,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		routes = append(routes, r.Name+"="+r.URL.Redacted())
 	}
 	log.Info("governor started", "version", buildVersion(), "listen", mainLn.Addr().String(),
-		"admin_listen", adminLn.Addr().String(), "open_files", openFiles, "max_connections", maxConns,
+		"admin_listen", adminLn.Addr().String(), "open_files", openFiles, "memory_limit", memLimit, "max_connections", maxConns,
 		"admin_max_connections", adminConnections(maxConns), "upstream", cfg.upstream.URL.Redacted(), "routes", routes, "demo", demo,
 		slog.Group("config", cfg.effective().logAttrs()...))
 	if cfg.APIToken == "" && !isLoopback(mainLn.Addr()) {
