@@ -78,6 +78,9 @@ func bufferAnswer(resp *fasthttp.Response, limit int64, budget *bodyBudget) (hel
 			if !errors.Is(rerr, io.EOF) {
 				return fail(fmt.Errorf("read upstream body: %w", rerr))
 			}
+			if cutChunked(resp) {
+				return fail(fmt.Errorf("read upstream body: %w", errCutChunked))
+			}
 			if err := resp.CloseBodyStream(); err != nil {
 				budget.give(held)
 				return 0, nil, false, fmt.Errorf("read upstream body: %w", err)

@@ -62,8 +62,16 @@ func cutMidChunk(c *net.TCPConn) {
 	io.WriteString(c, chunkedJSONHead+"d\r\n{\"id\":\"x")
 }
 
-// A JSON answer sent chunked and cut (reset after its head, or closed
-// half-way through a chunk) is never passed on as a complete answer: it is
+// cutBetweenChunks sends a whole chunk, then closes the connection where
+// the next chunk's size should come: fasthttp's body stream reads that as
+// the end of the body.
+func cutBetweenChunks(c *net.TCPConn) {
+	io.WriteString(c, chunkedJSONHead+"8\r\n{\"id\":\"x\r\n")
+}
+
+// A JSON answer sent chunked and cut (reset after its head, closed
+// half-way through a chunk, or closed between two chunks) is never passed
+// on as a complete answer: it is
 // retried, and once the budget is spent it is a 502 with
 // x-should-retry: false.
 func TestCutChunkedAnswersAreRetriedNotPassedOn(t *testing.T) {
@@ -75,6 +83,7 @@ func TestCutChunkedAnswersAreRetriedNotPassedOn(t *testing.T) {
 	}{
 		{"reset after the head", resetAfterHead},
 		{"cut half-way through a chunk", cutMidChunk},
+		{"closed between two chunks", cutBetweenChunks},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := cuttingUpstream(t, func(c *net.TCPConn, n int) {
@@ -128,6 +137,40 @@ func TestEventStreamIsStillStreamed(t *testing.T) {
 	rest, err := io.ReadAll(r)
 	require.NoError(t, err)
 	assert.Equal(t, "\ndata: two\n\n", string(rest))
+}
+
+// An SSE stream whose connection the provider closes between two chunks,
+// before the last one, is cut visibly for the client too (a read error,
+// as from the provider itself), never ended as if complete; a stream
+// whose last chunk came before the close ends cleanly.
+func TestEventStreamClosedBetweenChunksIsCutVisibly(t *testing.T) {
+	checkSockets(t)
+	checkLeaks(t)
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+	for _, tc := range []struct {
+		name, answer string
+		cut          bool
+	}{
+		{"closed between two chunks", head + "b\r\ndata: one\n\n\r\n", true},
+		{"closed right after the head", head, true},
+		{"closed after the last chunk", head + "b\r\ndata: one\n\n\r\n0\r\n\r\n", false},
+	} {
+		up := cuttingUpstream(t, func(c *net.TCPConn, _ int) { io.WriteString(c, tc.answer) })
+		_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+		resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+		require.NoError(t, err, tc.name)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, 200, resp.StatusCode, tc.name)
+		if tc.cut {
+			assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "%s: the client sees the cut", tc.name)
+		} else {
+			assert.NoError(t, err, tc.name)
+		}
+		if strings.Contains(tc.answer, "data: one") {
+			assert.Equal(t, "data: one\n\n", string(body), "%s: what came before the cut arrives", tc.name)
+		}
+	}
 }
 
 // A provider's head too large (or malformed) to read is a 502 that does

@@ -147,6 +147,11 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
 	}
+	if err == io.EOF && b.conn != nil && cutChunked(b.resp) {
+		// Passed on as the end, the cut would look like a complete
+		// answer to the client: its stream is aborted instead.
+		err = errCutChunked
+	}
 	return n, err
 }
 

@@ -153,6 +153,12 @@ type trackedConn struct {
 	// exchange refuses it.
 	spoiled atomic.Bool
 
+	// peerClosed says a read of the exchange found the connection closed
+	// by the upstream (io.EOF): a chunked body that ends there was cut
+	// (see cutChunked). Only the goroutine that reads the connection
+	// sets and reads it; a new exchange clears it.
+	peerClosed bool
+
 	// idle, while a stream is read whole (see bufferStream), moves the
 	// read deadline that far ahead before each read. Only the goroutine
 	// that reads the connection sets and reads it.
@@ -178,7 +184,11 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if err == io.EOF {
+		c.peerClosed = true
+	}
+	return n, err
 }
 
 // Close closes the connection and forgets it.
@@ -221,7 +231,26 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 		}
 	}
 	c.used = true
+	c.peerClosed = false
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// errCutChunked reports a chunked answer whose connection the upstream
+// closed between two chunks, before the last (empty) one.
+var errCutChunked = errors.New("upstream closed the connection before the end of a chunked body")
+
+// cutChunked reports whether resp's body, which fasthttp's stream has just
+// ended with io.EOF, was cut rather than complete: it is chunked and the
+// upstream closed the connection. fasthttp reads a connection closed where
+// the next chunk's size should be as the body's end; after the last chunk
+// it reads no further, so a complete body never sees the close. Call it
+// before the body stream is closed.
+func cutChunked(resp *fasthttp.Response) bool {
+	if resp.Header.ContentLength() != -1 {
+		return false
+	}
+	c := connOf(resp)
+	return c != nil && c.peerClosed
 }
 
 // errStaleConn refuses an exchange on an idle connection the upstream has
@@ -385,8 +414,11 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 			break
 		}
 		if rerr != nil {
-			if !errors.Is(rerr, io.EOF) {
+			switch {
+			case !errors.Is(rerr, io.EOF):
 				err = rerr
+			case cutChunked(resp):
+				err = errCutChunked
 			}
 			break
 		}
