@@ -265,11 +265,14 @@ func TestLeaseExpiresWhenAGovernorIsKilled(t *testing.T) {
 	require.True(t, ok, "the killed governor's lease is in Redis")
 	// Every view of the survivor's lane read while the lease still runs
 	// comes from a sync that saw it: both Governors, each with its share.
-	// The survivor gets the whole limit once the lease has run out.
+	// (A sync that Redis did not answer in time, on a loaded machine,
+	// leaves the lane governing alone from its share: not coordinated, no
+	// members; that is no view of a sync.) The survivor gets the whole
+	// limit once the lease has run out.
 	views := 0
 	require.Eventually(t, func() bool {
 		last, _ = gs[1].lane(t)
-		if read := time.Now(); read.Before(expires) {
+		if read := time.Now(); read.Before(expires) && last.Coordinated {
 			views++
 			assert.Equal(t, 2, last.Members, "read at %v, the lease expires at %v", read, expires)
 		}
