@@ -187,7 +187,7 @@ func TestContractNames(t *testing.T) {
 		"GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
 		"GOVERNOR_MAX_BODY_BYTES=100000", "GOVERNOR_MAX_BUFFERED_BYTES=50000",
 		"GOVERNOR_BATCH_MAX_RESPONSE_BYTES=4096", "GOVERNOR_MAX_CONNS_PER_UPSTREAM=7",
-		"GOVERNOR_ATTEMPT_TIMEOUT=1s", "GOVERNOR_ACCESS_LOG=true")
+		"GOVERNOR_ATTEMPT_TIMEOUT=2s", "GOVERNOR_ACCESS_LOG=true")
 	base := "http://" + g.base
 	const chat = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	const message = `{"model":"c","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
@@ -245,7 +245,7 @@ func TestContractNames(t *testing.T) {
 		assertOpenAIError(t, c, 502, "upstream_unreachable")
 		assert.Equal(t, "false", c.header.Get("X-Should-Retry"))
 
-		// GOVERNOR_ATTEMPT_TIMEOUT=1s.
+		// GOVERNOR_ATTEMPT_TIMEOUT=2s.
 		c = send(t, "POST", base+"/v1/chat/completions", chat, "X-Mock-Latency", "30s", "X-Governor-Max-Retries", "0")
 		assertOpenAIError(t, c, 504, "upstream_timeout")
 		assert.Equal(t, "false", c.header.Get("X-Should-Retry"))
@@ -422,7 +422,7 @@ func TestContractQueue(t *testing.T) {
 	require.NoError(t, err)
 	defer stop()
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_AIMD_PRESET=phoenix",
-		"GOVERNOR_MAX_CONCURRENCY=1", "GOVERNOR_QUEUE_CAPACITY=2", "GOVERNOR_QUEUE_TIMEOUT=3s")
+		"GOVERNOR_MAX_CONCURRENCY=1", "GOVERNOR_QUEUE_CAPACITY=3", "GOVERNOR_QUEUE_TIMEOUT=5s")
 	base := "http://" + g.base
 
 	cfg := g.logLines(t, "governor started")[0]["config"].(map[string]any)
@@ -449,35 +449,37 @@ func TestContractQueue(t *testing.T) {
 			10*time.Second, 5*time.Millisecond, "lane %s = %v", field, want)
 	}
 
+	// Every call below waits at most GOVERNOR_QUEUE_TIMEOUT (5 s) from
+	// here, the background call first.
 	first, _ := hold()
 	waitLane("in_flight", 1)
 	_, background := hold("Priority", "u=7", "X-Governor-Tenant", "team-a")
 	waitLane("queued", 1)
 	urgent, _ := hold("Priority", "u=0")
 	waitLane("queued", 2)
+	// A batch item waits at urgency 5 unless its batch says otherwise.
+	c := send(t, "POST", base+"/governor/batches",
+		`{"requests":[{"url":"/v1/chat/completions","headers":{"X-Mock-Fault":"hang"},"body":{"model":"m"}}]}`)
+	require.Equal(t, 202, c.status, "%s", c.body)
+	job := c.json(t)["id"].(string)
+	waitLane("queued", 3)
 	l := lane()
-	assert.Equal(t, map[string]any{"u=0": 1.0, "u=7": 1.0}, l["queued_by_urgency"])
+	assert.Equal(t, map[string]any{"u=0": 1.0, "u=5": 1.0, "u=7": 1.0}, l["queued_by_urgency"])
 	assert.Contains(t, fmt.Sprint(l["tenants"]), "tenant:team-a")
 
-	c := send(t, "POST", base+"/v1/chat/completions", `{"model":"m"}`)
+	c = send(t, "POST", base+"/v1/chat/completions", `{"model":"m"}`)
 	assertOpenAIError(t, c, 503, "queue_full")
 	assertRetryAfter(t, c)
 	assert.Empty(t, c.header.Get("X-Should-Retry"), "an SDK may come back after Retry-After")
 
-	// The first call's client leaves: the urgent call goes next.
+	// The first call's client leaves: the urgent call goes next, ahead of
+	// the batch item and the background call.
 	first()
 	require.Eventually(t, func() bool {
 		l := lane()
-		return l["in_flight"] == 1.0 && fmt.Sprint(l["queued_by_urgency"]) == "map[u=7:1]"
-	}, 10*time.Second, 5*time.Millisecond, "u=0 overtakes u=7")
-
-	// A batch item waits at urgency 5 unless its batch says otherwise.
-	c = send(t, "POST", base+"/governor/batches",
-		`{"requests":[{"url":"/v1/chat/completions","headers":{"X-Mock-Fault":"hang"},"body":{"model":"m"}}]}`)
-	require.Equal(t, 202, c.status, "%s", c.body)
-	job := c.json(t)["id"].(string)
-	require.Eventually(t, func() bool { return fmt.Sprint(lane()["queued_by_urgency"]) == "map[u=5:1 u=7:1]" },
-		10*time.Second, 5*time.Millisecond, "the batch item queued at u=5")
+		u := l["queued_by_urgency"].(map[string]any)
+		return l["in_flight"] == 1.0 && u["u=0"] == nil && u["u=5"] == 1.0
+	}, 10*time.Second, 5*time.Millisecond, "u=0 overtakes u=5 and u=7")
 
 	bg := <-background
 	assertOpenAIError(t, bg, 504, "queue_timeout")
