@@ -163,6 +163,8 @@ func TestRequestFramingAbuse(t *testing.T) {
 		{"Content-Length beyond int64", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\nConnection: close\r\n\r\n", "400", nil},
 		{"2000 headers", "GET /v1/x HTTP/1.1\r\nHost: x\r\n" + many.String() + "Connection: close\r\n\r\n", "400", nil},
 		{"NUL in the method", "G\x00T /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "400", nil},
+		{"a folded value is unfolded and served",
+			"POST /v1/x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", "200", []string{"POST /v1/x 2"}},
 		// Transfer-Encoding wins over Content-Length (RFC 9112 §6.3): the
 		// chunked body is empty and the call is served, but the connection
 		// closes after its answer, so what follows is never read as a
@@ -186,4 +188,24 @@ func TestRequestFramingAbuse(t *testing.T) {
 		}
 		assert.Empty(t, got, "%s: nothing else reached the provider", tc.name)
 	}
+}
+
+// A request with a field name that is not a token (fasthttp takes one with
+// a space inside) is refused, not forwarded: an upstream that ends the name
+// at the space would frame the request by it.
+func TestFieldNamesThatAreNotTokensAreRefused(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	upAddr, lines := rawUpstream(t)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://"+upAddr)}))
+	addr := strings.TrimPrefix(base, "http://")
+	for _, raw := range []string{
+		"POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding x: chunked\r\nContent-Length: 5\r\nConnection: close\r\n\r\n0\r\n\r\n",
+		"POST /v1/x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\nContent-Length x: 5\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+	} {
+		out := rawExchange(t, addr, raw)
+		assert.True(t, strings.HasPrefix(out, "HTTP/1.1 400 "), "%q", out)
+		assert.Contains(t, out, "is not a token", raw)
+	}
+	assert.Empty(t, lines, "nothing reached the provider")
 }

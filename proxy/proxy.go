@@ -358,8 +358,44 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
 	}
+	if name := invalidFieldName(h.RawHeaders()); name != nil {
+		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("header field name %.40q is not a token (RFC 9110 §5.6.2)", name))
+	}
 	return true
 }
+
+// invalidFieldName returns the first field name of a raw header block, as
+// fasthttp read it, that is not a token (RFC 9110 §5.6.2), or nil.
+// fasthttp takes a name with a space inside; an upstream that ends a name
+// at the space would read "Transfer-Encoding x: chunked" as framing that
+// Governor did not frame the request by, and take the rest of its body as
+// another request on a connection other clients' calls share. RFC 9112
+// §5.1 has such requests refused.
+func invalidFieldName(raw []byte) []byte {
+	for len(raw) > 0 {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
+		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' || line[0] == '\r' {
+			continue // the rest of a folded value, or the end of the block
+		}
+		name, _, _ := bytes.Cut(line, []byte{':'})
+		for _, c := range name {
+			if !tokenChar[c] {
+				return name
+			}
+		}
+	}
+	return nil
+}
+
+// tokenChar marks the bytes of RFC 9110's tchar.
+var tokenChar = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0
+	}
+	return t
+}()
 
 // framedTwice reports whether a request's raw headers name both
 // Content-Length and Transfer-Encoding. (fasthttp drops Transfer-Encoding
