@@ -156,6 +156,11 @@ func (r *upstreamRequest) release() {
 // Governor's own headers, and with the upstream's Host.
 func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *fasthttp.Request) {
 	in.Header.CopyTo(&out.Header)
+	// A request without a Content-Type goes without one, not with
+	// fasthttp's application/octet-stream, which servers that read a
+	// JSON body only when it has no type or a JSON one (FastAPI, behind
+	// vLLM) would refuse.
+	out.Header.SetNoDefaultContentType(true)
 	// A request as fasthttp read it has the headers of its raw block (a
 	// chunked body's trailers aside, and the block of such a request names
 	// Transfer-Encoding), and an implicit Connection: close when it is

@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -122,4 +124,20 @@ func TestAnswerWithoutContentTypeKeepsNone(t *testing.T) {
 	resp, body := chat(t, client(t), base, nil)
 	assert.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Empty(t, resp.Header.Values("Content-Type"))
+}
+
+// A request without a Content-Type reaches the upstream without one.
+func TestRequestWithoutContentTypeKeepsNone(t *testing.T) {
+	checkLeaks(t)
+	types := make(chan []string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		types <- r.Header.Values("Content-Type")
+		io.WriteString(w, "{}")
+	}))
+	defer up.Close()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+	out := rawExchange(t, strings.TrimPrefix(base, "http://"),
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\nConnection: close\r\n\r\n{\"model\":\"m\"}")
+	require.True(t, strings.HasPrefix(out, "HTTP/1.1 200 "), out)
+	assert.Empty(t, <-types)
 }
