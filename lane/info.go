@@ -71,6 +71,58 @@ type Info struct {
 	// lane, by name; past Config.MaxTenants the others are counted
 	// together as queue.OtherTenants, last.
 	Tenants []TenantInfo `json:"tenants"`
+	// QueueCapacity is how many calls the lane's queue holds
+	// (Config.QueueCapacity); beyond it calls are refused queue_full.
+	QueueCapacity int `json:"queue_capacity"`
+	// LimitedBy says what holds the lane's calls back now, when some
+	// wait: "paused" (a provider's Retry-After), "token_budget" or
+	// "request_budget" (calls held in their slots for the provider's
+	// budget), "connections" (the upstream's connections are all in use),
+	// or "limit" (the calls in flight fill the lane's limit: the
+	// controller's, or this Governor's share of the shared one); empty
+	// when no call waits, or none of these holds it.
+	LimitedBy string `json:"limited_by"`
+}
+
+// What LimitedBy says holds a lane back.
+const (
+	LimitedByPause         = "paused"
+	LimitedByTokenBudget   = "token_budget"
+	LimitedByRequestBudget = "request_budget"
+	LimitedByConnections   = "connections"
+	LimitedByLimit         = "limit"
+)
+
+// limitedBy returns what holds li's waiting calls back (see
+// Info.LimitedBy).
+func limitedBy(li *Info) string {
+	switch {
+	case li.Queued == 0 && li.Held == 0:
+		return ""
+	case li.PausedUntil != nil:
+		return LimitedByPause
+	case li.Held > 0:
+		return heldBy(li)
+	case li.ConnLimited:
+		return LimitedByConnections
+	case li.InFlight >= li.Limit:
+		return LimitedByLimit
+	}
+	return ""
+}
+
+// heldBy names the budget li's held calls wait for: an exhausted one, a
+// token budget before the request budget.
+func heldBy(li *Info) string {
+	for _, b := range li.TokenBudgets {
+		if b.Remaining < 1 {
+			return LimitedByTokenBudget
+		}
+	}
+	if li.RequestBudget != nil && li.RequestBudget.Remaining < 1 || len(li.TokenBudgets) == 0 {
+		return LimitedByRequestBudget
+	}
+	return LimitedByTokenBudget
 }
 
 // TenantInfo is one tenant's share of a lane.
@@ -143,5 +195,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		t := qs.PausedUntil
 		li.PausedUntil = &t
 	}
+	li.QueueCapacity = r.cfg.QueueCapacity
+	li.LimitedBy = limitedBy(&li)
 	return li
 }

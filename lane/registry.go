@@ -365,6 +365,15 @@ func (r *Registry) Info(now time.Time) []Info {
 	return out
 }
 
+// Coordinated reports whether the registry shares its lanes through a
+// Coordinator (on), and whether that coordination works now (up).
+func (r *Registry) Coordinated() (on, up bool) {
+	if r.cfg.Coordinator == nil {
+		return false, false
+	}
+	return true, r.cfg.Coordinator.Up()
+}
+
 // Queued counts the calls waiting in every lane.
 func (r *Registry) Queued() int {
 	n := 0

@@ -141,6 +141,7 @@ func TestCallWaitingForTheBudgetIsHeld(t *testing.T) {
 	require.Eventually(t, func() bool { li = lanesOf(t, c, base)[0]; return li.Held == 1 }, 5*time.Second, time.Millisecond,
 		"the call waiting for the refill is held")
 	assert.Equal(t, 1, li.InFlight, "held in its slot")
+	assert.Equal(t, lane.LimitedByRequestBudget, li.LimitedBy, "what holds the lane back")
 	assert.Equal(t, 200, <-done)
 	li = lanesOf(t, c, base)[0]
 	assert.Zero(t, li.Held, "sent and answered: no longer held")

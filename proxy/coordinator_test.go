@@ -82,6 +82,8 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 		return li.Coordinated && li.Limit == 3
 	}, 2*time.Second, 5*time.Millisecond, "this Governor's limit is its share")
 	assert.Equal(t, 10, li.SharedLimit, "the controller holds the shared target")
+	require.NotNil(t, redisOf(t, c, base))
+	assert.True(t, *redisOf(t, c, base), "GET /governor/lanes says coordination is up")
 	assert.Equal(t, 2, li.Members)
 	assert.Equal(t, 3, p.lanes.All()[0].Queue().Stats().Limit)
 
@@ -98,6 +100,7 @@ func TestCoordinatedLaneUsesItsShare(t *testing.T) {
 	// limit (10/2 = 5, more than its share of 3).
 	fc.set(func(f *fakeCoordinator) { f.down = true })
 	require.Eventually(t, func() bool { return !lanesOf(t, c, base)[0].Coordinated }, 2*time.Second, 5*time.Millisecond)
+	assert.False(t, *redisOf(t, c, base), "and that it is lost")
 	li = lanesOf(t, c, base)[0]
 	assert.Equal(t, 5, li.Limit)
 	assert.Equal(t, 5, li.SharedLimit)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/mockllm"
 )
 
@@ -383,6 +384,10 @@ func TestQueueFullAnswers503(t *testing.T) {
 	<-rec.arrived
 	wg.Go(func() { chat(t, c, base, map[string]string{"X-Request-Id": "waiting"}) })
 	waitQueued(t, c, base, 1)
+	li := lanesOf(t, c, base)[0]
+	assert.Equal(t, lane.LimitedByLimit, li.LimitedBy, "the call waits because the one in flight fills the limit")
+	assert.Equal(t, 1, li.QueueCapacity)
+	assert.Nil(t, redisOf(t, c, base), "no Redis configured: no redis status")
 	resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "rejected"})
 	assert.Equal(t, 503, resp.StatusCode)
 	assert.Contains(t, body, CodeQueueFull)

@@ -91,3 +91,22 @@ func histogramOf(t *testing.T, set *metrics.Set, name, id string) (count int, su
 	require.NoError(t, err)
 	return count, sum
 }
+
+// redisOf returns whether GET /governor/lanes says Redis coordination is
+// up, or nil when it shows no Redis status.
+func redisOf(t *testing.T, c *http.Client, base string) *bool {
+	t.Helper()
+	resp, err := c.Get(base + "/governor/lanes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct {
+		Redis *struct {
+			Up bool `json:"up"`
+		} `json:"redis"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	if out.Redis == nil {
+		return nil
+	}
+	return &out.Redis.Up
+}

@@ -296,8 +296,21 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 	}
 	out := struct {
 		Lanes []lane.Info `json:"lanes"`
+		// Redis, with GOVERNOR_REDIS_URL set, says whether the lanes are
+		// shared with the other Governors now (up) or governed here
+		// alone until Redis answers again.
+		Redis *redisStatus `json:"redis,omitempty"`
 	}{Lanes: p.lanes.Info(p.cfg.Now())}
+	if on, up := p.lanes.Coordinated(); on {
+		out.Redis = &redisStatus{Up: up}
+	}
 	reply.WriteJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// redisStatus is the state of Redis coordination, as GET /governor/lanes
+// shows it.
+type redisStatus struct {
+	Up bool `json:"up"`
 }
 
 // Handler serves one request on the main listener.
