@@ -196,3 +196,42 @@ test('the live page shows lanes and jobs, and cancels a job', { skip, timeout: 6
   assert.deepEqual(problems, []);
   await page.close();
 });
+
+// An operator asks why calls wait: against a provider whose token budget
+// binds, the lane's row says its calls wait for the token budget, and
+// shows the budget the lane learned.
+test('the live page says what holds a lane back', { skip, timeout: 60_000 }, async () => {
+  // 3,000 tokens a minute and calls of about 100: some 30 go at once,
+  // the others wait for the budget to refill.
+  const tpm = await startMock(['-tpm', '3000', '-latency', '20ms']);
+  const g = await startGovernor(tpm.url);
+  const callers = new AbortController();
+  try {
+    const calls = Array.from({ length: 45 }, (_, i) =>
+      fetch(`${g.url}/v1/chat/completions`, {
+        method: 'POST',
+        signal: callers.signal,
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer sk-budget' },
+        body: JSON.stringify({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: `q${i}` }] }),
+      })
+        .then((r) => r.arrayBuffer())
+        .catch((e) => e),
+    );
+    const page = await browser.newPage({ viewport: { width: 1360, height: 600 } });
+    await page.goto(`${g.url}/governor/ui`);
+    const lane = page.locator('tr[data-lane]', { hasText: MODEL });
+    await lane.locator('.sub.why', { hasText: 'for the token budget' }).waitFor({ timeout: 20_000 });
+    await lane.locator('.badge', { hasText: 'token budget' }).waitFor();
+    assert.match(await lane.locator('.lane-budgets').textContent(), /^budget 3,000 tokens\/min$/);
+    assert.equal(await page.locator('#redis').isVisible(), false, 'no Redis configured: no Redis badge');
+    const lanes = await (await fetch(`${g.url}/governor/lanes`)).json();
+    assert.equal(lanes.redis, undefined);
+    assert.equal(lanes.lanes[0].queue_capacity, 10000);
+    await page.close();
+    // The callers waiting for the refill give up.
+    callers.abort();
+    await Promise.all(calls);
+  } finally {
+    await Promise.allSettled([g.stop(), tpm.stop()]);
+  }
+});

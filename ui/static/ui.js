@@ -122,8 +122,9 @@
     c.model = el('span', 'lane-model');
     c.badges = el('span', 'badges');
     c.meta = el('div', 'lane-meta');
+    c.budgets = el('div', 'lane-budgets');
     c.tenants = el('div', 'tenants');
-    lane.append(c.model, c.badges, c.meta, c.tenants);
+    lane.append(c.model, c.badges, c.meta, c.budgets, c.tenants);
     for (const n of ['limit', 'target', 'inflight', 'waiting', 'latency', 'r429', 'pauses', 'collapses']) td(n, 'num');
     td('decrease');
     c.limitChart = chart();
@@ -145,11 +146,41 @@
     return typeof l.rate_limited === 'number' ? l.rate_limited : undefined;
   }
 
+  // budgetText describes the provider's budgets a lane paces by, when it
+  // has learned any: "3,000 tokens/min · 1,170 requests/min".
+  function budgetText(l) {
+    const parts = (l.token_budgets || []).map((b) => `${count(Math.round(b.per_minute))} ${b.kind.replace('_', ' ')}/min`);
+    if (l.request_budget) parts.push(`${count(Math.round(l.request_budget.per_minute))} requests/min`);
+    return parts.join(' · ');
+  }
+
+  // budgetTitle says what is left of each budget and the lane's share.
+  function budgetTitle(l) {
+    const left = (b) => `${count(Math.round(b.remaining))} left now, ${Math.round(b.share * 100)}% of it this lane's`;
+    const lines = (l.token_budgets || []).map((b) => `${b.kind.replace('_', ' ')}: ${count(Math.round(b.per_minute))}/min, ${left(b)}`);
+    if (l.request_budget) lines.push(`requests: ${count(Math.round(l.request_budget.per_minute))}/min, ${left(l.request_budget)}`);
+    return lines.join('\n');
+  }
+
+  // WAITS_FOR says, for each value of a lane's limited_by, what its
+  // waiting calls wait for.
+  const WAITS_FOR = {
+    limit: 'for the limit',
+    token_budget: 'for the token budget',
+    request_budget: 'for the request budget',
+    connections: 'for a connection',
+    paused: 'for Retry-After',
+  };
+
   function renderLane(entry, l, now) {
     const { c } = entry;
     c.model.textContent = l.model || '(no model)';
     c.meta.textContent = `${l.upstream} · key ${l.credential || 'none'}`;
     c.meta.title = l.id;
+    const budgets = budgetText(l);
+    c.budgets.hidden = !budgets;
+    c.budgets.textContent = budgets ? `budget ${budgets}` : '';
+    c.budgets.title = budgetTitle(l);
 
     const badges = [];
     if (l.paused_until) {
@@ -161,6 +192,10 @@
     if (l.conn_limited) {
       const title = `The upstream's ${l.upstream_max_conns} connections are all in use (${l.upstream_in_flight} calls in flight)`;
       badges.push(badge('connections full', 'warn', title));
+    }
+    if (l.limited_by === 'token_budget' || l.limited_by === 'request_budget') {
+      const what = l.limited_by === 'token_budget' ? 'token budget' : 'request budget';
+      badges.push(badge(what, 'warn', `Calls wait for the provider's ${what} before they are sent\n${budgetTitle(l)}`));
     }
     c.badges.replaceChildren(...badges);
 
@@ -176,8 +211,13 @@
     }
 
     setNum(c.waiting, l.queued);
+    const waitsFor = WAITS_FOR[l.limited_by];
+    if (waitsFor) c.waiting.append(el('span', 'sub why', waitsFor));
     const urg = Object.entries(l.queued_by_urgency || {}).sort(([a], [b]) => a.localeCompare(b));
     if (urg.length) c.waiting.append(el('span', 'sub', urg.map(([u, n]) => `${u}: ${n}`).join('  ')));
+    const full = l.queue_capacity > 0 && l.queued >= l.queue_capacity;
+    c.waiting.classList.toggle('hot', full);
+    c.waiting.title = l.queue_capacity ? `${count(l.queued)} of the ${count(l.queue_capacity)} calls the queue holds${full ? ': full, new calls get queue_full' : ''}` : '';
 
     c.latency.textContent = latency(l.latency_ewma_ms);
     setNum(c.r429, rateLimited(l));
@@ -254,6 +294,19 @@
     $('sum-inflight').textContent = count(inFlight);
     $('sum-waiting').textContent = count(waiting);
     $('sum-429').textContent = count(r429);
+  }
+
+  // renderRedis shows whether Redis coordination works, when Governor is
+  // configured for it.
+  function renderRedis(redis) {
+    const b = $('redis');
+    b.hidden = !redis;
+    if (!redis) return;
+    b.textContent = redis.up ? 'Redis: shared' : 'Redis: lost, governing alone';
+    b.className = `badge ${redis.up ? 'ok' : 'bad'}`;
+    b.title = redis.up
+      ? 'Lanes are shared with the other Governors on the same Redis'
+      : 'Redis does not answer: each lane is governed here alone until it does, and Governors together may send more than the provider allows';
   }
 
   // ---- charts ----
@@ -509,6 +562,7 @@
       $('token-form').hidden = true;
       $('forget-token').hidden = !state.token;
       renderLanes(lanes.lanes || [], now);
+      renderRedis(lanes.redis);
       renderBatches(batches, now);
       setStatus('live', `Live · updated ${new Date(now).toLocaleTimeString()}`);
     } catch (e) {
