@@ -212,7 +212,9 @@
 
     setNum(c.waiting, l.queued);
     const waitsFor = WAITS_FOR[l.limited_by];
-    if (waitsFor) c.waiting.append(el('span', 'sub why', waitsFor));
+    // Waiting for the limit is governance at work; anything else is
+    // worth a look.
+    if (waitsFor) c.waiting.append(el('span', l.limited_by === 'limit' ? 'sub' : 'sub why', waitsFor));
     const urg = Object.entries(l.queued_by_urgency || {}).sort(([a], [b]) => a.localeCompare(b));
     if (urg.length) c.waiting.append(el('span', 'sub', urg.map(([u, n]) => `${u}: ${n}`).join('  ')));
     const full = l.queue_capacity > 0 && l.queued >= l.queue_capacity;
