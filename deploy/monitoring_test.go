@@ -109,7 +109,7 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"GovernorLaneCollapsed", "GovernorLanePaused", "GovernorRateLimitsAbsorbed",
-		"GovernorQueueWaitHigh", "GovernorCallsFailing", "GovernorUpstreamUnreachable", "GovernorTurningCallsAway",
+		"GovernorProviderBudgetBinds", "GovernorQueueWaitHigh", "GovernorCallsFailing", "GovernorUpstreamUnreachable", "GovernorTurningCallsAway",
 		"GovernorRedisCoordinationLost", "GovernorDraining"} {
 		assert.Contains(t, alerts, want)
 	}
