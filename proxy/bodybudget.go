@@ -15,16 +15,17 @@ import (
 // bodyBudget counts the bytes of request bodies held by calls under way,
 // against Config.MaxBufferedBytes. Safe for concurrent use.
 //
-// A request that announces its body with Content-Length reserves its bytes
-// when its head arrives, before its body is read (see headerReceived): its
-// reader allocates the announced length at once, so that many clients
-// sending large bodies at once cannot make Governor read them all: one
-// that would not fit is refused then. Its handler then holds the
-// reservation as its body's bytes; a request that fails before its
-// handler (a cut body, a read timeout) gives the reservation back in
-// serverError, and one that ends in neither way is given back at its
-// deadline, when reading it can no longer go on. A body of unknown length
-// (chunked) takes its bytes when its handler starts, or is refused then.
+// A request reserves its body's bytes when its head arrives, before its
+// body is read (see headerReceived), so that many clients sending large
+// bodies at once cannot make Governor read them all: one that would not
+// fit is refused then. A body announced by Content-Length reserves its
+// length (its reader allocates it at once); a chunked one MaxBodyBytes,
+// or what is left if less, which then bounds it. Its handler then holds
+// the reservation as its body's bytes, giving back what the body did not
+// use; a request that fails before its handler (a cut body, a read
+// timeout) gives the reservation back in serverError, and one that ends
+// in neither way is given back at its deadline, when reading it can no
+// longer go on.
 //
 // A reservation is kept only by a body that arrives at the pace that ends
 // it by its deadline (the read timeout), give or take paceSlack: when a
@@ -168,19 +169,37 @@ func (b *bodyBudget) claim(h *fasthttp.RequestHeader) int64 {
 	return r.n
 }
 
-// cancel gives back the reservation of the request whose head is h, if any.
-func (b *bodyBudget) cancel(h *fasthttp.RequestHeader) {
+// refuse records that the request whose head is h was refused room for
+// its body, as a reservation of no bytes (see cancel).
+func (b *bodyBudget) refuse(h *fasthttp.RequestHeader) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cancelLocked(h)
+	if b.reserved == nil {
+		b.reserved = make(map[*fasthttp.RequestHeader]reservation)
+	}
+	b.reserved[h] = reservation{}
+}
+
+// free returns the bytes the budget has left.
+func (b *bodyBudget) free() int64 { return b.max - b.held.Load() }
+
+// cancel gives back the reservation of the request whose head is h, if
+// any, and returns how many bytes it held and whether there was one.
+func (b *bodyBudget) cancel(h *fasthttp.RequestHeader) (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cancelLocked(h)
 }
 
 // cancelLocked is cancel. It requires b.mu to be held.
-func (b *bodyBudget) cancelLocked(h *fasthttp.RequestHeader) {
-	if r, ok := b.reserved[h]; ok {
+func (b *bodyBudget) cancelLocked(h *fasthttp.RequestHeader) (int64, bool) {
+	r, ok := b.reserved[h]
+	if ok {
 		delete(b.reserved, h)
 		b.give(r.n)
 	}
+	return r.n, ok
 }
 
 // hold makes the body of n bytes held by a request's handler, whose head
@@ -198,15 +217,21 @@ func (b *bodyBudget) hold(reserved, n int64) bool {
 	return false
 }
 
-// headerReceived is the fasthttp.Server.HeaderReceived hook: a body whose
-// Content-Length fits the budget is reserved room before it is read; one
-// that does not fit is not read. fasthttp then fails the request with
-// ErrBodyTooLarge, which serverError answers with buffersFull (the length
-// is within MaxBodyBytes). The server's ReadTimeout bounds reading the
-// head and the body, so the reservation's deadline is that far from now.
+// headerReceived is the fasthttp.Server.HeaderReceived hook: a body is
+// reserved room before it is read, its Content-Length, or for a chunked
+// body, whose length is unknown, MaxBodyBytes, or what the budget has left
+// if less, which then bounds the body. A body that finds no room is not
+// read: fasthttp fails the request with ErrBodyTooLarge, which serverError
+// answers with buffersFull (a chunked body beyond the room it was given
+// too). The server's ReadTimeout bounds reading the head and the body, so
+// the reservation's deadline is that far from now.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	n := h.ContentLength()
-	if n <= 0 || n > p.cfg.MaxBodyBytes {
+	n := int64(h.ContentLength())
+	chunked := n == -1
+	if chunked {
+		n = int64(p.cfg.MaxBodyBytes)
+	}
+	if n <= 0 || n > int64(p.cfg.MaxBodyBytes) {
 		p.budget.cancel(h)
 		return fasthttp.RequestConfig{}
 	}
@@ -217,10 +242,15 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 		base = conn.requestStart + headLen(h)
 	}
 	now := p.cfg.Now()
-	if !p.budget.reserve(h, int64(n), conn, base, now, now.Add(p.cfg.ReadTimeout)) {
-		return fasthttp.RequestConfig{MaxRequestBodySize: 1}
+	deadline := now.Add(p.cfg.ReadTimeout)
+	if p.budget.reserve(h, n, conn, base, now, deadline) {
+		return fasthttp.RequestConfig{}
 	}
-	return fasthttp.RequestConfig{}
+	if free := p.budget.free(); chunked && free > 0 && p.budget.reserve(h, free, conn, base, now, deadline) {
+		return fasthttp.RequestConfig{MaxRequestBodySize: int(free)}
+	}
+	p.budget.refuse(h)
+	return fasthttp.RequestConfig{MaxRequestBodySize: 1}
 }
 
 // requestCtxOf returns the RequestCtx whose request head h is.

@@ -221,3 +221,56 @@ func TestHeadLen(t *testing.T) {
 		assert.EqualValues(t, len(head), headLen(&h), head)
 	}
 }
+
+// Chunked bodies take room while they are read: MaxBodyBytes, or what
+// the budget has left, which then bounds the body (503 buffers_full
+// beyond it, 413 beyond MaxBodyBytes); the handler gives back what the
+// body did not use.
+func TestChunkedBodiesAreCountedWhileTheyAreRead(t *testing.T) {
+	checkLeaks(t)
+	rec, up := newRecorder(t)
+	const kb = 1 << 10
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxBufferedBytes: 1000 * kb, MaxBodyBytes: 400 * kb}))
+	addr := strings.TrimPrefix(base, "http://")
+	// chunked starts a chunked call and sends n bytes of its body.
+	chunked := func(id string, n int) net.Conn {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		body := `{"model":"m","x":"` + strings.Repeat("a", n-len(`{"model":"m","x":"`)) // the rest never comes
+		_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n", id, len(body), body)
+		require.NoError(t, err)
+		return c
+	}
+	held := func(n int64) {
+		require.Eventually(t, func() bool { return p.budget.held.Load() == n }, 5*time.Second, time.Millisecond, "held %d", n)
+	}
+
+	a := chunked("a", 300*kb)
+	held(400 * kb)
+	chunked("b", 300*kb)
+	held(800 * kb)
+	// 200 KiB left: enough for a chunked body of 100 KiB, not of 300.
+	c := chunked("c", 300*kb)
+	resp, answer := readResponse(t, c)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, answer)
+	code, _ := governorError(t, answer)
+	assert.Equal(t, CodeBuffersFull, code)
+	held(800 * kb)
+	resp, answer = readResponse(t, startCall(t, addr, "d", 300*kb))
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "announced, and does not fit: %s", answer)
+
+	_, err := io.WriteString(a, "2\r\n\"}\r\n0\r\n\r\n")
+	require.NoError(t, err)
+	resp, answer = readResponse(t, a)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, answer)
+	held(400 * kb)
+
+	over := chunked("over", 300*kb)
+	_, err = fmt.Fprintf(over, "%x\r\n%s\r\n", 200*kb, strings.Repeat("a", 200*kb))
+	require.NoError(t, err)
+	resp, answer = readResponse(t, over)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "beyond MaxBodyBytes: %s", answer)
+	held(400 * kb)
+	assert.Equal(t, []string{"a"}, rec.seen())
+}

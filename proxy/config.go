@@ -33,11 +33,10 @@ type Config struct {
 	MaxResponseBytes int
 	// MaxBufferedBytes bounds the bytes of request bodies held at once by
 	// calls waiting or in flight (Governor's API calls, batches, included;
-	// and what HoldBodies takes), and by bodies announced by Content-Length
-	// while they are read.
+	// and what HoldBodies takes), and by bodies while they are read (their
+	// Content-Length, or MaxBodyBytes for a chunked one, or what is left).
 	// A call whose body would take the total beyond it gets 503
-	// buffers_full with Retry-After, before its body is read when its
-	// Content-Length says so. The successful answers of forwarded calls
+	// buffers_full with Retry-After, before its body is read. The successful answers of forwarded calls
 	// read whole (see MaxResponseBytes) are bounded by as much again, on a
 	// budget of their own, until they are written: one that does not fit
 	// is passed on as it arrives instead, and never refuses a call.

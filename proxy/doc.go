@@ -68,10 +68,11 @@
 //
 // The request bodies held by calls waiting or in flight are bounded by
 // Config.MaxBufferedBytes (503 buffers_full beyond it, before the body is
-// read when Content-Length gives its size; such a body keeps its room only
-// while it arrives at the pace that ends it within Config.ReadTimeout, give
-// or take 64 KiB: when room is wanted, one further behind gives it up and
-// its client gets 408), and so are, apart, the
+// read: its Content-Length, or for a chunked body MaxBodyBytes or what is
+// left, which then bounds it, is reserved on its head; a body keeps its
+// room only while it arrives at the pace that ends it within
+// Config.ReadTimeout, give or take 64 KiB: when room is wanted, one further
+// behind gives it up and its client gets 408), and so are, apart, the
 // successful answers read whole until they are written (one that does not
 // fit is passed on as it arrives); the client connections of each
 // listener by Config.MaxConnections (503 and closed beyond it). A listener

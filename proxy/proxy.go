@@ -460,12 +460,13 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 
 // serverError answers requests fasthttp could not read.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
-	p.budget.cancel(&ctx.Request.Header)
+	reserved, ok := p.budget.cancel(&ctx.Request.Header)
 	// A previous answer on this keep-alive connection may have left its
 	// write deadline.
 	_ = ctx.Conn().SetWriteDeadline(time.Time{})
-	if cl := ctx.Request.Header.ContentLength(); errors.Is(err, fasthttp.ErrBodyTooLarge) && cl > 0 && cl <= p.cfg.MaxBodyBytes {
-		// Refused by headerReceived: it would not fit the budget.
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) && ok && reserved < int64(p.cfg.MaxBodyBytes) {
+		// Refused by headerReceived, or a chunked body beyond the room
+		// it was given: it would not fit the budget.
 		if c, ok := ctx.Conn().(*clientConn); ok {
 			c.lingerOnClose()
 		}

@@ -23,7 +23,7 @@ var metricFamilies = []metricFamily{
 	{"governor_draining", "gauge", "1 from SIGTERM/SIGINT until the process exits, while queued and in-flight calls finish."},
 	{"governor_in_flight_requests", "gauge", "Calls in progress on the main listener, queued and streaming ones included."},
 	{"governor_connections_refused_total", "counter", "Client connections on the main listener beyond GOVERNOR_MAX_CONNECTIONS, answered 503 too_many_connections and closed."},
-	{"governor_buffered_request_bytes", "gauge", "Request bodies held by calls waiting or in flight (and announced by Content-Length while they are read) and by running async jobs, at most GOVERNOR_MAX_BUFFERED_BYTES."},
+	{"governor_buffered_request_bytes", "gauge", "Request bodies held by calls waiting or in flight (and reserved for bodies being read) and by running async jobs, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_buffered_answer_bytes", "gauge", "Successful answers of forwarded calls read whole and not yet written to their clients, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_requests_total", "counter", "Answers by route and HTTP status class (code=1xx..5xx, other)."},
 	{"governor_errors_total", "counter", "Errors of Governor's own answered to forwarded calls, batch items and requests it could not serve, by code (queue_full, queue_timeout, buffers_full, too_many_lanes, draining, upstream_unreachable, upstream_timeout, exceeds_token_budget, client_closed, ...; other for any other)."},
