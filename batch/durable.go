@@ -307,7 +307,14 @@ func decodeSecret(b []byte) (jobSecret, error) {
 // restore loads the jobs of the batch directory: finished ones are listed
 // again, unfinished ones resume (cancelled ones finish at once).
 func (s *Server) restore() {
-	loaded, damage := s.dir.Load()
+	// One job's results at a time: a directory of many large jobs would
+	// otherwise hold all their metas at once.
+	damage := s.dir.LoadEach(func(l journal.Loaded) {
+		if err := s.restoreJob(l); err != nil {
+			l.Job.Close()
+			s.cfg.Logger.Error("batch directory: job unreadable, left on disk", "batch", l.Job.ID(), "err", err)
+		}
+	})
 	for _, d := range damage {
 		if d.Lost {
 			if s.lost == nil {
@@ -317,12 +324,6 @@ func (s *Server) restore() {
 			s.cfg.Logger.Error("batch directory: job lost", "batch", d.ID, "err", d.Error())
 		} else {
 			s.cfg.Logger.Warn("batch directory: job damaged", "batch", d.ID, "err", d.Error())
-		}
-	}
-	for _, l := range loaded {
-		if err := s.restoreJob(l); err != nil {
-			l.Job.Close()
-			s.cfg.Logger.Error("batch directory: job unreadable, left on disk", "batch", l.Job.ID(), "err", err)
 		}
 	}
 	s.jobs.expire(s.cfg.Now()) // those that expired while Governor was down

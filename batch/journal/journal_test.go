@@ -297,3 +297,30 @@ func TestBadIDs(t *testing.T) {
 	var dmg *Damage
 	assert.False(t, errors.As(err, &dmg))
 }
+
+// LoadEach hands over each job before it reads the next: memory holds one
+// job's results at a time. Job b's journal, cut while job a is handed
+// over, is read cut.
+func TestLoadEachReadsOneJobAtATime(t *testing.T) {
+	path := t.TempDir()
+	d := open(t, path)
+	for _, id := range []string{"a", "b"} {
+		j, err := d.Create(id, 2, nil, []byte("in"), []byte("sec"))
+		require.NoError(t, err)
+		require.NoError(t, j.Put(0, []byte("m"), small(0)))
+		require.NoError(t, j.Put(1, []byte("m"), small(1)))
+		j.Close()
+	}
+	require.NoError(t, d.Close())
+
+	var got []string
+	damage := open(t, path).LoadEach(func(l Loaded) {
+		got = append(got, fmt.Sprintf("%s:%d", l.Job.ID(), len(l.Results)))
+		if l.Job.ID() == "a" {
+			require.NoError(t, os.Truncate(filepath.Join(path, jobsName, "b", journalFile), 0))
+		}
+		l.Job.Close()
+	})
+	assert.Empty(t, damage)
+	assert.Equal(t, []string{"a:2", "b:0"}, got)
+}

@@ -60,16 +60,24 @@ func (d *Damage) Error() string {
 // off, so that new records follow whole ones); a job whose header, or
 // whose input or secret while unfinished, cannot be read is moved aside to
 // the directory's "damaged" folder. Load also removes what a crash left of
-// a job being created or removed. Call it once, before using the
-// directory.
+// a job being created or removed. Call it, or LoadEach, once, before using
+// the directory.
 func (d *Dir) Load() ([]Loaded, []*Damage) {
+	var jobs []Loaded
+	damage := d.LoadEach(func(l Loaded) { jobs = append(jobs, l) })
+	return jobs, damage
+}
+
+// LoadEach is Load that hands each job to each as it is read, rather
+// than returning them all: memory then holds one job's results at a time,
+// however many jobs the directory keeps.
+func (d *Dir) LoadEach(each func(Loaded)) []*Damage {
 	root := filepath.Join(d.path, jobsName)
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, []*Damage{{ID: "*", Err: err}}
+		return []*Damage{{ID: "*", Err: err}}
 	}
 	sort.Slice(entries, func(a, b int) bool { return entries[a].Name() < entries[b].Name() })
-	var jobs []Loaded
 	var damage []*Damage
 	for _, e := range entries {
 		name := e.Name()
@@ -85,10 +93,10 @@ func (d *Dir) Load() ([]Loaded, []*Damage) {
 			damage = append(damage, dmg)
 		}
 		if l != nil {
-			jobs = append(jobs, *l)
+			each(*l)
 		}
 	}
-	return jobs, damage
+	return damage
 }
 
 // loadJob loads one job, or moves it aside.
