@@ -60,7 +60,9 @@ func (w *overloadWatch) write(p []byte) {
 			w.keep(line)
 			line = w.line
 		}
-		if !w.long {
+		if w.long {
+			w.begun = true // a line, too long to be read
+		} else {
 			w.readLine(line)
 		}
 		w.line, w.long = w.line[:0], false

@@ -244,3 +244,32 @@ func TestCallStreamLongerThanTheIdleTimeoutCompletes(t *testing.T) {
 	assert.Equal(t, StatusCompleted, res.Details.Status, "%v", res.Details.Errors)
 	assert.Equal(t, events+1, strings.Count(string(res.Body), "data: "), "the whole stream")
 }
+
+// However a provider's stream is cut into reads, the watch comes to the
+// same verdict as from one read, and keeps a bounded line.
+func FuzzOverloadWatch(f *testing.F) {
+	f.Add([]byte("event: message_start\ndata: {}\n\n"+anthropicOverloadEvent), uint8(3))
+	f.Add([]byte("data: {\"object\":\"chat.completion.chunk\"}\n\ndata: {\"error\":{\"type\":\"server_error\"}}\n\ndata: [DONE]\n\n"), uint8(1))
+	f.Add([]byte("data: {\"error\":null}\r\n\r\n"), uint8(7))
+	f.Add([]byte("data: "+strings.Repeat("x", 2*maxEventLine)+"\n\n"), uint8(64))
+	f.Fuzz(func(t *testing.T, stream []byte, size uint8) {
+		var whole, cut overloadWatch
+		whole.write(stream)
+		whole.write(lineEnd)
+		n := int(size)%64 + 1
+		for s := stream; len(s) > 0; {
+			k := min(n, len(s))
+			cut.write(s[:k])
+			s = s[k:]
+		}
+		cut.write(lineEnd)
+		wo, wwhy := whole.outcome()
+		co, cwhy := cut.outcome()
+		if wo != co || wwhy != cwhy || whole.seen != cut.seen {
+			t.Fatalf("reads of %d bytes: %v %q, one read: %v %q", n, co, cwhy, wo, wwhy)
+		}
+		if cap(cut.line) > 2*maxEventLine {
+			t.Fatalf("kept %d bytes of a line", cap(cut.line))
+		}
+	})
+}
