@@ -336,3 +336,60 @@ describe('Anthropic SDK through Governor', () => {
     assert.equal(stats.retry_count_nonzero, 0);
   });
 });
+
+describe("Governor's own refusals", () => {
+  test('a full queue answers 503 with Retry-After, and the SDK comes back after it', async () => {
+    // A lane of one call at a time with room for one waiting call.
+    const small = await startGovernor(mock.url, { GOVERNOR_MAX_CONCURRENCY: '1', GOVERNOR_QUEUE_CAPACITY: '1' });
+    try {
+      const model = 'gpt-e2e-full';
+      const sdk = new OpenAI({ apiKey: 'sk-e2e-openai', baseURL: small.openaiBaseURL });
+      // hold sends a call of the same lane (same key, same model) that the
+      // provider never answers, until aborted.
+      const hold = () => {
+        const ac = new AbortController();
+        fetch(`${small.url}/v1/chat/completions`, {
+          method: 'POST',
+          signal: ac.signal,
+          headers: { 'content-type': 'application/json', authorization: 'Bearer sk-e2e-openai', 'x-mock-fault': 'hang' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hold' }] }),
+        }).catch(() => {});
+        return ac;
+      };
+      const until = async (what, pred) => {
+        for (let i = 0; i < 400; i++) {
+          if (await pred()) return;
+          await sleep(25);
+        }
+        throw new Error(`never: ${what}`);
+      };
+      const lane = async () => (await (await fetch(`${small.url}/governor/lanes`)).json()).lanes.find((l) => l.model === model);
+      const refused = async () => {
+        const text = await (await fetch(`${small.admin}/metrics`)).text();
+        return /^governor_errors_total\{code="queue_full"\} [1-9]/m.test(text);
+      };
+
+      const inFlight = hold();
+      await until('one call in flight', async () => (await lane())?.in_flight === 1);
+      const waiting = hold();
+      await until('one call waiting', async () => (await lane())?.queued === 1);
+      await mock.reset();
+
+      const t0 = performance.now();
+      const call = sdk.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello' }] }).withResponse();
+      await until('the SDK refused with queue_full', refused);
+      // The lane frees up; the SDK's retry, a second later, gets in.
+      waiting.abort();
+      inFlight.abort();
+      const { data, response } = await call;
+      assert.equal(response.status, 200);
+      assertGoverned(response.headers);
+      assert.equal(data.choices[0].message.content, 'Simulated answer to: Hello');
+      assert.ok(performance.now() - t0 >= 1000, 'the SDK waited for the Retry-After (1 s)');
+      const stats = await mock.stats();
+      assert.ok(stats.max_retry_count >= 1, 'the answer came to a retry of the SDK');
+    } finally {
+      await small.stop();
+    }
+  });
+});
