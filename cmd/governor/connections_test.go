@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // underNofile is a wrapper that starts governor with the given soft and
@@ -142,10 +143,9 @@ func refused(t *testing.T, addr string) string {
 	return string(b)
 }
 
-// GOVERNOR_MAX_CONNECTIONS caps the main listener's connections and the
-// admin listener holds at most 64: beyond them a new connection is
-// answered 503 (or closed) at once, and once connections close new ones
-// are served again.
+// GOVERNOR_MAX_CONNECTIONS caps the main listener's connections: beyond
+// it a new connection is answered 503 (or closed) at once, and once
+// connections close new ones are served again.
 func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	const maxConns = 20
 	up := newHoldUpstream(t)
@@ -158,7 +158,6 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 	}{
 		{"main", g.base, "/governor/lanes", maxConns, []string{"HTTP/1.1 503 Service Unavailable\r\n", "Retry-After: 1\r\n",
 			`"type":"governor_error","code":"too_many_connections"`}},
-		{"admin", g.admin, "/healthz", adminConnections(maxConns), []string{"HTTP/1.1 503 Service Unavailable\r\n"}},
 	} {
 		held := make([]net.Conn, 0, l.max)
 		for range l.max {
@@ -325,4 +324,67 @@ func TestMaxConnectionsFollowTheMemoryLimit(t *testing.T) {
 	close(up.release)
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+up.srv.URL, "GOMEMLIMIT=64MiB")
 	assert.Contains(t, g.logs(), `"memory_limit":67108864,"max_connections":2048,`)
+}
+
+// The admin listener holds at most 64 connections, and a new one takes
+// the place of the oldest that is not serving a request: connections that
+// send nothing, opened by anyone who reaches the admin port, cannot keep
+// the kubelet's probes out.
+func TestAdminConnectionsCannotKeepProbesOut(t *testing.T) {
+	g := startGovernor(t)
+	held := make([]net.Conn, 0, adminMaxConnections)
+	for range adminMaxConnections {
+		c, err := net.Dial("tcp", g.admin)
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "G") // a request begun, never finished
+		require.NoError(t, err)
+		held = append(held, c)
+	}
+	defer closeAll(held)
+	for range 3 {
+		c := keepAlive(t, g.admin, "/healthz") // 200, or it fails the test
+		c.Close()
+	}
+	require.NoError(t, held[0].SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err := held[0].Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the oldest connection was closed to make room")
+}
+
+// A connection serving a request is not closed to make room: a newcomer
+// is closed instead while every connection serves one.
+func TestAdminListenerKeepsConnectionsServing(t *testing.T) {
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	srv := &fasthttp.Server{
+		Handler: serving(func(ctx *fasthttp.RequestCtx) {
+			entered <- struct{}{}
+			<-release
+			ctx.SetBodyString("ok")
+		}),
+		ConnState: adminConnState,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(newAdminListener(ln, 2)) }()
+	addr := ln.Addr().String()
+	busy := make([]net.Conn, 2)
+	for i := range busy {
+		busy[i], err = net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = io.WriteString(busy[i], "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+		require.NoError(t, err)
+	}
+	defer closeAll(busy)
+	<-entered
+	<-entered
+	assert.Empty(t, refused(t, addr), "a newcomer is closed while both connections serve requests")
+	close(release)
+	for _, c := range busy {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err, "a connection serving a request keeps it")
+		assert.Equal(t, 200, resp.StatusCode)
+	}
+	require.NoError(t, srv.Shutdown())
+	require.NoError(t, <-done)
 }

@@ -17,17 +17,21 @@ const (
 )
 
 // newAdminServer returns the server of the admin listener: its
-// connections are few and short-lived, whoever opens them.
+// connections are few and short-lived, whoever opens them. It serves an
+// adminListener, which bounds them.
 func newAdminServer(a *admin, maxConns int) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:               a.handler,
+		Handler:               serving(a.handler),
+		ConnState:             adminConnState,
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		ReadTimeout:           adminReadTimeout,
 		WriteTimeout:          adminWriteTimeout,
 		IdleTimeout:           adminIdleTimeout,
-		// Beyond it, fasthttp answers 503 and closes the connection.
-		Concurrency: adminConnections(maxConns),
+		// The adminListener bounds the connections, and closes one to make
+		// room; this bound, beyond which fasthttp answers 503, leaves room
+		// for those still closing.
+		Concurrency: 2 * adminConnections(maxConns),
 		Logger:      fasthttpDiscard{},
 	}
 }

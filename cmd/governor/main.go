@@ -239,9 +239,9 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	adminSrv := newAdminServer(&admin{set: set, ready: &ready}, maxConns)
 	// Running out of file descriptors pauses the admin listener's accepts
 	// (fasthttp's Serve would return); the proxy's listener does the same.
-	adminLn = fdlimit.Listener(adminLn, func(err error) {
+	adminLn = newAdminListener(fdlimit.Listener(adminLn, func(err error) {
 		log.Warn("out of file descriptors: new admin connections wait until some close", "err", err)
-	})
+	}), adminConnections(maxConns))
 	errc := make(chan error, 2)
 	go func() { errc <- serveListener("admin", adminSrv.Serve, adminLn) }()
 	go func() { errc <- serveListener("main", p.Serve, mainLn) }()
