@@ -273,3 +273,34 @@ func FuzzOverloadWatch(f *testing.F) {
 		}
 	})
 }
+
+// A stream that Do reads whole and that goes silent once begun is ended
+// after GOVERNOR_STREAM_IDLE_TIMEOUT and retried as a cut, with the
+// silence in its errors: the provider answered in time, so the controller
+// hears no timeout, as for a stream passed on.
+func TestCallStreamSilentOnceBegunIsRetried(t *testing.T) {
+	checkLeaks(t)
+	const whole = "data: {\"object\":\"chat.completion.chunk\"}\n\ndata: [DONE]\n\n"
+	var n atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n.Add(1) == 1 {
+			_, _ = io.WriteString(w, "data: {\"object\":\"chat.completion.chunk\"}\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // silent until Governor gives up
+			return
+		}
+		_, _ = io.WriteString(w, whole)
+	}))
+	defer up.Close()
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: 200 * time.Millisecond, AttemptTimeout: time.Hour}))
+	res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"stream":true}`), MaxRetries: 2})
+	require.Nil(t, res.Err, "%+v", res.Err)
+	assert.Equal(t, StatusCompletedWithRetries, res.Details.Status)
+	assert.Equal(t, []string{"200 stream silent for 200ms"}, res.Details.Errors)
+	assert.Equal(t, whole, string(res.Body))
+	l := lanesOf(t, client(t), base)
+	require.Len(t, l, 1)
+	assert.Zero(t, l[0].Decreases+l[0].Collapses, "no congestion signal")
+}

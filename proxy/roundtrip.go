@@ -361,6 +361,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	start := p.cfg.Now()
 	err := c.req.up.send(out, resp, start.Add(o.attemptTimeout), c.watched)
 	oc := lane.Answered
+	// streamWhy says what made a stream read whole a failed attempt,
+	// though its head was a success (see overloadWatch.outcome).
+	var streamWhy string
 	if err != nil {
 		err = scrubHeadError(err)
 		oc = classifyErr(err)
@@ -381,6 +384,12 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			if errors.Is(err, errResponseTooLarge) {
 				oc = lane.Answered // retrying gets the same; passed back cut as a Governor error
 			}
+			if oc == lane.Timeout && !needsBuffering(resp) {
+				// Silent once begun, not slow to answer: retried as
+				// a cut, no congestion signal, as for a stream
+				// passed on.
+				oc, streamWhy = lane.ConnError, "stream silent for "+p.cfg.StreamIdleTimeout.String()
+			}
 		}
 	}
 	if err == nil {
@@ -388,7 +397,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	// served is what the answer's status says; oc, for a stream read
 	// whole, what its events add (an error that ended it, a cut).
-	served, streamWhy := oc, ""
+	served := oc
 	if err == nil && oc == lane.Answered && o.wholeStreams && streamCountsTokens(resp) && resp.BodyStream() == nil {
 		var w overloadWatch
 		w.write(resp.Body())
