@@ -37,6 +37,10 @@ type Info struct {
 	// times a provider's Retry-After paused it, since the lane was made.
 	RateLimited uint64 `json:"rate_limited"`
 	Pauses      uint64 `json:"pauses"`
+	// Overloaded counts those of the RateLimited answers that said the
+	// provider is overloaded (529, overloaded_error) rather than that the
+	// account's limit is reached.
+	Overloaded uint64 `json:"overloaded"`
 	// Coordinated reports whether the lane is governed together with the
 	// other Governors that use it (GOVERNOR_REDIS_URL, and Redis reachable).
 	// Then Target is the lane's shared target, SharedLimit the calls every
@@ -160,6 +164,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		Collapses:         st.Collapses,
 		RateLimited:       l.m.attempts[RateLimited].Get(),
 		Pauses:            l.m.pauses.Get(),
+		Overloaded:        l.m.overloaded.Get(),
 	}
 	li.RequestBudget = l.pace.info(now)
 	li.TokenBudgets = l.tokens.info(now)

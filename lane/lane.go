@@ -114,6 +114,12 @@ func (l *Lane) ObserveCredential(refused bool) {
 // on every answer so far, and answered at least once.
 func (l *Lane) refused() bool { return l.rejected.Load() && !l.accepted.Load() }
 
+// CountOverloaded counts an attempt the provider refused as overloaded: a
+// 529, or a stream ended by an overloaded_error event. (Observe counts it
+// as RateLimited too: to the controller a provider overloaded and an
+// account's limit reached are alike, to an operator they are not.)
+func (l *Lane) CountOverloaded() { l.m.overloaded.Inc() }
+
 // CountRetry counts a retry after an attempt that came to o.
 func (l *Lane) CountRetry(o Outcome) {
 	if c := l.m.retries[o]; c != nil {
@@ -170,6 +176,7 @@ func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched,
 // again. Call it with the attempt's slot still held.
 func (l *Lane) ObserveStreamOverload(latency time.Duration, dispatched, now time.Time) {
 	l.lastUsed.Store(now.UnixNano())
+	l.m.overloaded.Inc()
 	l.control(RateLimited, latency, dispatched, now)
 }
 

@@ -13,12 +13,15 @@ var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 // laneMetrics are one lane's series, labelled by its id (bounded by
 // Config.MaxLanes, and free of credentials).
 type laneMetrics struct {
-	attempts  [len(outcomeNames)]*metrics.Counter
-	retries   [len(outcomeNames)]*metrics.Counter
-	decreases *metrics.Counter
-	collapses *metrics.Counter
-	pauses    *metrics.Counter
-	queueWait *metrics.PrometheusHistogram
+	attempts [len(outcomeNames)]*metrics.Counter
+	retries  [len(outcomeNames)]*metrics.Counter
+	// overloaded counts the attempts the provider refused as overloaded
+	// (529, overloaded_error), which attempts counts as rate_limited.
+	overloaded *metrics.Counter
+	decreases  *metrics.Counter
+	collapses  *metrics.Counter
+	pauses     *metrics.Counter
+	queueWait  *metrics.PrometheusHistogram
 	// budgetWait observes the waits in a slot for a provider's budget,
 	// the part of queueWait that Hold counts.
 	budgetWait *metrics.PrometheusHistogram
@@ -38,6 +41,7 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 		m.names = append(m.names, n)
 		return n
 	}
+	m.overloaded = set.NewCounter(name("governor_lane_overloaded_total{%s}", lbl))
 	m.decreases = set.NewCounter(name("governor_lane_decreases_total{%s}", lbl))
 	m.collapses = set.NewCounter(name("governor_lane_collapses_total{%s}", lbl))
 	m.pauses = set.NewCounter(name("governor_lane_pauses_total{%s}", lbl))

@@ -244,7 +244,8 @@ func TestRetriesUntilSuccessOrBudget(t *testing.T) {
 	t.Parallel()
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{})
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL)}))
+	set := newSet()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), Metrics: set}))
 	c := client(t)
 
 	resp, _ := chat(t, c, base, map[string]string{"X-Request-Id": "r1", "X-Mock-Fault": "429,529,503"})
@@ -252,6 +253,12 @@ func TestRetriesUntilSuccessOrBudget(t *testing.T) {
 	assert.Equal(t, "COMPLETED_WITH_RETRIES", resp.Header.Get(HeaderStatus))
 	assert.Equal(t, "4", resp.Header.Get(HeaderAttempts))
 	assert.Equal(t, int64(4), mock.Stats().ByRequestID["r1"])
+	// The 429 and the 529 are both refusals; the 529 alone says the
+	// provider is overloaded.
+	li := lanesOf(t, c, base)[0]
+	assert.EqualValues(t, 2, li.RateLimited)
+	assert.EqualValues(t, 1, li.Overloaded)
+	assert.Equal(t, 1.0, counterOf(t, set, fmt.Sprintf("governor_lane_overloaded_total{lane=%q}", li.ID)))
 
 	resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "r2", "X-Mock-Fault": "500,500,500", "X-Governor-Max-Retries": "1"})
 	assert.Equal(t, 500, resp.StatusCode, "the provider's last answer")

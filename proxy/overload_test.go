@@ -91,6 +91,7 @@ func TestStreamOverloadLowersTheLimit(t *testing.T) {
 				return len(l) == 1 && l[0].InFlight == 0 && l[0].Decreases+l[0].Collapses == 1
 			}, 10*time.Second, time.Millisecond, "the overload lowered the limit")
 			assert.Equal(t, "rate_limited", lanesOf(t, c, base)[0].LastDecreaseReason)
+			assert.EqualValues(t, 1, lanesOf(t, c, base)[0].Overloaded, "counted as the provider overloaded")
 		} else {
 			require.Eventually(t, func() bool {
 				l := lanesOf(t, c, base)
@@ -170,6 +171,7 @@ func TestCallStreamAlwaysOverloadedSpendsItsBudget(t *testing.T) {
 	assert.Zero(t, l[0].InFlight)
 	assert.NotZero(t, l[0].Decreases+l[0].Collapses, "the overloads lowered the limit")
 	assert.Equal(t, "rate_limited", l[0].LastDecreaseReason)
+	assert.EqualValues(t, 3, l[0].Overloaded, "each attempt counted as the provider overloaded")
 }
 
 // A stream that Do reads whole and that stops before its last event

@@ -436,6 +436,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	d.Attempts++
 	d.Execution += latency
 	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
+	if err == nil && (resp.StatusCode() == statusOverloaded || oc == lane.RateLimited && streamWhy != "") {
+		l.CountOverloaded() // a 529, or a stream read whole that overloaded_error ended
+	}
 	if emptyBudget {
 		l.ObserveEmptyBudget(c.seq, latency, c.granted, now)
 	} else {

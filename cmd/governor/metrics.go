@@ -39,6 +39,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_paused", "gauge", "1 while the lane's dispatches are paused by a provider's Retry-After (here, or at another Governor on a coordinated lane)."},
 	{"governor_lane_tenants", "gauge", "Tenants (X-Governor-Tenant) with calls waiting or in flight in the lane."},
 	{"governor_lane_conn_limited", "gauge", "1 while the lane's calls wait for a connection to its upstream (GOVERNOR_MAX_CONNS_PER_UPSTREAM)."},
+	{"governor_lane_overloaded_total", "counter", "The lane's attempts refused as overloaded (529, or a stream ended by overloaded_error): the provider is short of capacity, not the account of budget. governor_attempts_total counts them as rate_limited."},
 	{"governor_lane_decreases_total", "counter", "Times the lane's controller lowered its target."},
 	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
 	{"governor_lane_pauses_total", "counter", "Times a provider's Retry-After paused the lane."},

@@ -223,6 +223,12 @@
 
     c.latency.textContent = latency(l.latency_ewma_ms);
     setNum(c.r429, rateLimited(l));
+    if (l.overloaded > 0) {
+      c.r429.append(el('span', 'sub', `${count(l.overloaded)} × 529`));
+      c.r429.title = `${count(l.overloaded)} of them said the provider is overloaded (529, overloaded_error), not that the account's limit is reached`;
+    } else {
+      c.r429.title = '';
+    }
     setNum(c.pauses, l.pauses);
     setNum(c.collapses, l.collapses, true);
 
