@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -14,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Clients that announce large bodies and then send them slowly cannot keep
+// Clients that announce large bodies and then send them slowly, or ask for
+// 100 Continue and never send them, cannot keep
 // the MaxBufferedBytes budget from everybody else: once a call needs room,
 // a body that is behind the pace that would end it within the read timeout
 // gives its room up (its client gets 408 and its connection closes), while
@@ -30,13 +32,18 @@ func TestSlowBodiesGiveTheirRoomUp(t *testing.T) {
 	body := func(n int, c byte) string {
 		return `{"model":"m","x":"` + strings.Repeat(string(c), n-len(`{"model":"m","x":""}`)) + `"}`
 	}
-	// head announces a body of n bytes and sends its first sent bytes.
-	head := func(id string, n, sent int) (net.Conn, string) {
+	// head announces a body of n bytes and sends its first sent bytes,
+	// with the header "Expect: 100-continue" when expect is set.
+	head := func(id string, n, sent int, expect bool) (net.Conn, string) {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		b := body(n, 'a')
-		_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", id, n, b[:sent])
+		ask := ""
+		if expect {
+			ask = "Expect: 100-continue\r\n"
+		}
+		_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n%s", id, n, ask, b[:sent])
 		require.NoError(t, err)
 		return c, b[sent:]
 	}
@@ -45,10 +52,11 @@ func TestSlowBodiesGiveTheirRoomUp(t *testing.T) {
 	}
 
 	const kb = 1 << 10
-	// Two clients announce 450 KiB each and send 10 KiB: 900 of 1024 held.
-	slow1, _ := head("slow1", 450*kb, 10*kb)
+	// Two clients announce 450 KiB each: one sends 10 KiB, the other asks
+	// for 100 Continue and sends nothing. 900 of 1024 held.
+	slow1, _ := head("slow1", 450*kb, 10*kb, false)
 	waitHeld(450 * kb)
-	slow2, _ := head("slow2", 450*kb, 10*kb)
+	slow2, _ := head("slow2", 450*kb, 0, true)
 	waitHeld(900 * kb)
 
 	// At once, both are on pace: a call that does not fit is refused.
@@ -66,20 +74,27 @@ func TestSlowBodiesGiveTheirRoomUp(t *testing.T) {
 	call.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a call is served past slow bodies: %s", answer)
 	for _, c := range []net.Conn{slow1, slow2} {
-		resp, answer := readResponse(t, c)
-		assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, answer)
-		assert.Contains(t, answer, "too slowly")
-		_, err := io.ReadAll(c)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		for err == nil && resp.StatusCode == http.StatusContinue {
+			resp, err = http.ReadResponse(br, nil)
+		}
+		require.NoError(t, err)
+		answer, _ := io.ReadAll(resp.Body)
+		assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "%s", answer)
+		assert.Contains(t, string(answer), "too slowly")
+		_, err = io.ReadAll(br)
 		assert.NoError(t, err, "closed after the answer")
 	}
 	waitHeld(0)
 
 	// A body arriving on pace keeps its room: 300 of 450 KiB sent 20 s
 	// (of 60) after its head.
-	steady, rest := head("steady", 450*kb, 300*kb)
+	steady, rest := head("steady", 450*kb, 300*kb, false)
 	waitHeld(450 * kb)
 	skew.Add(int64(20 * time.Second))
-	other, _ := head("other", 600*kb, 0)
+	other, _ := head("other", 600*kb, 0, false)
 	resp, answer = readResponse(t, other)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the steady body keeps its room: %s", answer)
 	_, err := io.WriteString(steady, rest)
