@@ -21,11 +21,11 @@ type metricFamily struct {
 var metricFamilies = []metricFamily{
 	{"governor_build_info", "gauge", "Always 1; labels version and goversion say what is running."},
 	{"governor_draining", "gauge", "1 from SIGTERM/SIGINT until the process exits, while queued and in-flight calls finish."},
-	{"governor_in_flight_requests", "gauge", "Calls in progress on the main listener, queued and streaming ones included."},
+	{"governor_in_flight_requests", "gauge", "Forwarded calls in progress, queued and streaming ones included (batch items and requests to Governor's API are not)."},
 	{"governor_connections_refused_total", "counter", "Client connections on the main listener beyond GOVERNOR_MAX_CONNECTIONS, answered 503 too_many_connections and closed."},
 	{"governor_buffered_request_bytes", "gauge", "Request bodies held by calls waiting or in flight (and reserved for bodies being read) and by running async jobs, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_buffered_answer_bytes", "gauge", "Successful answers of forwarded calls read whole and not yet written to their clients, at most GOVERNOR_MAX_BUFFERED_BYTES."},
-	{"governor_requests_total", "counter", "Answers by route and HTTP status class (code=1xx..5xx, other)."},
+	{"governor_requests_total", "counter", "Answers by route and HTTP status class (code=1xx..5xx, other) to the requests Governor took in; those refused at the door (malformed, too large, buffers_full) are in governor_errors_total only."},
 	{"governor_errors_total", "counter", "Errors of Governor's own answered to forwarded calls, batch items and requests it could not serve, by code (queue_full, queue_timeout, buffers_full, too_many_lanes, draining, upstream_unreachable, upstream_timeout, exceeds_token_budget, client_closed, ...; other for any other)."},
 	{"governor_calls_total", "counter", "Forwarded calls by route and how they ended (status=COMPLETED, COMPLETED_WITH_RETRIES, FAILED)."},
 	{"governor_upstream_latency_seconds", "histogram", "Upstream attempts by route: dispatch to response headers (waiting for a connection included)."},
