@@ -42,28 +42,31 @@ func (c contractCall) json(t *testing.T) map[string]any {
 	return m
 }
 
+// send sends one request and returns its whole answer; headers are name,
+// value pairs.
 func send(t *testing.T, method, url, body string, headers ...string) contractCall {
 	t.Helper()
-	return sendCtx(t, context.Background(), method, url, body, headers...)
+	c, err := request(context.Background(), method, url, body, headers...)
+	require.NoError(t, err, "%s %s", method, url)
+	return c
 }
 
-// sendCtx sends one request; headers are name, value pairs.
-func sendCtx(t *testing.T, ctx context.Context, method, url, body string, headers ...string) contractCall {
-	t.Helper()
+// request is send for any goroutine, under ctx.
+func request(ctx context.Context, method, url, body string, headers ...string) (contractCall, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return contractCall{}, err
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := oneShot.Do(req)
-	if ctx.Err() != nil {
-		return contractCall{}
+	if err != nil {
+		return contractCall{}, err
 	}
-	require.NoError(t, err, "%s %s", method, url)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return contractCall{status: resp.StatusCode, header: resp.Header, body: b}
+	return contractCall{status: resp.StatusCode, header: resp.Header, body: b}, err
 }
 
 // assertOpenAIError checks Governor's own error in the OpenAI shape:
@@ -437,7 +440,11 @@ func TestContractQueue(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		ch := make(chan contractCall, 1)
 		go func() {
-			ch <- sendCtx(t, ctx, "POST", base+"/v1/chat/completions", `{"model":"m"}`, append(headers, "X-Mock-Fault", "hang")...)
+			c, err := request(ctx, "POST", base+"/v1/chat/completions", `{"model":"m"}`, append(headers, "X-Mock-Fault", "hang")...)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("held call %v: %v", headers, err)
+			}
+			ch <- c
 		}()
 		t.Cleanup(cancel)
 		return cancel, ch
@@ -485,7 +492,9 @@ func TestContractQueue(t *testing.T) {
 	assertOpenAIError(t, bg, 504, "queue_timeout")
 	assert.Equal(t, "false", bg.header.Get("X-Should-Retry"), "the call has waited its time")
 	urgent()
-	assert.Equal(t, 202, send(t, "DELETE", base+"/governor/batches/"+job, "").status)
+	// The job's item may have timed out in the queue too by now (200: a
+	// finished job forgotten), or still wait (202: cancelled).
+	assert.Contains(t, []int{200, 202}, send(t, "DELETE", base+"/governor/batches/"+job, "").status)
 }
 
 // The pacer reads the providers' budget headers: OpenAI's
