@@ -2,9 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -137,6 +141,64 @@ func TestEventStreamIsStillStreamed(t *testing.T) {
 	rest, err := io.ReadAll(r)
 	require.NoError(t, err)
 	assert.Equal(t, "\ndata: two\n\n", string(rest))
+}
+
+// Over TLS too, a chunked answer whose provider ends the session between
+// two chunks (with a close_notify, or closing the socket without one) is
+// retried, never passed on short; one that ends the session right after
+// its last chunk is complete. TLS 1.2 and 1.3 read a close_notify
+// differently (1.2 may return it with the last bytes).
+func TestCutChunkedAnswerOverTLSIsRetried(t *testing.T) {
+	checkSockets(t)
+	checkLeaks(t)
+	const (
+		head  = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+		cut   = head + "8\r\n{\"id\":\"x\r\n"
+		whole = head + "d\r\n{\"id\":\"xyz1\"}\r\n0\r\n\r\n"
+	)
+	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		for _, tc := range []struct {
+			name        string
+			first       string
+			closeNotify bool
+			attempts    string
+		}{
+			{"cut, close_notify", cut, true, "2"},
+			{"cut, socket closed", cut, false, "2"},
+			{"whole, close_notify", whole, true, "1"},
+		} {
+			var n atomic.Int32
+			up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				c, buf, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					return
+				}
+				answer := whole
+				if n.Add(1) == 1 {
+					answer = tc.first
+				}
+				_, _ = buf.WriteString(answer)
+				_ = buf.Flush()
+				if tc.closeNotify {
+					_ = c.Close()
+				} else {
+					_ = c.(*tls.Conn).NetConn().Close()
+				}
+			}))
+			up.TLS = &tls.Config{MinVersion: version, MaxVersion: version}
+			up.StartTLS()
+			pool := x509.NewCertPool()
+			pool.AddCert(up.Certificate())
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), TLSConfig: &tls.Config{RootCAs: pool}}))
+			resp, body := chat(t, client(t), base, nil)
+			name := fmt.Sprintf("%s, TLS 1.%d", tc.name, version-tls.VersionTLS10)
+			assert.Equal(t, 200, resp.StatusCode, "%s: %s", name, body)
+			assert.Equal(t, `{"id":"xyz1"}`, body, name)
+			assert.Equal(t, tc.attempts, resp.Header.Get(HeaderAttempts), name)
+			up.Close()
+		}
+	}
 }
 
 // An SSE stream whose connection the provider closes between two chunks,

@@ -100,10 +100,47 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 			if err != nil {
 				return nil, err
 			}
-			return up.track(newTrackedConn(c)), nil
+			tc := up.track(newTrackedConn(c))
+			if tlsConfig != nil {
+				// As fasthttp would wrap it (a conn with Handshake is
+				// taken as TLS already), but seeing the TLS layer's end.
+				return &tlsConn{Conn: tls.Client(tc, tlsConfig), tracked: tc}, nil
+			}
+			return tc, nil
 		},
 	}
 	return up
+}
+
+// tlsConn is the TLS session over an upstream's tracked connection. It
+// tells the tracked connection when the session ends (io.EOF): a
+// close_notify ends it before the socket's close is read, and a chunked
+// body cut right there would otherwise look complete (see cutChunked).
+type tlsConn struct {
+	*tls.Conn
+	tracked *trackedConn
+	ended   bool // the session's end came with the last bytes read
+}
+
+// Read reads from the TLS session; its end is the peer closing. TLS 1.2
+// reads a close_notify queued behind a record at once and returns its end
+// with that record's bytes, which may complete the body or not: the end
+// is then returned by the next read, which only a body that needs more
+// bytes makes.
+func (c *tlsConn) Read(p []byte) (int, error) {
+	if c.ended {
+		c.tracked.peerClosed = true
+		return 0, io.EOF
+	}
+	n, err := c.Conn.Read(p)
+	if err == io.EOF {
+		if n > 0 {
+			c.ended = true
+			return n, nil
+		}
+		c.tracked.peerClosed = true
+	}
+	return n, err
 }
 
 // responseHeaderBufferSize bounds the size of an upstream's response headers.
