@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -347,7 +348,9 @@ func TestAdminConnectionsCannotKeepProbesOut(t *testing.T) {
 	}
 	require.NoError(t, held[0].SetReadDeadline(time.Now().Add(10*time.Second)))
 	_, err := held[0].Read(make([]byte, 1))
-	assert.ErrorIs(t, err, io.EOF, "the oldest connection was closed to make room")
+	// EOF, or a reset if the server closed it before reading its byte.
+	assert.True(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET),
+		"the oldest connection was closed to make room: %v", err)
 }
 
 // A connection serving a request is not closed to make room: a newcomer
