@@ -106,6 +106,7 @@ type Coordinator struct {
 	log *slog.Logger
 
 	up     atomic.Bool
+	states *stateLog     // logs up's changes
 	wake   chan struct{} // a failure: the loop starts pinging
 	stop   chan struct{}
 	done   chan struct{}
@@ -168,6 +169,7 @@ func New(cfg Config) (*Coordinator, error) {
 		recalled:  map[string]recalled{},
 		bookings:  map[string]*booking{},
 	}
+	co.states = &stateLog{log: c.Logger, instance: c.Instance, now: c.Now, up: co.up.Load}
 	co.clockCheck.Store(int64(clockCheck))
 	c.Metrics.NewGauge("governor_redis_up", func() float64 {
 		if co.up.Load() {
@@ -235,6 +237,7 @@ func (co *Coordinator) Close() error {
 	co.closed.Do(func() {
 		close(co.stop)
 		<-co.done
+		co.states.close()
 		err = co.rdb.Close()
 	})
 	return err
@@ -261,7 +264,7 @@ func (co *Coordinator) loop() {
 		case <-t.C:
 		}
 		if err := co.join(); err == nil && co.up.CompareAndSwap(false, true) {
-			co.log.Info("redis coordination restored", "instance", co.cfg.Instance)
+			co.states.changed(true, nil)
 		}
 	}
 }
@@ -355,7 +358,7 @@ func (co *Coordinator) failed(ctx context.Context, err error) error {
 	co.errors.Inc()
 	if co.up.CompareAndSwap(true, false) {
 		co.fallbacks.Inc()
-		co.log.Warn("redis coordination lost: governing locally", "err", err, "instance", co.cfg.Instance)
+		co.states.changed(false, err)
 		select {
 		case co.wake <- struct{}{}:
 		default:

@@ -51,8 +51,9 @@
 // Redis and rejoins when it answers and runs the scripts' commands (a Redis
 // that answers but refuses writes, full under maxmemory or a replica, or a
 // user not allowed them, stays lost); Close stops it. Both transitions are
-// logged ("redis coordination lost", "redis coordination restored") and
-// counted (governor_redis_up, governor_redis_fallbacks_total).
+// logged ("redis coordination lost", "redis coordination restored"; past a
+// loss and its end, those within 10 s are summed up in one line with
+// flaps=N) and counted (governor_redis_up, governor_redis_fallbacks_total).
 //
 // Instants in the record (Unix milliseconds) are on Redis's clock: a
 // Coordinator measures its host's clock against Redis's (TIME) when it
