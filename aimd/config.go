@@ -134,12 +134,13 @@ type Config struct {
 	// signal off). See DESIGN.md.
 	LatencyTolerance float64
 	// AdmissionWindow (Default preset only) paces a lane's start: the
-	// lane starts with one call and doubles its limit toward Initial
-	// each time the calls it has out have gone unrefused this long
-	// (Controller.AdmitAt), since a provider refuses a call it has no
-	// room for long before it answers one; a refusal on the way sets
-	// the limit to the calls the provider took (default 4ms; negative
-	// starts at Initial at once). See DESIGN.md.
+	// lane starts with one call and adds one toward Initial each time
+	// the calls it has out have gone unrefused this long (the first
+	// step) or half as long (the later ones; Controller.AdmitAt), since
+	// a provider refuses a call it has no room for long before it
+	// answers one; a refusal on the way sets the limit to the calls the
+	// provider took (default 4ms; negative starts at Initial at once).
+	// See DESIGN.md.
 	AdmissionWindow time.Duration
 }
 

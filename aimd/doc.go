@@ -18,14 +18,15 @@
 //	ev := ctl.Observe(aimd.Sample{Outcome: aimd.RateLimited, Latency: rtt, InFlight: n, Dispatched: granted})
 //
 // A Default controller starts a lane with one call and raises its limit
-// toward Config.Initial by time, not by answers: each time the calls the
-// lane has out have gone unrefused for Config.AdmissionWindow, since a
-// provider refuses a call it has no room for long before it answers one.
-// The caller calls AdmitAt at the instant AdmitDue returns (a timer), with
-// the calls in flight, while AdmitDue reports a start under way. A 429 on
-// the way, after k calls got in, sets the limit to k; one before any call
-// got in leaves the lane asking at Initial, as a newcomer to an account
-// that others fill.
+// toward Config.Initial by time, not by answers: one call more each time
+// the calls the lane has out have gone unrefused for Config.AdmissionWindow
+// (the first step) or half of it (AdmitStep), since a provider refuses a
+// call it has no room for long before it answers one. The caller calls
+// AdmitAt at the instant AdmitDue returns (a timer), with the calls in
+// flight, while AdmitDue reports a start under way. A 429 on the way,
+// after k calls got in (or were answered), sets the limit to k; one
+// before any call got in leaves the lane asking at Initial, as a newcomer
+// to an account that others fill.
 //
 // Success (a 2xx, or a final 4xx) may raise the limit (the Default preset
 // raises it only while it holds the lane back: the limit in use, and no

@@ -434,7 +434,8 @@ func TestOverdueAllowsForTheLowestLevelsFewCalls(t *testing.T) {
 // The start files its calls under Initial, so against a knee below
 // Initial every level the profile knows is past it. A lane that has cut
 // on latency and runs at the lowest level it knows, where calls take 4
-// times as long as those its start let out with at most 4 in flight,
+// times as long as those its start let out with at most 4 in flight (up
+// to Initial/2),
 // goes down to 4: the knee is below every level it knows.
 func TestLatencyCutBelowTheLowestLevelToTheStartsFirstSteps(t *testing.T) {
 	// run ramps a lane to 8, answers the 4 calls of its first steps in
@@ -443,11 +444,11 @@ func TestLatencyCutBelowTheLowestLevelToTheStartsFirstSteps(t *testing.T) {
 	// returns the last event and the limit.
 	run := func(f float64, seen bool) (Event, int) {
 		c := New(Config{Max: 64}, t0)
-		for i := range 3 {
-			require.Equal(t, Increased, c.AdmitAt(c.Limit(), windows(float64(i+1))))
+		for n := 1; n < 8; n++ {
+			require.Equal(t, Increased, c.AdmitAt(c.Limit(), windows(0.5+0.5*float64(n))))
 		}
 		require.Equal(t, 8, c.Limit())
-		for i, ms := range []float64{0, 4, 8, 8} { // let out under 1, 2, 4, 4
+		for i, ms := range []float64{0, 4, 6, 8} { // let out under 1, 2, 3, 4
 			sent := t0.Add(time.Duration(ms * float64(time.Millisecond)))
 			c.ObserveAt(Sample{Outcome: Success, Latency: secs(flat[i]), Dispatched: sent}, sent.Add(secs(flat[i])))
 		}

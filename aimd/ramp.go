@@ -16,7 +16,7 @@ type rampState struct {
 	// at is when the current start window opened: New, or the last step.
 	at time.Time
 	// admitted is how many calls the lane had out, unrefused, when the
-	// window last grew (1 if none yet but a call has been answered): the
+	// limit last grew (1 if none yet but a call has been answered): the
 	// provider holds at least that many for it.
 	admitted int
 	// young: the ramp ended on a refusal with calls admitted, and fewer
@@ -24,9 +24,9 @@ type rampState struct {
 	// (answers counts them).
 	young   bool
 	answers int
-	// topAt is when the ramp's last step took the limit from lowTop to
-	// Initial (zero if it has not): calls let out before it went out
-	// with at most lowTop in flight.
+	// topAt is when the ramp's step took the limit from lowTop (at most
+	// Initial/2) above Initial/2 (zero if it has not): calls let out
+	// before it went out with at most lowTop in flight.
 	topAt  time.Time
 	lowTop int
 	// burst: the ramp ended on a refusal, and further refusals of calls
@@ -38,8 +38,6 @@ type rampState struct {
 }
 
 const (
-	// rampGrowth multiplies the start window at each step.
-	rampGrowth = 2
 	// rampYoung × Initial successes after a ramp that found a ceiling,
 	// a success above it still makes the lane ask as a newcomer.
 	rampYoung = 16
@@ -57,10 +55,11 @@ func (d *defaultState) initRamp(cfg Config, now time.Time) {
 // AdmitAt tells the controller that inFlight calls of the lane are out
 // at now and that none has been refused since the limit last rose (a
 // refusal would have been observed). A lane that starts (Default preset)
-// holds one call, and raises its limit toward Config.Initial each time its
-// calls have been out unrefused for Config.AdmissionWindow: a provider
-// refuses a call it has no room for at once, long before it would answer
-// one. AdmitAt returns Increased when the limit rose; it does nothing
+// holds one call, and raises its limit by one call toward Config.Initial
+// each time its calls have been out unrefused for Config.AdmissionWindow
+// (the first step) or half of it (the later ones): a provider refuses a
+// call it has no room for at once, long before it would answer one.
+// AdmitAt returns Increased when the limit rose; it does nothing
 // (None) before the window has passed, when fewer than Limit calls are
 // out (the limit was not tested), or once the start is over. inFlight 0
 // means unknown: the limit counts as in use. Call it at AdmitDue.
@@ -68,10 +67,13 @@ func (c *Controller) AdmitAt(inFlight int, now time.Time) Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := &c.defaultRule
-	if c.cfg.Preset != Default || !d.ramp.on || now.Sub(d.ramp.at) < c.cfg.AdmissionWindow {
+	if c.cfg.Preset != Default || !d.ramp.on {
 		return None
 	}
 	limit := c.limitLocked()
+	if now.Sub(d.ramp.at) < rampStep(c.cfg.AdmissionWindow, limit) {
+		return None
+	}
 	if inFlight > 0 && inFlight < limit {
 		return None
 	}
@@ -82,8 +84,10 @@ func (c *Controller) AdmitAt(inFlight int, now time.Time) Event {
 		d.ramp.on = false
 		return None
 	}
-	c.target = math.Min(c.cfg.Initial, math.Max(c.target, float64(limit*rampGrowth)))
-	if float64(c.limitLocked()) >= c.cfg.Initial {
+	// One call more: a step of several calls at once, refused at the
+	// first, would draw a 429 for each of the others.
+	c.target = math.Min(c.cfg.Initial, math.Max(c.target, float64(limit+1)))
+	if half := c.cfg.Initial / 2; float64(limit) <= half && float64(c.limitLocked()) > half {
 		d.ramp.topAt, d.ramp.lowTop = now, limit
 	}
 	if c.latencyOn() {
@@ -105,7 +109,30 @@ func (c *Controller) AdmitDue() (time.Time, bool) {
 	if c.cfg.Preset != Default || !d.ramp.on {
 		return time.Time{}, false
 	}
-	return d.ramp.at.Add(c.cfg.AdmissionWindow), true
+	return d.ramp.at.Add(rampStep(c.cfg.AdmissionWindow, c.limitLocked())), true
+}
+
+// AdmitStep returns how long the calls out must go unrefused before the
+// start's next step (AdmitDue is that long after the last step): the
+// whole AdmissionWindow before the first step, half of it after.
+func (c *Controller) AdmitStep() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return rampStep(c.cfg.AdmissionWindow, c.limitLocked())
+}
+
+// rampStep is how long the calls out at a limit of limit must go
+// unrefused before the ramp's next step: the whole window at the first
+// step (the lane has not had a call at the provider yet), half of it at
+// the later ones. Half the window is still as long as the quickest refusal
+// the lane's caller has seen from the upstream (package lane sets the
+// window to at least twice that), and the start takes 16 ms to Initial (8)
+// at 4 ms windows where whole windows would take 28.
+func rampStep(window time.Duration, limit int) time.Duration {
+	if limit <= 1 {
+		return window
+	}
+	return window / 2
 }
 
 // rampRefusedLocked handles a 429 while the lane ramps, or one that

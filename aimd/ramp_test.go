@@ -19,9 +19,10 @@ func refusedAt(sent time.Time, inFlight int) Sample {
 	return Sample{Outcome: RateLimited, Latency: time.Millisecond, InFlight: inFlight, Dispatched: sent}
 }
 
-// A lane starts with one call and doubles its limit each time the calls
-// it has out went unrefused for an admission window, up to Initial.
-func TestRampDoublesEachAdmissionWindow(t *testing.T) {
+// A lane starts with one call and adds one each time the calls it has
+// out went unrefused for an admission window (the first step) or half of
+// one (the later ones), up to Initial.
+func TestRampAddsOneCallEachStep(t *testing.T) {
 	c := New(Config{Max: 64}, t0)
 	require.Equal(t, 1, c.Limit(), "a lane starts with one call")
 	due, ok := c.AdmitDue()
@@ -30,11 +31,18 @@ func TestRampDoublesEachAdmissionWindow(t *testing.T) {
 
 	assert.Equal(t, None, c.AdmitAt(1, windows(0.9)), "too soon: a refusal may still come")
 	assert.Equal(t, 1, c.Limit())
-	for i, want := range []int{2, 4, 8} {
-		now := windows(float64(i + 1))
-		assert.Equal(t, Increased, c.AdmitAt(c.Limit(), now), "step %d", i)
-		assert.Equal(t, want, c.Limit(), "step %d", i)
+	assert.Equal(t, Increased, c.AdmitAt(1, windows(1)))
+	assert.Equal(t, 2, c.Limit())
+	due, _ = c.AdmitDue()
+	assert.Equal(t, windows(1.5), due, "later steps wait half a window")
+	assert.Equal(t, None, c.AdmitAt(2, windows(1.4)), "too soon")
+	for want := 3; want <= 8; want++ {
+		now := windows(1 + 0.5*float64(want-2))
+		assert.Equal(t, Increased, c.AdmitAt(c.Limit(), now), "to %d", want)
+		assert.Equal(t, want, c.Limit(), "one call more, never a step of several")
 	}
+	assert.Equal(t, windows(2.5), c.defaultRule.ramp.topAt, "the step above Initial/2")
+	assert.Equal(t, 4, c.defaultRule.ramp.lowTop, "calls let out before it went out with at most 4 in flight")
 	due, ok = c.AdmitDue()
 	require.True(t, ok, "the last step's calls are not known admitted yet")
 	assert.Equal(t, None, c.AdmitAt(8, due), "Initial calls are in")
@@ -52,7 +60,7 @@ func TestRampNeedsTheLimitInUse(t *testing.T) {
 	assert.Equal(t, None, c.AdmitAt(1, windows(2)), "one call out of two")
 	assert.Equal(t, 2, c.Limit())
 	assert.Equal(t, Increased, c.AdmitAt(2, windows(2.5)))
-	assert.Equal(t, 4, c.Limit())
+	assert.Equal(t, 3, c.Limit())
 }
 
 // Alone under a cap of 1: one call in, the second refused. The limit goes
@@ -79,33 +87,40 @@ func TestRampRefusalSetsTheLimitToWhatWasAdmitted(t *testing.T) {
 	assert.Equal(t, 1, c.Limit(), "an answer to a call sent before the refusal")
 }
 
-// The step that ended the ramp let out several calls: each further refusal
-// of them takes one call off, down to what the step before had in.
-func TestRampBurstCountsTheRefusals(t *testing.T) {
+// Alone under a cap of 2, the ramp's third call is its only refusal: each
+// step lets out one call more, so a step refused at its first call lets
+// out no other to be refused too.
+func TestRampStepsDrawOneRefusal(t *testing.T) {
 	c := New(Config{Max: 64}, t0)
 	c.AdmitAt(1, windows(1))
-	c.AdmitAt(2, windows(2))
-	require.Equal(t, 4, c.Limit())
-	// Cap 2: both calls of the last step are refused.
-	assert.Equal(t, Decreased, c.ObserveAt(refusedAt(windows(2), 4), windows(2.5)))
-	assert.Equal(t, 3, c.Limit(), "three out, one refused")
-	assert.Equal(t, None, c.ObserveAt(refusedAt(windows(2), 3), windows(2.6)))
-	assert.Equal(t, 2, c.Limit(), "the second refusal of the step")
-	assert.Equal(t, uint64(1), c.State().Decreases, "one decrease")
-	c.ObserveAt(Sample{Outcome: Success, Latency: time.Second, InFlight: 2, Dispatched: windows(2)}, windows(100))
-	assert.Equal(t, 2, c.Limit(), "the other two were admitted")
+	c.AdmitAt(2, windows(1.5))
+	require.Equal(t, 3, c.Limit(), "one call more than the 2 admitted")
+	assert.Equal(t, Decreased, c.ObserveAt(refusedAt(windows(1.5), 3), windows(1.6)))
+	assert.Equal(t, 2, c.Limit(), "the provider holds 2 calls of the lane")
+	assert.Equal(t, 3.0, c.State().DecreaseLevel, "refused at 3")
+	_, ok := c.AdmitDue()
+	assert.False(t, ok, "the ramp is over")
+}
 
-	// Refusals slower than the window: the ramp stepped from 2 to 4
-	// before the second call's refusal came, so it looked admitted.
-	// Three refusals of the four calls out leave one.
+// Refusals slower than a step: calls of several steps are out when the
+// first refusal comes, and each further refusal of a call let out before
+// it takes one call off, down to what the provider holds.
+func TestRampBurstCountsTheRefusals(t *testing.T) {
 	slow := New(Config{Max: 64}, t0)
 	slow.AdmitAt(1, windows(1))
-	slow.AdmitAt(2, windows(2))
+	slow.AdmitAt(2, windows(1.5))
+	slow.AdmitAt(3, windows(2))
 	require.Equal(t, 4, slow.Limit())
-	slow.ObserveAt(refusedAt(windows(1), 4), windows(2.5))
-	slow.ObserveAt(refusedAt(windows(2), 3), windows(2.6))
-	slow.ObserveAt(refusedAt(windows(2), 2), windows(2.7))
+	// A cap of 1: the calls let out at 1, 1.5 and 2 windows are refused,
+	// the first refusal after the third step.
+	assert.Equal(t, Decreased, slow.ObserveAt(refusedAt(windows(1), 4), windows(2.2)))
+	assert.Equal(t, 3, slow.Limit(), "four out, one refused")
+	assert.Equal(t, None, slow.ObserveAt(refusedAt(windows(1.5), 3), windows(2.3)))
+	assert.Equal(t, None, slow.ObserveAt(refusedAt(windows(2), 2), windows(2.4)))
 	assert.Equal(t, 1, slow.Limit(), "the provider holds one call of the lane")
+	assert.Equal(t, uint64(1), slow.State().Decreases, "one decrease")
+	slow.ObserveAt(Sample{Outcome: Success, Latency: time.Second, InFlight: 1, Dispatched: t0}, windows(100))
+	assert.Equal(t, 1, slow.Limit(), "the first call was admitted")
 }
 
 // Refused before any call got in: the provider was full already (a lane
@@ -150,10 +165,11 @@ func TestRampCeilingThatGivesWayRejoinsAsANewcomer(t *testing.T) {
 // Initial.
 func TestRampThenSlowStart(t *testing.T) {
 	c := New(Config{Max: 64}, t0)
-	c.AdmitAt(1, windows(1))
-	c.AdmitAt(2, windows(2))
-	c.AdmitAt(4, windows(3))
-	c.AdmitAt(8, windows(4))
+	for n := 1; n <= 8; n++ {
+		c.AdmitAt(n, windows(0.5+0.5*float64(n)))
+	}
+	_, ok := c.AdmitDue()
+	require.False(t, ok, "the start is over")
 	assert.Equal(t, Increased, c.ObserveAt(Sample{Outcome: Success, Latency: 100 * time.Millisecond, InFlight: 8}, ms(100)))
 	assert.Equal(t, 10, c.Limit(), "slow start: +2 per success")
 }

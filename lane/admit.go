@@ -8,8 +8,9 @@ import (
 )
 
 // A lane's start: the controller (Default preset) starts it with one call
-// and raises its limit toward its Initial each time the calls it has out
-// have gone unrefused for an admission window (aimd.Controller.AdmitAt).
+// and raises its limit by one toward its Initial each time the calls it
+// has out have gone unrefused for a step of its start: an admission
+// window, then half of one (aimd.Controller.AdmitAt, AdmitStep).
 // Nothing but time says a call was not refused, so the lane keeps a timer
 // for the end of each window while the start lasts: armed when a call is
 // let out (Reserve) or an answer observed, it feeds the controller the
@@ -18,11 +19,11 @@ import (
 // A step's calls may need new connections, and opening one takes a round
 // trip to the provider (TLS one or two more) before the call is even sent:
 // a provider a few milliseconds away cannot refuse a call within the
-// window of the step that let it out. So a step does not end while a
-// connection to the lane's upstream is being opened, nor before the window
-// and three times the upstream's quickest opening have passed since the
-// last one opened, nor before twice that opening has passed beyond the
-// window (a round trip over a connection already open). A connection's
+// step that let it out. So a step does not end while a connection to the
+// lane's upstream is being opened, nor before the step's own time and
+// three times the upstream's quickest opening have passed since the last
+// one opened, nor before twice that opening has passed beyond the step's
+// end (a round trip over a connection already open). A connection's
 // opening is the time to a TCP connection: about one round trip.
 
 // maxOpeningLook bounds how long a step waiting for a connection to open
@@ -103,19 +104,20 @@ func (cl *connLoad) noteOpen(took time.Duration, now time.Time) {
 // stepReady returns when a start's step that the controller lets end at
 // due (Controller.AdmitDue) may end, seen from now: due, or later while
 // the upstream's connections say a refusal may still be on its way.
-// While a connection is being opened it returns when to look again: a
-// window from now, or as long as the step has already waited past due (at
-// most maxOpeningLook), so that a connection slow to open costs few
-// looks and its end is seen within less than its own time (a step waits
-// three times that once it has opened).
-func (cl *connLoad) stepReady(due, now time.Time, window time.Duration) time.Time {
+// step is the step's own time (Controller.AdmitStep). While a connection
+// is being opened it returns when to look again: a step from now, or as
+// long as the step has already waited past due (at most maxOpeningLook),
+// so that a connection slow to open costs few looks and its end is seen
+// within less than its own time (a step waits three times that once it
+// has opened).
+func (cl *connLoad) stepReady(due, now time.Time, step time.Duration) time.Time {
 	if cl.opening.Load() > 0 {
-		return later(due, now.Add(max(window, min(now.Sub(due), maxOpeningLook), time.Millisecond)))
+		return later(due, now.Add(max(step, min(now.Sub(due), maxOpeningLook), time.Millisecond)))
 	}
 	open := time.Duration(cl.quickestOpen.Load())
 	ready := due.Add(2 * open)
 	if at := cl.lastOpen.Load(); at > 0 {
-		ready = later(ready, time.Unix(0, at).Add(window+3*open))
+		ready = later(ready, time.Unix(0, at).Add(step+3*open))
 	}
 	return ready
 }
@@ -150,7 +152,7 @@ func (l *Lane) armAdmitLocked(inFlight int, now time.Time) {
 		l.ramping.Store(false)
 		return
 	}
-	d := max(l.load.stepReady(due, now, l.ctrl.Config().AdmissionWindow).Sub(now), 0)
+	d := max(l.load.stepReady(due, now, l.ctrl.AdmitStep()).Sub(now), 0)
 	if a.t == nil {
 		a.t = time.AfterFunc(d, l.admitted)
 	} else {
@@ -182,7 +184,7 @@ func (l *Lane) admitted() {
 	if l.admit.stopped {
 		return
 	}
-	if due, ok := l.ctrl.AdmitDue(); ok && now.Before(l.load.stepReady(due, now, l.ctrl.Config().AdmissionWindow)) {
+	if due, ok := l.ctrl.AdmitDue(); ok && now.Before(l.load.stepReady(due, now, l.ctrl.AdmitStep())) {
 		// A connection of the upstream is opening, or has just opened: a
 		// refusal may still come.
 		l.armAdmitLocked(inFlight, now)

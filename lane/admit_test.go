@@ -32,9 +32,10 @@ func newStartingRegistry(t *testing.T) (*Registry, *Lane) {
 	return r, l
 }
 
-// A new lane lets one call out, then twice as many each admission window
-// its calls go unrefused, up to Initial; a refusal on the way leaves it
-// the calls the provider took. The timer runs in a synctest bubble: its
+// A new lane lets one call out, then one more once its calls have gone
+// unrefused for an admission window, and one more each half window after
+// that, up to Initial; a refusal on the way leaves it the calls the
+// provider took. The timer runs in a synctest bubble: its
 // clock moves only when every goroutine of the test is blocked.
 func TestLaneStartIsPacedByAdmissions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -59,21 +60,25 @@ func TestLaneStartIsPacedByAdmissions(t *testing.T) {
 		synctest.Wait()
 		dispatch()
 		assert.Equal(t, 2, out, "one call in for a window: two")
-		time.Sleep(aimd.DefaultAdmissionWindow)
+		time.Sleep(aimd.DefaultAdmissionWindow/2 - time.Millisecond)
 		synctest.Wait()
 		dispatch()
-		assert.Equal(t, 4, out, "two in: four")
+		assert.Equal(t, 2, out, "not before half a window has passed")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		dispatch()
+		assert.Equal(t, 3, out, "two in for half a window: three")
 
-		// A cap of 3: the fourth call is refused at once.
+		// A cap of 2: the third call is refused at once.
 		now := time.Now().Add(time.Millisecond)
-		l.Observe(RateLimited, time.Millisecond, sent[3], now)
+		l.Observe(RateLimited, time.Millisecond, sent[2], now)
 		l.q.ReleaseTenant("")
 		out--
-		assert.Equal(t, 3, l.ctrl.Limit(), "the provider took three")
+		assert.Equal(t, 2, l.ctrl.Limit(), "the provider took two")
 		time.Sleep(time.Second)
 		synctest.Wait()
 		dispatch()
-		assert.Equal(t, 3, out, "and the start is over")
+		assert.Equal(t, 2, out, "and the start is over")
 		for range out {
 			l.q.ReleaseTenant("")
 		}
@@ -84,8 +89,9 @@ func TestLaneStartIsPacedByAdmissions(t *testing.T) {
 // to open, and the call is sent only then. The start does not step while
 // the connection opens, nor until the window and three openings have
 // passed since it opened (a TLS handshake and the call's own round trip,
-// in which its refusal would come back); a step over connections already
-// open waits the window and two openings.
+// in which its refusal would come back); a later step over connections
+// already open waits its half window and two openings, and one whose call
+// needs a new connection half a window and three openings after it opened.
 func TestLaneStartWaitsForTheUpstreamsConnections(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r, l := newStartingRegistry(t)
@@ -115,10 +121,20 @@ func TestLaneStartWaitsForTheUpstreamsConnections(t *testing.T) {
 		step(time.Millisecond)
 		assert.Equal(t, 2, out, "a window and three openings after the connection opened")
 
-		step(window + 2*open - time.Millisecond)
+		step(window/2 + 2*open - time.Millisecond)
 		assert.Equal(t, 2, out, "a round trip over an open connection")
 		step(time.Millisecond)
-		assert.Equal(t, 4, out, "a window and two openings after the step")
+		assert.Equal(t, 3, out, "half a window and two openings after the step")
+
+		// The third call needs a connection of its own.
+		third := r.Connecting("default")
+		step(open)
+		assert.Equal(t, 3, out, "not while its connection opens")
+		third(true)
+		step(window/2 + 3*open - time.Millisecond)
+		assert.Equal(t, 3, out, "its refusal could still come")
+		step(time.Millisecond)
+		assert.Equal(t, 4, out, "half a window and three openings after its connection opened")
 
 		info := r.Info(time.Now())[0]
 		assert.InDelta(t, 30.0, info.UpstreamConnectMs, 1e-9, "shown in /governor/lanes")
@@ -128,7 +144,7 @@ func TestLaneStartWaitsForTheUpstreamsConnections(t *testing.T) {
 		assert.Equal(t, 4, out, "a connection that does not open holds the start")
 		failed(false)
 		step(maxOpeningLook)
-		assert.Equal(t, 8, out, "its failure does not, for more than a look")
+		assert.Equal(t, 5, out, "its failure does not, for more than a look")
 		assert.InDelta(t, 30.0, r.Info(time.Now())[0].UpstreamConnectMs, 1e-9, "a failed connection is no opening")
 		for range out {
 			l.q.ReleaseTenant("")
@@ -198,9 +214,9 @@ func TestLaneStartWaitsForItsLimitInUse(t *testing.T) {
 		require.True(t, l.q.TryAcquire(queue.Priority{}))
 		l.Reserve(t.Context(), time.Now())
 		assert.True(t, pending(), "two of two")
-		time.Sleep(aimd.DefaultAdmissionWindow)
+		time.Sleep(aimd.DefaultAdmissionWindow / 2)
 		synctest.Wait()
-		assert.Equal(t, 4, l.ctrl.Limit())
+		assert.Equal(t, 3, l.ctrl.Limit())
 		l.q.ReleaseTenant("")
 		l.q.ReleaseTenant("")
 	})

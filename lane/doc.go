@@ -47,15 +47,16 @@
 // Contended can tell a 429 that came while the lane's other calls were
 // being served from one given to a lane the provider serves nothing.
 // A new lane starts as its controller paces it (aimd.Controller.AdmitAt):
-// one call, then twice as many each admission window its calls go
-// unrefused; the lane keeps the timer for that while the start lasts, and
-// gives a lane of an upstream that has refused a call a window of at
-// least twice its quickest refusal. The caller tells the Registry of each
-// connection it opens to an upstream (Connecting): a step of a start does
-// not end while one is opening, nor before the window and three times
-// the upstream's quickest opening have passed since the last one opened
-// (twice beyond the window over connections already open), so that a
-// provider far away has the time to refuse. Every method of Lane and Registry is
+// one call, then one more each time its calls go unrefused for a step of
+// the start (an admission window, then half of one); the lane keeps the
+// timer for that while the start lasts, and gives a lane of an upstream
+// that has refused a call a window of at least twice its quickest
+// refusal. The caller tells the Registry of each connection it opens to
+// an upstream (Connecting): a step of a start does not end while one is
+// opening, nor before the step's time and three times the upstream's
+// quickest opening have passed since the last one opened (twice beyond
+// the step over connections already open), so that a provider far away
+// has the time to refuse. Every method of Lane and Registry is
 // safe for concurrent use and takes
 // the time it acts at, so tests drive it with explicit instants.
 //
