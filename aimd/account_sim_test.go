@@ -35,8 +35,10 @@ const (
 	classNewcomer
 	// A call let out at or above a level refused less than a round
 	// trip ago (no call let out after that refusal has been answered
-	// yet): a re-ask, at an answer or at a pause's end.
+	// yet): a re-ask, at an answer, or at a Retry-After pause's end
+	// (no answer at that instant).
 	classReask
+	classReaskPause
 	// A probe of a known ceiling (the level of the last decrease): held
 	// as usual, or backed off.
 	classProbe
@@ -49,7 +51,7 @@ const (
 var classNames = [numClasses]string{
 	"start: a step's first call", "start: the same step's others",
 	"slow start: first above", "slow start: the same instant",
-	"newcomer ask", "re-ask within a round trip of a refusal",
+	"newcomer ask", "re-ask within a round trip of a refusal", "re-ask at a pause's end",
 	"probe", "probe, backed off", "below the ceiling",
 }
 
@@ -65,14 +67,16 @@ type laneAccount struct {
 	// (0: none).
 	refused   int
 	refusedAt time.Duration
-	sentAt    map[uint64]time.Duration
-	level     map[uint64]int
+	// answeredAt is the instant of the lane's last answer.
+	answeredAt time.Duration
+	sentAt     map[uint64]time.Duration
+	level      map[uint64]int
 	// counts of 429s and successes per class.
 	refusals, successes [numClasses]int
 }
 
 func newLaneAccount() *laneAccount {
-	return &laneAccount{sent: map[uint64]sendClass{}, sentAt: map[uint64]time.Duration{}, level: map[uint64]int{}, lastSent: -1}
+	return &laneAccount{sent: map[uint64]sendClass{}, sentAt: map[uint64]time.Duration{}, level: map[uint64]int{}, lastSent: -1, answeredAt: -1}
 }
 
 func (a *laneAccount) let(ctl *Controller, now time.Duration, call uint64, inFlight int) {
@@ -88,6 +92,8 @@ func (a *laneAccount) let(ctl *Controller, now time.Duration, call uint64, inFli
 		c = classRampFind
 	case d.ramp.on:
 		c = classRampSame
+	case a.refused > 0 && inFlight >= a.refused && now != a.answeredAt:
+		c = classReaskPause
 	case a.refused > 0 && inFlight >= a.refused:
 		c = classReask
 	case ctl.decrLevel > 0 && float64(inFlight) >= ctl.decrLevel && d.backoff.doubled(rateCeiling) > 0:
@@ -111,6 +117,7 @@ func (a *laneAccount) answered(now time.Duration, call uint64, o Outcome) (sendC
 	if !ok {
 		return 0, false
 	}
+	a.answeredAt = now
 	at, level := a.sentAt[call], a.level[call]
 	delete(a.sent, call)
 	delete(a.sentAt, call)
@@ -157,14 +164,14 @@ func accountSummary(accs []*laneAccount, calls, runs int) string {
 }
 
 // TestAccount429 classifies every 429 of govbench's matrix cells at
-// small caps (100 ms and 500 ms calls) and of S4 by what the lane knew
-// when it let the call out. Run with -account-429 SEEDS -v.
+// small caps (100 ms, 500 ms and 5 s calls) and of S4 by what the lane
+// knew when it let the call out. Run with -account-429 SEEDS -v.
 func TestAccount429(t *testing.T) {
 	if *account429 == 0 {
 		t.Skip("run with -account-429 SEEDS -v")
 	}
 	seeds := uint64(*account429)
-	for _, lat := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
+	for _, lat := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 5 * time.Second} {
 		for _, c := range []int{1, 2, 4, 8} {
 			var accs []*laneAccount
 			calls, refused := 0, 0
