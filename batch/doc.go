@@ -9,7 +9,8 @@
 // interactive calls (urgency 3) overtake them. A batch holds at most
 // Config.Window items waiting or in flight at once, claimed in input order
 // by a fixed set of workers, so memory grows with the results, not with
-// the waiting work.
+// the waiting work. An item that finds its lane's queue full waits for
+// room and asks again rather than failing.
 //
 // What a caller can rely on:
 //

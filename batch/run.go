@@ -196,7 +196,10 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 				if e.isDone(i) { // recorded before a restart
 					continue
 				}
-				r := s.runItem(ctx, e, i)
+				r, ok := s.runQueued(ctx, e, i)
+				if !ok {
+					continue // Governor stopped while it waited to be queued: it runs after a restart
+				}
 				if e.resumable && !r.completed() && (stopped(ctx) || r.drained()) {
 					continue // not recorded: it runs again after a restart
 				}
@@ -267,6 +270,59 @@ func stopReason(ctx context.Context) string {
 		return errClientGone.Error()
 	}
 	return errShutdown.Error()
+}
+
+// Bounds of the wait of an item turned away by a full lane queue before
+// it asks again; the longest is the Retry-After of a queue_full answer.
+const (
+	roomRetryMin = 50 * time.Millisecond
+	roomRetryMax = time.Second
+)
+
+// runQueued runs item i like runItem, but an item that its lane's full
+// queue turned away before it was sent (queue_full, no attempt) is not
+// failed: the batch holds it and asks again, after 50 ms and then up to
+// every second, for as long as the queue stays full. A batch thus waits
+// for room, as a client honouring the 503's Retry-After would, rather than
+// failing every item it has left within milliseconds, and the time waited
+// counts as the item's queue time. ok is false when a resumable run is to
+// stop (Governor is shutting down) while the item waits: it did not run.
+func (s *Server) runQueued(ctx context.Context, e *execution, i int) (r Row, ok bool) {
+	start := s.cfg.Now()
+	r = s.runItem(ctx, e, i)
+	wait := roomRetryMin
+	for r.turnedAway() {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Row{Status: proxy.StatusDidNotRun, Queue: s.cfg.Now().Sub(start), Lane: r.Lane}, true
+		case <-s.pausedIf(e.resumable):
+			t.Stop()
+			return Row{}, false
+		}
+		wait = min(2*wait, roomRetryMax)
+		again := s.cfg.Now()
+		r = s.runItem(ctx, e, i)
+		r.Queue += again.Sub(start)
+	}
+	return r, true
+}
+
+// pausedIf returns a channel closed once Governor shuts down if resumable,
+// else one never closed.
+func (s *Server) pausedIf(resumable bool) <-chan struct{} {
+	if resumable {
+		return s.paused
+	}
+	return nil
+}
+
+// turnedAway reports whether the row is that of an item its lane's full
+// queue refused before any attempt.
+func (r *Row) turnedAway() bool {
+	return r.Status == proxy.StatusFailed && r.Attempts == 0 && r.Err != nil && r.Err.Code == proxy.CodeQueueFull
 }
 
 // runItem sends item i and turns its answer into a row.

@@ -154,3 +154,31 @@ func TestJobsOfTwoTenantsTakeTurnsInALane(t *testing.T) {
 	resp, out := e.do(t, http.MethodDelete, batch.PathBatches+"/"+bigJob.ID, "", "")
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
 }
+
+// A batch holding more items at once than its lane's queue has room for
+// (its window, or other traffic filling the queue) waits for room: every
+// item completes, none fails with queue_full, and each reached the
+// provider once. Sync and async alike.
+func TestItemsWaitForRoomInAFullQueue(t *testing.T) {
+	const n = 24
+	e := newEnv(t, envOptions{mock: mockllm.Config{Latency: 5 * time.Millisecond},
+		proxy: func(c *proxy.Config) { c.AIMD.Max = 1; c.QueueCapacity = 2 },
+		batch: func(c *batch.Config) { c.Window = 16 }})
+	items := make([]any, n)
+	for i := range items {
+		items[i] = chatItem("", fmt.Sprint(i), map[string]string{"X-Request-Id": fmt.Sprintf("room-%d", i)})
+	}
+	body := mustJSON(t, map[string]any{"requests": items, "max_retries": 0})
+
+	st := e.waitJob(t, e.createJob(t, body).ID)
+	assert.Equal(t, n, st.Counts["COMPLETED"], "%v", st.Counts)
+	doc := e.runBatch(t, body)
+	assert.Equal(t, n, doc.Summary.Completed, "%+v", doc.Summary)
+	for i, d := range doc.Details {
+		assert.Equal(t, 1, d.Attempts, "item %d", i)
+	}
+	sent := e.mock.Stats().ByRequestID
+	for i := range n {
+		assert.Equal(t, int64(2), sent[fmt.Sprintf("room-%d", i)], "item %d: once per batch", i)
+	}
+}
