@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,6 +81,10 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 	g := startGovernor(t, env...)
 	limitFileSize(t, g, limit)
 	id := submitJob(t, g, durableJob(n))
+	// governor batch, following the job, says it is stalled, and when it
+	// goes on.
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	c := startCLI(t, noKeys, "-url", "http://"+g.base, "-job", id, "-o", out, "-poll", "20ms")
 	st := waitStalled(t, g, id)
 	require.Equal(t, "running", st.Status, "the job waits for room rather than ending (stopped: %q)", st.Stopped)
 	assert.Contains(t, st.Stalled, "file too large", "the status says why")
@@ -90,6 +95,10 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 	assert.LessOrEqual(t, mock.Stats().Received, int64(recorded+window),
 		"only the items under way when the directory filled up were sent")
 	assert.Contains(t, g.logs(), "batch job stalled")
+	require.Eventually(t, func() bool {
+		return strings.Contains(c.stderrText(), "job "+id+" is stalled: results cannot be written")
+	},
+		10*time.Second, 5*time.Millisecond, "governor batch says why the job does not progress")
 
 	limitFileSize(t, g, unix.RLIM_INFINITY)
 	require.Eventually(t, func() bool { return fullJobState(t, g, id).Status != "running" },
@@ -98,6 +107,9 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 	assert.Equal(t, "completed", st.Status)
 	assert.Empty(t, st.Stalled)
 	assert.Equal(t, n, st.Counts["COMPLETED"])
+	require.Equal(t, 0, c.exitCode(t, 30*time.Second))
+	assert.Contains(t, c.stderrText(), "job "+id+" goes on")
+	assert.Len(t, readResults(t, out), n)
 	lines := resultLines(t, g, id, false)
 	require.Len(t, lines, n)
 	counts := mock.Stats().ByRequestID

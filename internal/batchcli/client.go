@@ -24,6 +24,9 @@ type jobStatus struct {
 	Total   int            `json:"total"`
 	Counts  map[string]int `json:"counts"`
 	Stopped string         `json:"stopped"`
+	// Stalled says why a running job makes no progress (its batch
+	// directory is full), while it does not.
+	Stalled string `json:"stalled"`
 }
 
 func (s *jobStatus) running() bool { return s.Status == "running" }

@@ -195,6 +195,7 @@ func (r *runner) wait(ctx context.Context) (*jobStatus, int) {
 	var lostSince time.Time
 	var lostErr error
 	seen := r.cfg.JobID == "" // a job this run submitted exists
+	stalled := ""             // why the job was last said to be stalled
 	for {
 		st, err := r.c.status(ctx, r.id, requestTimeout)
 		switch {
@@ -204,6 +205,13 @@ func (r *runner) wait(ctx context.Context) (*jobStatus, int) {
 				r.p.say("reattached to job %s", r.id)
 				lostSince = time.Time{}
 			}
+			switch {
+			case st.Stalled != "" && st.Stalled != stalled:
+				r.p.say("job %s is stalled: %s", r.id, st.Stalled)
+			case st.Stalled == "" && stalled != "":
+				r.p.say("job %s goes on", r.id)
+			}
+			stalled = st.Stalled
 			r.p.update(st, r.now())
 			if !st.running() {
 				r.p.endLine()
