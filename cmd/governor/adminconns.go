@@ -5,14 +5,16 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
 // adminListener holds at most max connections of the admin listener. A
 // connection beyond them takes the place of the oldest one that is not
-// serving a request, which is closed; when every one is serving a request,
-// the new one is closed at once.
+// serving a request, or has served one for longer than adminBusyGrace
+// (its client does not read its answer), which is closed; when every one
+// is serving a request, the new one is closed at once.
 //
 // Refusing the newest instead would let anyone who reaches the admin port
 // keep probes out with max idle connections opened again as the read
@@ -23,17 +25,23 @@ import (
 type adminListener struct {
 	net.Listener
 	max int
+	now func() time.Time
 
 	mu    sync.Mutex
 	conns list.List // of *adminConn, oldest first
 }
 
 func newAdminListener(ln net.Listener, max int) *adminListener {
-	return &adminListener{Listener: ln, max: max}
+	return &adminListener{Listener: ln, max: max, now: time.Now}
 }
 
+// adminBusyGrace is how long a connection serving a request keeps its
+// place: admin answers are small and written in milliseconds, unless the
+// client does not read them (until adminWriteTimeout).
+const adminBusyGrace = 2 * time.Second
+
 // Accept accepts a connection, closing the oldest one that is not serving
-// a request if there are max already.
+// a request (see adminBusyGrace) if there are max already.
 func (l *adminListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -44,8 +52,9 @@ func (l *adminListener) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		var evicted *adminConn
 		if l.conns.Len() >= l.max {
+			now := l.now().UnixNano()
 			for e := l.conns.Front(); e != nil; e = e.Next() {
-				if old := e.Value.(*adminConn); !old.busy.Load() {
+				if old := e.Value.(*adminConn); !old.busy(now) {
 					evicted = old
 					l.removeLocked(old)
 					break
@@ -81,7 +90,17 @@ type adminConn struct {
 	net.Conn
 	l    *adminListener
 	elem *list.Element // in l.conns; nil once forgotten; guarded by l.mu
-	busy atomic.Bool   // serving a request: from its handler until it is idle again
+
+	// busySince is when it began serving a request (Unix nanoseconds;
+	// 0: it serves none): from its handler until it is idle again.
+	busySince atomic.Int64
+}
+
+// busy reports whether c serves a request at now (Unix nanoseconds), and
+// began it at most adminBusyGrace ago.
+func (c *adminConn) busy(now int64) bool {
+	since := c.busySince.Load()
+	return since != 0 && now-since <= int64(adminBusyGrace)
 }
 
 // Close closes the connection and forgets it.
@@ -97,7 +116,7 @@ func (c *adminConn) Close() error {
 func serving(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		if c, ok := ctx.Conn().(*adminConn); ok {
-			c.busy.Store(true)
+			c.busySince.Store(c.l.now().UnixNano())
 		}
 		h(ctx)
 	}
@@ -107,6 +126,6 @@ func serving(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 // answer has been written is no longer serving a request.
 func adminConnState(c net.Conn, st fasthttp.ConnState) {
 	if ac, ok := c.(*adminConn); ok && st == fasthttp.StateIdle {
-		ac.busy.Store(false)
+		ac.busySince.Store(0)
 	}
 }

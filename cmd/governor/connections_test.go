@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -354,9 +355,11 @@ func TestAdminConnectionsCannotKeepProbesOut(t *testing.T) {
 }
 
 // A connection serving a request is not closed to make room: a newcomer
-// is closed instead while every connection serves one.
+// is closed instead while every connection serves one, for up to 2 s; a
+// connection that serves one for longer (its client does not read its
+// answer) makes room as an idle one does.
 func TestAdminListenerKeepsConnectionsServing(t *testing.T) {
-	entered, release := make(chan struct{}, 2), make(chan struct{})
+	entered, release := make(chan struct{}, 3), make(chan struct{})
 	srv := &fasthttp.Server{
 		Handler: serving(func(ctx *fasthttp.RequestCtx) {
 			entered <- struct{}{}
@@ -367,8 +370,11 @@ func TestAdminListenerKeepsConnectionsServing(t *testing.T) {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	var skew atomic.Int64
+	al := newAdminListener(ln, 2)
+	al.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(newAdminListener(ln, 2)) }()
+	go func() { done <- srv.Serve(al) }()
 	addr := ln.Addr().String()
 	busy := make([]net.Conn, 2)
 	for i := range busy {
@@ -381,11 +387,22 @@ func TestAdminListenerKeepsConnectionsServing(t *testing.T) {
 	<-entered
 	<-entered
 	assert.Empty(t, refused(t, addr), "a newcomer is closed while both connections serve requests")
+	skew.Store(int64(adminBusyGrace + time.Second))
+	late, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer late.Close()
+	_, err = io.WriteString(late, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.NoError(t, err)
+	<-entered // the newcomer is served, in the place of the oldest
 	close(release)
-	for _, c := range busy {
+	for i, c := range []net.Conn{busy[0], busy[1], late} {
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		require.NoError(t, err, "a connection serving a request keeps it")
+		if i == 0 {
+			assert.Error(t, err, "the connection serving a request for longer than the grace was closed")
+			continue
+		}
+		require.NoError(t, err, "connection %d keeps its request", i)
 		assert.Equal(t, 200, resp.StatusCode)
 	}
 	require.NoError(t, srv.Shutdown())
