@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,10 +32,9 @@ func counterOf(t *testing.T, set *metrics.Set, sample string) float64 {
 // governor_errors_total counts each once, under its code.
 func TestErrorsAreCountedByCode(t *testing.T) {
 	checkLeaks(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := "http://" + ln.Addr().String()
-	require.NoError(t, ln.Close())
+	// Port 1 (tcpmux): nothing listens there, and no test can take it
+	// meanwhile, as another test's listener can take a port just freed.
+	dead := "http://127.0.0.1:1"
 	set := newSet()
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, dead), MaxRetries: 1, Metrics: set}))
 	c := client(t)
@@ -54,7 +52,7 @@ func TestErrorsAreCountedByCode(t *testing.T) {
 	assert.Equal(t, 2.0, counterOf(t, set, unreachable), "and the batch item")
 	assert.Equal(t, 0.0, counterOf(t, set, `governor_errors_total{code="other"}`))
 
-	resp, err = c.Get(base + "/governor/nowhere")
+	resp, err := c.Get(base + "/governor/nowhere")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, 404, resp.StatusCode)

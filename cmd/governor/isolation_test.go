@@ -46,7 +46,9 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
 	require.NoError(t, err)
 	defer stop()
-	down := freeAddr(t) // nothing listens there
+	// Nothing listens on port 1 (tcpmux), and no test can take it, as
+	// another test's listener can take a port just freed.
+	down := "127.0.0.1:1"
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL+",down=http://"+down,
 		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
 		"GOVERNOR_MAX_BODY_BYTES=8192") // a body just over it; far larger ones get their 413 too (RELIABILITY.md, bug 5)
