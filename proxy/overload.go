@@ -22,8 +22,10 @@ import (
 //	data: {"error":{"message":"…","type":"server_error","param":null,"code":null}}
 //
 // A stream that the watch knows by its first event (Anthropic's
-// message_start, an OpenAI chat.completion.chunk) and that stops before its
-// last (message_stop, [DONE]) was cut, however cleanly its bytes ended.
+// message_start, an OpenAI chat.completion.chunk, a Responses stream's
+// response.created) and that stops before its last (message_stop, [DONE],
+// response.completed, .incomplete or .failed) was cut, however cleanly its
+// bytes ended.
 //
 // It keeps at most maxEventLine bytes of the line being read: longer lines
 // are content, never such an error, so its memory does not grow with the
@@ -104,9 +106,9 @@ func (w *overloadWatch) readLine(line []byte) {
 		switch string(value) {
 		case "error":
 			w.errEvent = true
-		case "message_start":
+		case "message_start", "response.created":
 			w.known = true
-		case "message_stop":
+		case "message_stop", "response.completed", "response.incomplete", "response.failed":
 			w.ended = true
 		}
 	case "data":
@@ -129,31 +131,51 @@ func (w *overloadWatch) readLine(line []byte) {
 }
 
 // errorEventType returns the type of the error that an event's data
-// holds, if it is an error event: Anthropic's {"type":"error","error":{…}}
-// or OpenAI's {"error":{…}}.
+// holds, if it is an error event: Anthropic's {"type":"error","error":{…}},
+// OpenAI's {"error":{…}} in a chat stream, and in a Responses stream
+// {"type":"error","code":…} or {"type":"response.failed","response":
+// {"error":{"code":…}}} (a failed response whose line fits is read).
 func errorEventType(data []byte) (string, bool) {
 	var ev struct {
+		Type  string  `json:"type"`
+		Code  *string `json:"code"`
 		Error *struct {
 			Type string `json:"type"`
 		} `json:"error"`
+		Response *struct {
+			Error *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		} `json:"response"`
 	}
-	if json.Unmarshal(data, &ev) != nil || ev.Error == nil {
+	if json.Unmarshal(data, &ev) != nil {
 		return "", false
 	}
-	return ev.Error.Type, true
+	switch {
+	case ev.Error != nil:
+		return ev.Error.Type, true
+	case ev.Type == "error" && ev.Code != nil:
+		return *ev.Code, true
+	case ev.Type == "response.failed" && ev.Response != nil && ev.Response.Error != nil:
+		return ev.Response.Error.Code, true
+	}
+	return "", false
 }
 
 // outcome is what a stream read whole came to, as an attempt: RateLimited
-// when an overload ended it, ServerError when another error of the
-// provider's did, ConnError when it stopped before its last event (or
-// before its first: no event stream is empty), else Answered; why says it
-// in the attempt's errors.
+// when an overload ended it, ServerError when a server error did
+// (api_error, server_error), ConnError when it stopped before its last
+// event without an error (or before its first: no event stream is empty),
+// else Answered (another error, which a retry cannot fix, included); why
+// says it in the attempt's errors.
 func (w *overloadWatch) outcome() (o lane.Outcome, why string) {
 	switch {
 	case w.seen:
 		return lane.RateLimited, "stream ended by " + w.errType
 	case w.errType == "api_error" || w.errType == "server_error":
 		return lane.ServerError, "stream ended by " + w.errType
+	case w.errType != "":
+		return lane.Answered, "" // an error a retry cannot fix: as sent
 	case w.known && !w.ended:
 		return lane.ConnError, "stream cut before its last event"
 	case !w.begun:

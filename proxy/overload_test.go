@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/mockllm"
 )
 
@@ -305,4 +306,42 @@ func TestCallStreamSilentOnceBegunIsRetried(t *testing.T) {
 	l := lanesOf(t, client(t), base)
 	require.Len(t, l, 1)
 	assert.Zero(t, l[0].Decreases+l[0].Collapses, "no congestion signal")
+}
+
+// What a stream read whole comes to, as an attempt, for each provider's
+// way of ending one.
+func TestStreamVerdicts(t *testing.T) {
+	const (
+		chat      = "data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\n"
+		messages  = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+		responses = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"error\":null}}\n\n"
+	)
+	for _, tc := range []struct {
+		name, stream string
+		want         lane.Outcome
+		why          string
+	}{
+		{"chat, whole", chat + "data: [DONE]\n\n", lane.Answered, ""},
+		{"chat, server_error then [DONE]", chat + "data: {\"error\":{\"message\":\"x\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n", lane.ServerError, "stream ended by server_error"},
+		{"chat, cut", chat, lane.ConnError, "stream cut before its last event"},
+		{"messages, whole", messages + "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", lane.Answered, ""},
+		{"messages, overloaded", messages + anthropicOverloadEvent, lane.RateLimited, "stream ended by overloaded_error"},
+		{"messages, api_error", messages + "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal\"}}\n\n", lane.ServerError, "stream ended by api_error"},
+		{"messages, invalid_request_error: as sent", messages + "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"}}\n\n", lane.Answered, ""},
+		{"responses, whole", responses + "event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n", lane.Answered, ""},
+		{"responses, incomplete", responses + "event: response.incomplete\ndata: {\"type\":\"response.incomplete\"}\n\n", lane.Answered, ""},
+		{"responses, error event", responses + "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"x\",\"param\":null,\"sequence_number\":3}\n\n", lane.ServerError, "stream ended by server_error"},
+		{"responses, failed", responses + "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"x\"}}}\n\n", lane.ServerError, "stream ended by server_error"},
+		{"responses, failed for good", responses + "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"invalid_prompt\",\"message\":\"x\"}}}\n\n", lane.Answered, ""},
+		{"responses, cut", responses, lane.ConnError, "stream cut before its last event"},
+		{"unknown shape", "data: one\n\n", lane.Answered, ""},
+		{"empty", "", lane.ConnError, "stream ended before its first event"},
+	} {
+		var w overloadWatch
+		w.write([]byte(tc.stream))
+		w.write(lineEnd)
+		o, why := w.outcome()
+		assert.Equal(t, tc.want, o, tc.name)
+		assert.Equal(t, tc.why, why, tc.name)
+	}
 }
