@@ -70,6 +70,13 @@ func (t *connTracker) state(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
+// count returns how many client connections are open.
+func (t *connTracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
 // info returns the connInfo of c: its own for a clientConn, else the
 // map's (nil if c is not tracked).
 func (t *connTracker) info(c net.Conn) *connInfo {

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
@@ -57,4 +59,26 @@ func TestErrorsAreCountedByCode(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 404, resp.StatusCode)
 	assert.Equal(t, 1.0, counterOf(t, set, `governor_errors_total{code="not_found"}`))
+}
+
+// governor_client_connections counts the client connections open, and
+// governor_client_connections_max shows the bound in force.
+func TestClientConnectionsAreReported(t *testing.T) {
+	checkLeaks(t)
+	set := newSet()
+	_, base := startProxy(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), MaxConnections: 5, Metrics: set})
+	assert.EqualValues(t, 5, counterOf(t, set, "governor_client_connections_max"))
+	conns := make([]net.Conn, 3)
+	for i := range conns {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		require.NoError(t, err)
+		conns[i] = c
+	}
+	require.Eventually(t, func() bool { return counterOf(t, set, "governor_client_connections") == 3 },
+		5*time.Second, time.Millisecond)
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+	require.Eventually(t, func() bool { return counterOf(t, set, "governor_client_connections") == 0 },
+		5*time.Second, time.Millisecond)
 }

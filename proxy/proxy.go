@@ -84,6 +84,8 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.budget.max = c.MaxBufferedBytes
 	p.answers.max = c.MaxBufferedBytes
+	c.Metrics.NewGauge("governor_client_connections", func() float64 { return float64(p.conns.count()) })
+	c.Metrics.NewGauge("governor_client_connections_max", func() float64 { return float64(c.MaxConnections) })
 	c.Metrics.NewGauge("governor_buffered_request_bytes", func() float64 { return float64(p.budget.held.Load()) })
 	c.Metrics.NewGauge("governor_buffered_answer_bytes", func() float64 { return float64(p.answers.held.Load()) })
 	p.metrics = newProxyMetrics(c.Metrics, names)

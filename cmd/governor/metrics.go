@@ -23,6 +23,8 @@ var metricFamilies = []metricFamily{
 	{"governor_draining", "gauge", "1 from SIGTERM/SIGINT until the process exits, while queued and in-flight calls finish."},
 	{"governor_in_flight_requests", "gauge", "Forwarded calls in progress, queued and streaming ones included (batch items and requests to Governor's API are not)."},
 	{"governor_connections_refused_total", "counter", "Client connections on the main listener beyond GOVERNOR_MAX_CONNECTIONS, answered 503 too_many_connections and closed."},
+	{"governor_client_connections", "gauge", "Client connections open on the main listener."},
+	{"governor_client_connections_max", "gauge", "The most client connections the main listener holds (GOVERNOR_MAX_CONNECTIONS, or its default from the open-file and memory limits; 0: no bound)."},
 	{"governor_buffered_request_bytes", "gauge", "Request bodies held by calls waiting or in flight (and reserved for bodies being read) and by running async jobs, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_buffered_answer_bytes", "gauge", "Successful answers of forwarded calls read whole and not yet written to their clients, at most GOVERNOR_MAX_BUFFERED_BYTES."},
 	{"governor_requests_total", "counter", "Answers by route and HTTP status class (code=1xx..5xx, other) to the requests Governor took in; those refused at the door (malformed, too large, buffers_full) are in governor_errors_total only."},
