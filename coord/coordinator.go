@@ -225,9 +225,6 @@ func defaultInstance() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Instance is this Governor's name among the others.
-func (co *Coordinator) Instance() string { return co.cfg.Instance }
-
 // Up reports whether coordination is on: Redis answered the last command.
 func (co *Coordinator) Up() bool { return co.up.Load() }
 
