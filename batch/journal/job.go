@@ -69,15 +69,6 @@ func (j *Job) ID() string { return j.id }
 // Total is the job's number of items.
 func (j *Job) Total() int { return j.total }
 
-// Input returns the input given to Create.
-func (j *Job) Input() ([]byte, error) {
-	b, err := readFileFrame(filepath.Join(j.path, inputFile))
-	if err != nil {
-		return nil, fmt.Errorf("job %s: input: %w", j.id, err)
-	}
-	return b, nil
-}
-
 // Put records the result of item i: meta (small, read back without the
 // body) and body. It returns once the record is on disk. A result recorded
 // twice reads back as the later one. An error that is a *WriteError (a
