@@ -40,7 +40,6 @@ func startGovernor(ctx context.Context, w *workspace, name, upstream string, env
 	}
 	// Governor logs its addresses when it starts: port 0 picks free ports.
 	var started struct {
-		Msg         string `json:"msg"`
 		Listen      string `json:"listen"`
 		AdminListen string `json:"admin_listen"`
 	}

@@ -95,10 +95,7 @@ func startMock(ctx context.Context, w *workspace, name string, cfg mockConfig) (
 
 // mockStats is the part of mockllm's GET /stats that govbench reads.
 type mockStats struct {
-	Received    int64            `json:"received"`
 	Answered    map[int]int64    `json:"answered"`
-	InFlight    int              `json:"in_flight"`
-	MaxInFlight int              `json:"max_in_flight"`
 	RateLimited int64            `json:"rate_limited"`
 	ByRequestID map[string]int64 `json:"by_request_id"`
 }

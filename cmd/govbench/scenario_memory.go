@@ -29,7 +29,6 @@ type memoryResult struct {
 	idleRSS  int64 // after one call answered: the lane and the upstream connection exist
 	heldRSS  int64 // with the calls waiting
 	heldHWM  int64
-	rejected int // calls answered at once instead of waiting (queue full)
 	// Go's own accounting (Governor's /metrics), idle and held: where the
 	// memory of a waiting call goes.
 	idleGo, heldGo goMemory
@@ -137,7 +136,6 @@ func runMemory(ctx context.Context, w *workspace, o *options, log io.Writer) (re
 		})
 	}
 	li, err := waitQueued(ctx, gov, n, &answered)
-	res.rejected = int(answered.Load())
 	if err != nil {
 		return res, err
 	}

@@ -58,14 +58,12 @@ func redisOutage(d time.Duration) [2]time.Duration {
 
 // sharedRun is the part of an S4 outcome the goodput table does not hold.
 type sharedRun struct {
-	d, l      time.Duration
 	window    [2]time.Duration // the contended window of the aggregate
 	completed int              // calls answered 2xx in window
 	optimum   float64          // calls the cap allows in window: 32·len/L
 	all4      [2]time.Duration // all four run
 	perProc   [sharedProcs]int // calls answered 2xx in all4, per process
 	calls     [sharedProcs]int // calls sent, per process
-	spans     [sharedProcs][2]time.Duration
 }
 
 // aggregate is the calls completed while the provider's capacity was the
@@ -233,7 +231,7 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, coo
 	}
 
 	var all []callResult
-	s := &sharedRun{d: d, l: l, spans: spans}
+	s := &sharedRun{}
 	s.window = [2]time.Duration{spans[1][0] + l, spans[sharedProcs-2][1]}
 	s.optimum = sharedCap * (s.window[1] - s.window[0]).Seconds() / l.Seconds()
 	s.all4 = [2]time.Duration{spans[sharedProcs-1][0], spans[0][1]}

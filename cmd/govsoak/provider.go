@@ -17,7 +17,6 @@ type providerStats struct {
 	StreamsStarted   int64            `json:"streams_started"`
 	StreamsCompleted int64            `json:"streams_completed"`
 	StreamsAborted   int64            `json:"streams_aborted"`
-	ClientGone       int64            `json:"client_gone"`
 	Resets           int64            `json:"resets"`
 	Hangs            int64            `json:"hangs"`
 	MaxInFlight      int              `json:"max_in_flight"`
