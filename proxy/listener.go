@@ -35,7 +35,6 @@ type drainListener struct {
 	closing   atomic.Bool
 	closed    chan struct{} // closed by Close: ends a pause in Accept
 	closeOnce sync.Once
-	closeErr  error
 
 	backoff fdlimit.Backoff // only Accept's goroutine (fasthttp's accept loop) uses it
 	onPause func(err error) // called when a shortage of descriptors begins
@@ -134,7 +133,7 @@ func (l *drainListener) Accept() (net.Conn, error) {
 		if l.closing.Load() {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, net.ErrClosed) || fdlimit.Exhausted(err) {
-				l.closeOnce.Do(func() { l.closeErr = l.TCPListener.Close() })
+				l.closeOnce.Do(func() { _ = l.TCPListener.Close() })
 				return nil, net.ErrClosed
 			}
 		}
