@@ -84,6 +84,21 @@ func (e *env) queued(t *testing.T) int {
 	return n
 }
 
+// queuedAt is the number of calls of urgency u waiting in the lanes.
+func (e *env) queuedAt(t *testing.T, u int) int {
+	t.Helper()
+	resp, err := e.c.Get(e.base + "/governor/lanes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ Lanes []lane.Info }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	n := 0
+	for _, l := range out.Lanes {
+		n += l.QueuedByUrgency[fmt.Sprintf("u=%d", u)]
+	}
+	return n
+}
+
 func (e *env) waitQueued(t *testing.T, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return e.queued(t) == n }, 10*time.Second, time.Millisecond, "%d calls waiting", n)
@@ -181,4 +196,41 @@ func TestItemsWaitForRoomInAFullQueue(t *testing.T) {
 	for i := range n {
 		assert.Equal(t, int64(2), sent[fmt.Sprintf("room-%d", i)], "item %d: once per batch", i)
 	}
+}
+
+// An interactive call that finds its lane's queue full of batch items
+// takes the place of one of them: it is not refused, it goes next, and the
+// item turned away waits for room again, so the job still completes.
+func TestInteractiveCallTakesTheQueuePlaceOfABatchItem(t *testing.T) {
+	g := newGate(t)
+	idle, _, stopIdle, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopIdle)
+	const n = 12
+	e := newEnv(t, envOptions{upstream: idle, mockURL: g.url, // the gate is the provider
+		proxy: func(c *proxy.Config) { c.AIMD.Max = 1; c.QueueCapacity = 2 },
+		batch: func(c *batch.Config) { c.Window = 8 }})
+
+	job := e.createJob(t, tenantJob("job", n))
+	first := <-g.arrived
+	require.True(t, strings.HasPrefix(first, "job-"), first)
+	e.waitQueued(t, 2) // full: the job's items hold both places
+	interactive := make(chan *http.Response, 1)
+	go func() {
+		resp, _ := e.post(t, "/v1/chat/completions", "application/json",
+			`{"model":"gpt-test","messages":[{"role":"user","content":"now"}]}`, "X-Request-Id", "interactive")
+		interactive <- resp
+	}()
+	require.Eventually(t, func() bool { return e.queuedAt(t, 3) == 1 && e.queuedAt(t, 5) == 1 }, 10*time.Second, time.Millisecond,
+		"the interactive call waits in the place of an item")
+	assert.Equal(t, "interactive", g.next(t), "the interactive call goes next")
+	for range n - 1 {
+		id := g.next(t)
+		assert.True(t, strings.HasPrefix(id, "job-"), id)
+	}
+	resp := <-interactive
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	g.release <- struct{}{} // the last item
+	st := e.waitJob(t, job.ID)
+	assert.Equal(t, n, st.Counts["COMPLETED"], "%v", st.Counts)
 }

@@ -10,7 +10,11 @@
 //   - Memory is bounded by configuration, not by traffic. At most
 //     [Config.Capacity] fresh calls wait; one more is refused at once with
 //     [ErrFull], so the proxy can answer 503 with Retry-After instead of
-//     holding the request open without limit.
+//     holding the request open without limit. A full queue does not
+//     refuse a call more urgent than some fresh call waiting: the least
+//     urgent waiting call (the newest of the tenant with the most waiting
+//     at that urgency) gets ErrFull instead and leaves, so batch items
+//     (u=5) that fill a lane's queue never turn an interactive call away.
 //
 //   - Urgency comes from the client. The HTTP Priority header of RFC 9218
 //     carries an urgency from 0 (most urgent) to 7; [ParsePriority] reads it

@@ -164,7 +164,10 @@ func New(cfg Config) *Queue {
 // it.
 //
 // Acquire returns ErrFull at once when Capacity calls are waiting (for a
-// retry: Capacity + RetryReserve), ErrClosed when the queue is closed, and
+// retry: Capacity + RetryReserve) and none of them is a fresh call less
+// urgent than p, which would leave the queue with ErrFull in its place
+// (so a call may also get ErrFull after waiting), ErrClosed when the
+// queue is closed, and
 // ctx.Err() when ctx ends first, even if a slot is free. A call whose ctx
 // ends while it waits leaves the queue at once; if a slot was granted to it
 // at the same moment, the slot goes to the next waiting call.
@@ -239,7 +242,7 @@ func (q *Queue) enqueue(p Priority) (*waiter, time.Time, error) {
 	if p.Retry {
 		room += q.reserve
 	}
-	if q.waiting >= room {
+	if q.waiting >= room && (p.Retry || !q.displaceLocked(clampUrgency(p.Urgency))) {
 		q.mu.Unlock()
 		return nil, time.Time{}, ErrFull
 	}
@@ -251,6 +254,32 @@ func (q *Queue) enqueue(p Priority) (*waiter, time.Time, error) {
 	q.pushLocked(w)
 	q.mu.Unlock()
 	return w, time.Time{}, nil
+}
+
+// displaceLocked makes room for a fresh call of urgency u in a full queue
+// by turning away a less urgent fresh call: of the least urgent urgency
+// with fresh calls waiting, the newest call of the tenant with the most
+// of them waiting there leaves the queue with ErrFull. It reports false
+// if no fresh call less urgent than u waits. It requires q.mu to be held.
+func (q *Queue) displaceLocked(u int) bool {
+	for v := Urgencies - 1; v > u; v-- {
+		first := q.round[v]
+		if first == nil {
+			continue
+		}
+		t := first
+		for c := first.next[v]; c != first; c = c.next[v] {
+			if c.fresh[v].n > t.fresh[v].n {
+				t = c
+			}
+		}
+		w := t.fresh[v].tail
+		q.removeLocked(w)
+		q.endCallLocked(w.t, w.name)
+		w.ready <- ErrFull // room for one answer: never blocks
+		return true
+	}
+	return false
 }
 
 // leave takes w, whose caller has gone, out of the queue.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,7 +274,7 @@ func TestErrFullAndRetryReserve(t *testing.T) {
 		a := start(t, q, "a", fresh(3))
 		b := start(t, q, "b", fresh(3))
 
-		assert.ErrorIs(t, q.Acquire(t.Context(), fresh(0)), ErrFull, "fresh call beyond Capacity")
+		assert.ErrorIs(t, q.Acquire(t.Context(), fresh(3)), ErrFull, "fresh call beyond Capacity")
 		r := start(t, q, "retry", retry(3))
 		_, ok := r.finished()
 		assert.False(t, ok, "a retry may use the reserve")
@@ -282,6 +283,42 @@ func TestErrFullAndRetryReserve(t *testing.T) {
 
 		assert.Equal(t, []string{"retry", "a", "b"}, order(t, q, a, b, r))
 		q.ReleaseTenant("")
+	})
+}
+
+// A fresh call that finds the queue full takes the place of a less urgent
+// fresh call, which leaves with ErrFull: of the least urgent urgency, the
+// newest call of the tenant with the most calls waiting there. Nothing
+// less urgent waiting, it is refused.
+func TestFullQueueTurnsAwayALessUrgentCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(Config{Limit: 1, Capacity: 4, RetryReserve: -1})
+		require.True(t, q.TryAcquire(fresh(3)))
+		a1 := startTenant(t, q, "a1", Priority{Urgency: 5, Tenant: "a"})
+		a2 := startTenant(t, q, "a2", Priority{Urgency: 5, Tenant: "a"})
+		b1 := startTenant(t, q, "b1", Priority{Urgency: 5, Tenant: "b"})
+		c1 := startTenant(t, q, "c1", Priority{Urgency: 4, Tenant: "c"})
+		assert.ErrorIs(t, q.Acquire(t.Context(), Priority{Urgency: 5, Tenant: "x"}), ErrFull, "as urgent: refused")
+		assert.ErrorIs(t, q.Acquire(t.Context(), fresh(7)), ErrFull, "less urgent: refused")
+		assert.ErrorIs(t, q.Acquire(t.Context(), retry(0)), ErrFull, "a retry has its reserve, none here")
+
+		turnedAway := func(c *call) {
+			t.Helper()
+			err, ok := c.finished()
+			require.True(t, ok, "%s left the queue", c.name)
+			assert.ErrorIs(t, err, ErrFull, c.name)
+		}
+		var urgent []*call
+		for i, gone := range []*call{a2, a1, b1, c1} {
+			urgent = append(urgent, start(t, q, fmt.Sprintf("u%d", i), fresh(3)))
+			turnedAway(gone)
+			assert.Equal(t, 4, q.Len())
+		}
+		assert.ErrorIs(t, q.Acquire(t.Context(), fresh(3)), ErrFull, "nothing less urgent left")
+		assert.Equal(t, []string{"u0", "u1", "u2", "u3"}, order(t, q, urgent...))
+		q.ReleaseTenant("")
+		assert.Equal(t, Stats{Limit: 1}, q.Stats())
+		assert.Empty(t, q.Tenants())
 	})
 }
 

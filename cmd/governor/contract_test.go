@@ -474,7 +474,9 @@ func TestContractQueue(t *testing.T) {
 	assert.Equal(t, map[string]any{"u=0": 1.0, "u=5": 1.0, "u=7": 1.0}, l["queued_by_urgency"])
 	assert.Contains(t, fmt.Sprint(l["tenants"]), "tenant:team-a")
 
-	c = send(t, "POST", base+"/v1/chat/completions", `{"model":"m"}`)
+	// Full, and nothing waits that is less urgent than u=7 (a more urgent
+	// call would take the u=7 call's place).
+	c = send(t, "POST", base+"/v1/chat/completions", `{"model":"m"}`, "Priority", "u=7")
 	assertOpenAIError(t, c, 503, "queue_full")
 	assertRetryAfter(t, c)
 	assert.Empty(t, c.header.Get("X-Should-Retry"), "an SDK may come back after Retry-After")
