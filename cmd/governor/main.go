@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgovernor/governor/batch"
 	"github.com/llmgovernor/governor/internal/fdlimit"
+	"github.com/llmgovernor/governor/lane"
 	"github.com/llmgovernor/governor/proxy"
 	"github.com/llmgovernor/governor/ui"
 )
@@ -155,34 +156,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		defer closeCoordinator()
 	}
 
-	p, err := proxy.New(proxy.Config{
-		Upstream:          cfg.upstream.URL,
-		Routes:            cfg.routes,
-		MaxBodyBytes:      cfg.MaxBodyBytes,
-		AttemptTimeout:    cfg.AttemptTimeout,
-		StreamIdleTimeout: cfg.StreamIdleTimeout,
-		ConnectTimeout:    cfg.ConnectTimeout,
-		MaxRetries:        proxyRetries(cfg.MaxRetries),
-		QueueTimeout:      cfg.QueueTimeout,
-		QueueCapacity:     cfg.QueueCapacity,
-		MaxPause:          cfg.MaxPause,
-		BackoffBase:       cfg.BackoffBase,
-		BackoffMax:        cfg.BackoffMax,
-		MaxLanes:          cfg.MaxLanes,
-		MaxTenants:        cfg.MaxTenants,
-		MaxConnections:    maxConns,
-		MaxBufferedBytes:  cfg.MaxBufferedBytes,
-		AIMD:              cfg.aimd,
-		APIToken:          cfg.APIToken,
-		Coordinator:       coordinator,
-		SyncInterval:      cfg.RedisSyncInterval,
-		Metrics:           set,
-		Logger:            log,
-		AccessLog:         cfg.access,
-
-		// Bounds every upstream's calls in flight (see warnConnBound).
-		MaxConnsPerUpstream: cfg.MaxConnsPerUp,
-	})
+	p, err := proxy.New(proxyConfig(cfg, maxConns, coordinator, set, log))
 	if err != nil {
 		return err
 	}
@@ -202,19 +176,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		}
 		_ = p.Shutdown(context.Background())
 	}()
-	batches, err = batch.New(p, batch.Config{
-		MaxItems:         cfg.BatchMaxItems,
-		Window:           cfg.batchWindow(),
-		MaxJobs:          cfg.BatchMaxJobs,
-		TTL:              cfg.BatchTTL,
-		MaxResultBytes:   cfg.BatchMaxResultBytes,
-		Dir:              cfg.BatchDir,
-		WriteIdle:        cfg.StreamIdleTimeout,
-		Metrics:          set,
-		Logger:           log,
-		AccessLog:        cfg.access,
-		MaxResponseBytes: cfg.BatchMaxResponse,
-	})
+	batches, err = batch.New(p, batchConfig(cfg, set, log))
 	if err != nil && cfg.BatchDir != "" {
 		return fmt.Errorf("GOVERNOR_BATCH_DIR=%s: %w", cfg.BatchDir, err)
 	}
@@ -275,19 +237,84 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
-	go func() {
-		// A second signal ends the process at once.
-		select {
-		case sig := <-sigc:
-			log.Warn("second signal: exiting now", "signal", sig.String())
-			os.Exit(exitFailed)
-		case <-ctx.Done():
-		}
-	}()
-	// Async batch jobs are cancelled at once (nobody could fetch their
-	// results), unless kept in GOVERNOR_BATCH_DIR: then they start no more
-	// items and the proxy's drain lets those in flight finish, as it does
-	// the calls of connected clients, sync batches and progress streams.
+	go exitOnSecondSignal(ctx, sigc, log)
+	drain(ctx, p, batches, log)
+	_ = adminSrv.Shutdown()
+	// fasthttp's Shutdown closes only a listener its Serve has reached:
+	// after a signal during startup, this one may not have been.
+	_ = adminLn.Close()
+	log.Info("stopped")
+	return serveErr
+}
+
+// proxyConfig is the proxy's part of the configuration. maxConns is the
+// connection cap worked out at start-up; coordinator is nil without Redis.
+func proxyConfig(cfg *parsed, maxConns int, coordinator lane.Coordinator, set *metrics.Set, log *slog.Logger) proxy.Config {
+	return proxy.Config{
+		Upstream:          cfg.upstream.URL,
+		Routes:            cfg.routes,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		AttemptTimeout:    cfg.AttemptTimeout,
+		StreamIdleTimeout: cfg.StreamIdleTimeout,
+		ConnectTimeout:    cfg.ConnectTimeout,
+		MaxRetries:        proxyRetries(cfg.MaxRetries),
+		QueueTimeout:      cfg.QueueTimeout,
+		QueueCapacity:     cfg.QueueCapacity,
+		MaxPause:          cfg.MaxPause,
+		BackoffBase:       cfg.BackoffBase,
+		BackoffMax:        cfg.BackoffMax,
+		MaxLanes:          cfg.MaxLanes,
+		MaxTenants:        cfg.MaxTenants,
+		MaxConnections:    maxConns,
+		MaxBufferedBytes:  cfg.MaxBufferedBytes,
+		AIMD:              cfg.aimd,
+		APIToken:          cfg.APIToken,
+		Coordinator:       coordinator,
+		SyncInterval:      cfg.RedisSyncInterval,
+		Metrics:           set,
+		Logger:            log,
+		AccessLog:         cfg.access,
+
+		// Bounds every upstream's calls in flight (see warnConnBound).
+		MaxConnsPerUpstream: cfg.MaxConnsPerUp,
+	}
+}
+
+// batchConfig is the batch API's part of the configuration.
+func batchConfig(cfg *parsed, set *metrics.Set, log *slog.Logger) batch.Config {
+	return batch.Config{
+		MaxItems:         cfg.BatchMaxItems,
+		Window:           cfg.batchWindow(),
+		MaxJobs:          cfg.BatchMaxJobs,
+		TTL:              cfg.BatchTTL,
+		MaxResultBytes:   cfg.BatchMaxResultBytes,
+		Dir:              cfg.BatchDir,
+		WriteIdle:        cfg.StreamIdleTimeout,
+		Metrics:          set,
+		Logger:           log,
+		AccessLog:        cfg.access,
+		MaxResponseBytes: cfg.BatchMaxResponse,
+	}
+}
+
+// exitOnSecondSignal ends the process at once if a second signal comes
+// before ctx (the drain) ends.
+func exitOnSecondSignal(ctx context.Context, sigc <-chan os.Signal, log *slog.Logger) {
+	select {
+	case sig := <-sigc:
+		log.Warn("second signal: exiting now", "signal", sig.String())
+		os.Exit(exitFailed)
+	case <-ctx.Done():
+	}
+}
+
+// drain stops the proxy and the batch server, giving what is in flight
+// until ctx ends to finish. Async batch jobs are cancelled at once (nobody
+// could fetch their results), unless kept in GOVERNOR_BATCH_DIR: then they
+// start no more items and the proxy's drain lets those in flight finish,
+// as it does the calls of connected clients, sync batches and progress
+// streams.
+func drain(ctx context.Context, p *proxy.Proxy, batches *batch.Server, log *slog.Logger) {
 	batchesDone := make(chan struct{})
 	go func() { _ = batches.Shutdown(ctx); close(batchesDone) }()
 	if err := p.Shutdown(ctx); err != nil {
@@ -296,12 +323,6 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		log.Info("drained")
 	}
 	<-batchesDone
-	_ = adminSrv.Shutdown()
-	// fasthttp's Shutdown closes only a listener its Serve has reached:
-	// after a signal during startup, this one may not have been.
-	_ = adminLn.Close()
-	log.Info("stopped")
-	return serveErr
 }
 
 func serveListener(name string, serve func(net.Listener) error, ln net.Listener) error {
