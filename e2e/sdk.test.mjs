@@ -221,6 +221,28 @@ describe('OpenAI SDK through Governor', () => {
     assert.equal(stats.retry_count_nonzero, 0);
     assert.ok(ms < 20_000, `gave up after ${ms.toFixed(0)}ms`);
   });
+  test('an overload in the middle of a stream reaches the SDK as an error', async () => {
+    const id = uniqueId('openai-overload-mid-stream');
+    const { data: stream, response } = await openai.chat.completions
+      .create(
+        { model: 'gpt-e2e-overload', stream: true, messages: [{ role: 'user', content: 'Hello' }] },
+        { headers: { 'X-Mock-Fault': 'overload-mid-stream', 'X-Request-Id': id } },
+      )
+      .withResponse();
+    assert.equal(response.status, 200);
+    let chunks = 0;
+    let err;
+    try {
+      for await (const chunk of stream) chunks += chunk.object === 'chat.completion.chunk' ? 1 : 0;
+    } catch (e) {
+      err = e;
+    }
+    assert.ok(chunks >= 1, 'the first half of the answer arrived');
+    assert.ok(err instanceof OpenAI.APIError, `want an APIError, got ${err}`);
+    assert.match(err.message, /overloaded/);
+    const stats = await mock.stats();
+    assert.equal(stats.by_request_id[id], 1, 'a stream is not retried after its first byte');
+  });
 });
 
 describe('Anthropic SDK through Governor', () => {
@@ -334,6 +356,26 @@ describe('Anthropic SDK through Governor', () => {
     assert.equal(stats.received, 2);
     assert.equal(stats.max_retry_count, 0, 'the SDK never sent a retry');
     assert.equal(stats.retry_count_nonzero, 0);
+  });
+  test('an overloaded_error in the middle of a stream reaches the SDK as an error', async () => {
+    const id = uniqueId('anthropic-overload-mid-stream');
+    const stream = await anthropic.messages.create(
+      { model: 'claude-e2e-overload', max_tokens: 64, stream: true, messages: [{ role: 'user', content: 'Hello' }] },
+      { headers: { 'X-Mock-Fault': 'overload-mid-stream', 'X-Request-Id': id } },
+    );
+    const types = [];
+    let err;
+    try {
+      for await (const event of stream) types.push(event.type);
+    } catch (e) {
+      err = e;
+    }
+    assert.equal(types[0], 'message_start', 'the first half of the answer arrived');
+    assert.ok(!types.includes('message_stop'));
+    assert.ok(err instanceof Anthropic.APIError, `want an APIError, got ${err}`);
+    assert.match(JSON.stringify(err.error), /overloaded_error/);
+    const stats = await mock.stats();
+    assert.equal(stats.by_request_id[id], 1, 'a stream is not retried after its first byte');
   });
 });
 
