@@ -231,25 +231,10 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, coo
 	}
 
 	var all []callResult
-	s := &sharedRun{}
-	s.window = [2]time.Duration{spans[1][0] + l, spans[sharedProcs-2][1]}
-	s.optimum = sharedCap * (s.window[1] - s.window[0]).Seconds() / l.Seconds()
-	s.all4 = [2]time.Duration{spans[sharedProcs-1][0], spans[0][1]}
-	for i, rs := range results {
-		s.calls[i] = len(rs)
-		for _, r := range rs {
-			if !r.ok() {
-				continue
-			}
-			if r.End >= s.window[0] && r.End < s.window[1] {
-				s.completed++
-			}
-			if r.End >= s.all4[0] && r.End < s.all4[1] {
-				s.perProc[i]++
-			}
-		}
+	for _, rs := range results {
 		all = append(all, rs...)
 	}
+	s := newSharedRun(results, spans, l)
 	run = goodputRun{scenario: "s4", title: title, preset: preset, coord: coord, latency: l, tally: tallyCalls(all, st), s4: s}
 	for _, ev := range events {
 		run.events = run.events.add(ev)
@@ -280,6 +265,31 @@ func runShared(ctx context.Context, w *workspace, o *options, preset string, coo
 		return float64(sum)
 	})
 	return run, nil
+}
+
+// newSharedRun counts the calls of each process of S4 in the contended
+// window and in the time all four run, from the processes' spans and the
+// provider's median latency l.
+func newSharedRun(results [sharedProcs][]callResult, spans [sharedProcs][2]time.Duration, l time.Duration) *sharedRun {
+	s := &sharedRun{}
+	s.window = [2]time.Duration{spans[1][0] + l, spans[sharedProcs-2][1]}
+	s.optimum = sharedCap * (s.window[1] - s.window[0]).Seconds() / l.Seconds()
+	s.all4 = [2]time.Duration{spans[sharedProcs-1][0], spans[0][1]}
+	for i, rs := range results {
+		s.calls[i] = len(rs)
+		for _, r := range rs {
+			if !r.ok() {
+				continue
+			}
+			if r.End >= s.window[0] && r.End < s.window[1] {
+				s.completed++
+			}
+			if r.End >= s.all4[0] && r.End < s.all4[1] {
+				s.perProc[i]++
+			}
+		}
+	}
+	return s
 }
 
 // sharedLatency is S4's median provider latency: -s4-latency, or else the
