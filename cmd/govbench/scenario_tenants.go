@@ -17,8 +17,8 @@ import (
 // GOVERNOR_AIMD_INITIAL) in front of a provider with no limit of its own
 // that answers in tenantsLatency (with the goodput scenarios' spread), so
 // the lane's limit, not the provider, is what the tenants share. Each part runs twice: with tenants, and with
-// every call of one tenant (first in, first out within an urgency, as
-// before tenants existed).
+// every call of one tenant (first in, first out within an urgency, the
+// order of a lane whose calls name no tenant).
 //
 //   - clients: 2 closed-loop clients of one tenant and 32 of another, for
 //     -tenants-duration. The figure is the small tenant's share of the
