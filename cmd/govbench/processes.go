@@ -23,9 +23,8 @@ type group struct {
 	procs []*proc.Process
 }
 
-func (g *group) add(p *proc.Process) *proc.Process {
+func (g *group) add(p *proc.Process) {
 	g.procs = append(g.procs, p)
-	return p
 }
 
 // alive reports the first process that exited unexpectedly (a stopped one

@@ -193,7 +193,7 @@ func (d *driver) call(k kind, id, path, body string, h http.Header, whole func([
 
 // batchItems builds n batch items with ids of their own, a quarter of
 // them Anthropic messages.
-func (d *driver) batchItems(rng *rand.Rand, n int, tag string) (items []map[string]any, ids []string, anthropic []bool) {
+func (d *driver) batchItems(rng *rand.Rand, n int, tag string) (items []map[string]any, ids []string) {
 	for range n {
 		id := d.nextID(tag)
 		h := map[string]string{"X-Request-Id": id}
@@ -201,8 +201,7 @@ func (d *driver) batchItems(rng *rand.Rand, n int, tag string) (items []map[stri
 			h["X-Mock-Fault"] = f
 		}
 		it := map[string]any{"custom_id": id, "headers": h}
-		isAnthropic := rng.IntN(4) == 0
-		if isAnthropic {
+		if rng.IntN(4) == 0 {
 			h["X-Api-Key"] = keys[rng.IntN(len(keys))]
 			h["Anthropic-Version"] = "2023-06-01"
 			it["url"] = "/anthropic/v1/messages"
@@ -215,9 +214,8 @@ func (d *driver) batchItems(rng *rand.Rand, n int, tag string) (items []map[stri
 		}
 		items = append(items, it)
 		ids = append(ids, id)
-		anthropic = append(anthropic, isAnthropic)
 	}
-	return items, ids, anthropic
+	return items, ids
 }
 
 // itemRow is one batch item's output and detail.
@@ -325,7 +323,7 @@ func rowsOfNDJSON(b []byte) (map[int]itemRow, error) {
 // syncBatch runs one batch and waits for its answer, as JSON or as NDJSON
 // progress.
 func (d *driver) syncBatch(rng *rand.Rand, size int) {
-	items, ids, _ := d.batchItems(rng, size, "batch")
+	items, ids := d.batchItems(rng, size, "batch")
 	d.started.Add(int64(len(ids)))
 	ndjson := rng.IntN(2) == 0
 	body, _ := json.Marshal(map[string]any{"requests": items})
@@ -349,7 +347,7 @@ func (d *driver) syncBatch(rng *rand.Rand, size int) {
 // asyncBatch submits a batch job, polls it to its end, fetches its results
 // and deletes it.
 func (d *driver) asyncBatch(rng *rand.Rand, size int) {
-	items, ids, _ := d.batchItems(rng, size, "async")
+	items, ids := d.batchItems(rng, size, "async")
 	d.started.Add(int64(len(ids)))
 	body, _ := json.Marshal(map[string]any{"requests": items})
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
