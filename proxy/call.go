@@ -147,7 +147,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	}
 	l, lerr := p.laneOf(up, in)
 	if lerr != nil {
-		p.metrics.countError(lerr.Code)
+		p.countError(lerr.Code)
 		return Result{Err: &Error{Status: lerr.Status, Code: lerr.Code, Message: lerr.Message},
 			Details: Details{Status: StatusDidNotRun}}
 	}
@@ -163,7 +163,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	res := &g.res
 	if res.err != nil {
 		e := res.err
-		p.metrics.countError(e.Code)
+		p.countError(e.Code)
 		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details, Lane: l.ID()}
 	}
 	resp := res.resp

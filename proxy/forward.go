@@ -360,7 +360,7 @@ func upstreamError(up *upstream, err error) apiError {
 // writeError answers ctx with e, an error of Governor's own (in
 // Anthropic's shape if anthropic), and counts it.
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, anthropic bool, e apiError) {
-	p.metrics.countError(e.Code)
+	p.countError(e.Code)
 	reply.WriteError(ctx, anthropic, e)
 }
 

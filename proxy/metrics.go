@@ -114,3 +114,11 @@ func (m *proxyMetrics) countError(code string) {
 	}
 	m.otherError.Inc()
 }
+
+// countError counts an error of Governor's own with code, answered to a
+// client or returned to the caller of Do, and logs it if it turned a call
+// away for want of room.
+func (p *Proxy) countError(code string) {
+	p.metrics.countError(code)
+	p.refusals.refused(code)
+}

@@ -29,7 +29,9 @@ type Proxy struct {
 	cancel  context.CancelFunc
 	router  router
 	metrics *proxyMetrics
-	server  *fasthttp.Server
+	// refusals logs the calls Governor turns away for want of room.
+	refusals *refusalLog
+	server   *fasthttp.Server
 
 	budget  bodyBudget // request bodies held (MaxBufferedBytes)
 	answers bodyBudget // successful answers read whole, held until written (MaxBufferedBytes)
@@ -89,6 +91,7 @@ func New(cfg Config) (*Proxy, error) {
 	c.Metrics.NewGauge("governor_buffered_request_bytes", func() float64 { return float64(p.budget.held.Load()) })
 	c.Metrics.NewGauge("governor_buffered_answer_bytes", func() float64 { return float64(p.answers.held.Load()) })
 	p.metrics = newProxyMetrics(c.Metrics, names)
+	p.refusals = newRefusalLog(c.Logger, c.Now)
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]
 	}
