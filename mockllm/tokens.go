@@ -85,7 +85,7 @@ type tokenCost struct {
 
 func (c tokenCost) total() int { return c.input + c.output }
 
-// cost returns what c costs budget k.
+// of returns what c costs budget k.
 func (c tokenCost) of(k budgetKind) int {
 	switch k {
 	case budgetTokens:
