@@ -18,6 +18,9 @@ type accessRecord struct {
 	bytesIn      int
 	requestID    string
 	start        time.Time
+	// streamEnd says how a stream passed on ended (see streamBody.end);
+	// empty for an answer written whole.
+	streamEnd string
 }
 
 // newAccessRecord copies what the access log needs from ctx, once its
@@ -44,7 +47,8 @@ func newAccessRecord(ctx *fasthttp.RequestCtx, laneID string, d *Details) *acces
 // body as sent.
 func (p *Proxy) logAccess(rec *accessRecord, bytesOut int64) {
 	d := &rec.details
-	p.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "call",
+	var attrs [14]slog.Attr
+	a := append(attrs[:0],
 		slog.String("method", rec.method),
 		slog.String("path", rec.path),
 		slog.String("lane", rec.lane),
@@ -58,4 +62,8 @@ func (p *Proxy) logAccess(rec *accessRecord, bytesOut int64) {
 		slog.Int64("bytes_out", bytesOut),
 		slog.String("request_id", rec.requestID),
 	)
+	if rec.streamEnd != "" {
+		a = append(a, slog.String("stream_end", rec.streamEnd))
+	}
+	p.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "call", a...)
 }

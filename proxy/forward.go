@@ -305,6 +305,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		p.metrics.inFlight.Add(-1)
 		p.answers.give(held)
 		if rec != nil {
+			rec.streamEnd = body.end()
 			p.logAccess(rec, body.written)
 		}
 	}

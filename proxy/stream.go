@@ -61,6 +61,7 @@ type streamBody struct {
 	moved   bool  // beforeUpstreamRead wrote the pending bytes out during a read
 	written int64 // bytes written to w
 	werr    error // the first error writing to w
+	rerr    error // the first error reading the upstream, io.EOF aside
 
 	// tokens reads the usage of the body as it passes, when countTokens.
 	tokens      usage.Stream
@@ -152,7 +153,30 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		// answer to the client: its stream is aborted instead.
 		err = errCutChunked
 	}
+	if err != nil && err != io.EOF && b.rerr == nil {
+		b.rerr = err
+	}
 	return n, err
+}
+
+// end says how the stream ended, for the access log, once it is closed:
+// "done"; the type of the provider's error event that ended it
+// ("overloaded_error"); "client_gone" (the client left or stopped
+// reading); "silent" (the upstream said nothing for the idle timeout); or
+// "cut" (the upstream broke the stream off).
+func (b *streamBody) end() string {
+	var netErr net.Error
+	switch {
+	case b.clientGone.Load() || errors.Is(b.rerr, errClientGone) || b.werr != nil:
+		return "client_gone"
+	case errors.As(b.rerr, &netErr) && netErr.Timeout():
+		return "silent"
+	case b.rerr != nil:
+		return "cut"
+	case b.overload.errType != "":
+		return b.overload.errType
+	}
+	return "done"
 }
 
 // moveDeadlines gives the upstream connection's reads and the client
