@@ -94,27 +94,13 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, batchUsage)
 		return batchcli.ExitUsage
 	}
-	// Flags may come after the input file as well as before it
-	// (governor batch in.jsonl -o out.jsonl); after "--" every argument
-	// is a file name.
-	var inputs []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, batchUsage)
-				return batchcli.ExitCompleted
-			}
-			return usageErr("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if n := len(rest) - fs.NArg(); n > 0 && rest[n-1] == "--" {
-			inputs = append(inputs, fs.Args()...)
-			break
-		}
-		inputs = append(inputs, fs.Arg(0))
-		rest = fs.Args()[1:]
+	inputs, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, batchUsage)
+		return batchcli.ExitCompleted
+	}
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	switch {
 	case len(inputs) > 1:
@@ -182,6 +168,27 @@ func runBatchCommand(args, environ []string, stdin io.Reader, stdout, stderr io.
 	defer signal.Stop(interrupt)
 	cfg.Interrupt = interrupt
 	return batchcli.Run(context.Background(), cfg)
+}
+
+// parseInterspersed parses args with fs and returns the arguments that
+// are not flags. Flags may come after the input file as well as before
+// it (governor batch in.jsonl -o out.jsonl); after "--" every argument
+// is a file name.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var inputs []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return inputs, nil
+		}
+		if n := len(rest) - fs.NArg(); n > 0 && rest[n-1] == "--" {
+			return append(inputs, fs.Args()...), nil
+		}
+		inputs = append(inputs, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
 }
 
 // envMap turns KEY=value pairs into a map; a later pair wins.
