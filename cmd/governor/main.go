@@ -127,18 +127,7 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 		defer stop()
 	}
 
-	// Each client connection is a file descriptor: use all the process
-	// may have. (Go's runtime raises the soft limit too; this makes sure.)
-	openFiles, err := fdlimit.Raise()
-	if err != nil {
-		log.Warn("could not raise the open-file limit", "err", err, "limit", openFiles)
-	}
-	memLimit := memoryLimit()
-	maxConns := maxConnections(cfg.MaxConnections, openFiles, memLimit)
-	if openFiles > 0 && uint64(maxConns) >= openFiles {
-		log.Warn("GOVERNOR_MAX_CONNECTIONS is not below the open-file limit: past the limit, new connections wait unanswered until some close instead of getting 503",
-			"max_connections", maxConns, "open_files", openFiles)
-	}
+	openFiles, memLimit, maxConns := connectionLimits(cfg, log)
 
 	set := metrics.NewSet()
 	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
@@ -245,6 +234,25 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	_ = adminLn.Close()
 	log.Info("stopped")
 	return serveErr
+}
+
+// connectionLimits raises the open-file limit and works out the main
+// listener's connection cap from it, the memory limit and
+// GOVERNOR_MAX_CONNECTIONS. Each client connection is a file descriptor:
+// use all the process may have. (Go's runtime raises the soft limit too;
+// this makes sure.)
+func connectionLimits(cfg *parsed, log *slog.Logger) (openFiles uint64, memLimit int64, maxConns int) {
+	openFiles, err := fdlimit.Raise()
+	if err != nil {
+		log.Warn("could not raise the open-file limit", "err", err, "limit", openFiles)
+	}
+	memLimit = memoryLimit()
+	maxConns = maxConnections(cfg.MaxConnections, openFiles, memLimit)
+	if openFiles > 0 && uint64(maxConns) >= openFiles {
+		log.Warn("GOVERNOR_MAX_CONNECTIONS is not below the open-file limit: past the limit, new connections wait unanswered until some close instead of getting 503",
+			"max_connections", maxConns, "open_files", openFiles)
+	}
+	return openFiles, memLimit, maxConns
 }
 
 // proxyConfig is the proxy's part of the configuration. maxConns is the
