@@ -339,6 +339,7 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		AttemptTimeout:   o.Timeout,
 		Tenant:           o.Tenant,
 		MaxResponseBytes: s.cfg.MaxResponseBytes,
+		Requeue:          true, // see runQueued
 	})
 	d := res.Details
 	r := Row{Status: d.Status, Attempts: d.Attempts, Errors: d.Errors, Queue: d.Queue, Execution: d.Execution}

@@ -196,6 +196,7 @@ func TestItemsWaitForRoomInAFullQueue(t *testing.T) {
 	for i := range n {
 		assert.Equal(t, int64(2), sent[fmt.Sprintf("room-%d", i)], "item %d: once per batch", i)
 	}
+	assert.Zero(t, e.counter(t, `governor_errors_total{code="queue_full"}`), "no call was answered queue_full")
 }
 
 // An interactive call that finds its lane's queue full of batch items

@@ -41,6 +41,11 @@ type Call struct {
 	// one fails the call (Err: 502 upstream_bad_response, saying so).
 	// Zero means the proxy's MaxResponseBytes.
 	MaxResponseBytes int
+	// Requeue says the caller asks again when a full queue turns the
+	// call away before any attempt (a batch item waiting for room): that
+	// queue_full is then not counted in governor_errors_total nor logged
+	// as a refusal, since nobody is answered with it.
+	Requeue bool
 }
 
 // Result is the answer to a Call. Exactly one of Err or StatusCode is set.
@@ -163,7 +168,9 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	res := &g.res
 	if res.err != nil {
 		e := res.err
-		p.countError(e.Code)
+		if !(c.Requeue && e.Code == CodeQueueFull && res.details.Attempts == 0) {
+			p.countError(e.Code)
+		}
 		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details, Lane: l.ID()}
 	}
 	resp := res.resp
