@@ -132,47 +132,8 @@ func loadConfig(environ []string) (*parsed, error) {
 	default:
 		return nil, &configError{"GOVERNOR_LOG_FORMAT", fmt.Errorf("%q: want auto, json or text", c.LogFormat)}
 	}
-	positive := []struct {
-		name string
-		ok   bool
-	}{
-		{"GOVERNOR_MAX_BODY_BYTES", c.MaxBodyBytes > 0},
-		{"GOVERNOR_ATTEMPT_TIMEOUT", c.AttemptTimeout > 0},
-		{"GOVERNOR_STREAM_IDLE_TIMEOUT", c.StreamIdleTimeout > 0},
-		{"GOVERNOR_CONNECT_TIMEOUT", c.ConnectTimeout > 0},
-		{"GOVERNOR_DRAIN_TIMEOUT", c.DrainTimeout > 0},
-	}
-	for _, v := range positive {
-		if !v.ok {
-			return nil, &configError{v.name, errors.New("must be greater than zero")}
-		}
-	}
-	for _, v := range []struct {
-		name string
-		ok   bool
-	}{
-		{"GOVERNOR_MAX_CONCURRENCY", c.MaxConcurrency >= 1},
-		{"GOVERNOR_MAX_CONNS_PER_UPSTREAM", c.MaxConnsPerUp >= 1},
-		{"GOVERNOR_MAX_RETRIES", c.MaxRetries >= 0 && c.MaxRetries <= proxy.MaxRetriesCeiling},
-		{"GOVERNOR_QUEUE_TIMEOUT", c.QueueTimeout > 0},
-		{"GOVERNOR_QUEUE_CAPACITY", c.QueueCapacity >= 1},
-		{"GOVERNOR_MAX_PAUSE", c.MaxPause > 0},
-		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase > 0},
-		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax >= c.BackoffBase},
-		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
-		{"GOVERNOR_MAX_TENANTS", c.MaxTenants >= 1},
-		{"GOVERNOR_MAX_CONNECTIONS", c.MaxConnections >= 0},
-		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes >= 1},
-		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", c.BatchMaxResponse >= 1},
-		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
-		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
-		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs >= 1},
-		{"GOVERNOR_BATCH_TTL", c.BatchTTL > 0},
-		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", c.BatchMaxResultBytes >= 1},
-	} {
-		if !v.ok {
-			return nil, &configError{v.name, errors.New("out of range (see governor -h)")}
-		}
+	if err := c.checkBounds(); err != nil {
+		return nil, err
 	}
 	preset, err := aimd.ParsePreset(c.AIMDPreset)
 	if err != nil {
@@ -206,6 +167,53 @@ func loadConfig(environ []string) (*parsed, error) {
 		return nil, &configError{"GOVERNOR_ADMIN_LISTEN", errors.New("empty address")}
 	}
 	return p, nil
+}
+
+// checkBounds reports the first number or duration out of its range.
+func (c config) checkBounds() error {
+	positive := []struct {
+		name string
+		ok   bool
+	}{
+		{"GOVERNOR_MAX_BODY_BYTES", c.MaxBodyBytes > 0},
+		{"GOVERNOR_ATTEMPT_TIMEOUT", c.AttemptTimeout > 0},
+		{"GOVERNOR_STREAM_IDLE_TIMEOUT", c.StreamIdleTimeout > 0},
+		{"GOVERNOR_CONNECT_TIMEOUT", c.ConnectTimeout > 0},
+		{"GOVERNOR_DRAIN_TIMEOUT", c.DrainTimeout > 0},
+	}
+	for _, v := range positive {
+		if !v.ok {
+			return &configError{v.name, errors.New("must be greater than zero")}
+		}
+	}
+	for _, v := range []struct {
+		name string
+		ok   bool
+	}{
+		{"GOVERNOR_MAX_CONCURRENCY", c.MaxConcurrency >= 1},
+		{"GOVERNOR_MAX_CONNS_PER_UPSTREAM", c.MaxConnsPerUp >= 1},
+		{"GOVERNOR_MAX_RETRIES", c.MaxRetries >= 0 && c.MaxRetries <= proxy.MaxRetriesCeiling},
+		{"GOVERNOR_QUEUE_TIMEOUT", c.QueueTimeout > 0},
+		{"GOVERNOR_QUEUE_CAPACITY", c.QueueCapacity >= 1},
+		{"GOVERNOR_MAX_PAUSE", c.MaxPause > 0},
+		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase > 0},
+		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax >= c.BackoffBase},
+		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
+		{"GOVERNOR_MAX_TENANTS", c.MaxTenants >= 1},
+		{"GOVERNOR_MAX_CONNECTIONS", c.MaxConnections >= 0},
+		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes >= 1},
+		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", c.BatchMaxResponse >= 1},
+		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
+		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
+		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs >= 1},
+		{"GOVERNOR_BATCH_TTL", c.BatchTTL > 0},
+		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", c.BatchMaxResultBytes >= 1},
+	} {
+		if !v.ok {
+			return &configError{v.name, errors.New("out of range (see governor -h)")}
+		}
+	}
+	return nil
 }
 
 // parseRedis validates the coordination settings.
