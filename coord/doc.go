@@ -6,7 +6,9 @@
 // together they would overshoot it twenty times over. With coordination, a
 // lane (upstream, credential, model) is governed once for every Governor
 // that uses it: they share one concurrency target, one pause, one pacing
-// bucket, and each uses its fair share of the target.
+// bucket, and each uses its fair share of the target. Token budgets stay
+// counted by each Governor (package lane), which splits them by the live
+// members a sync returns.
 //
 // The caller keeps its own controller (package aimd) per lane and calls
 // [Coordinator.Sync] for all its lanes every Config.SyncInterval (and at

@@ -322,6 +322,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	co.held = hold
 	applied := co.share
 	l.mu.Unlock()
+	l.tokens.setSpenders(s.Members, now)
 	if hold {
 		l.q.PauseUntil(now.Add(grace))
 	}

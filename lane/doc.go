@@ -64,8 +64,10 @@
 // the other Governors that use it: a loop owned by the Registry syncs
 // every lane each SyncInterval, and at once after a decrease or a pause.
 // The controller then holds the lane's shared limit and the queue this
-// Governor's share of it. A failed sync governs the lane alone again from
-// its share; coordination never blocks a call. Close stops the loop, gives
+// Governor's share of it; each token budget starts at an equal part among
+// the live Governors on the lane, and their number joining or leaving
+// scales each budget's share. A failed sync governs the lane alone again
+// from its share; coordination never blocks a call. Close stops the loop, gives
 // the lanes' shares back and closes the queues.
 //
 // A lane logs its pauses, decreases and collapses in summary (see

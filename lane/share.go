@@ -29,6 +29,13 @@ import "time"
 // refused and keeps the whole bucket.
 //
 // The zero share takes none of the bucket; start gives it all of it.
+// When the lane knows how many spend the bucket (Governors coordinated over
+// a Coordinator, whose members are the Governors on the lane), it need
+// not learn that from refusals: a budget it learns starts at an equal part
+// of it, and a change in their number scales its share (see
+// tokenPacer.setSpenders). Cuts and growth go on as above, for a bucket
+// that others outside the coordination spend too and for demands that
+// differ.
 type share struct {
 	of      float64   // of the bucket, 0 to 1
 	grownAt time.Time // when it last grew (or was cut)
@@ -43,6 +50,9 @@ const (
 
 // start gives the whole bucket at now.
 func (s *share) start(now time.Time) { s.of, s.grownAt = 1, now }
+
+// scale multiplies the share by f, keeping it within shareFloor and 1.
+func (s *share) scale(f float64) { s.of = min(1, max(shareFloor, s.of*f)) }
 
 // grow grows the share by shareGrowth a second since it last grew, up to
 // 1, if room says the bucket held room; either way the time until now is

@@ -77,8 +77,9 @@ var ErrCostExceedsBudget = errors.New("lane: call costs more tokens than the who
 // TokenBudgetInfo is one token budget as GET /governor/lanes shows it: the
 // budget per minute, the share of it the lane takes as its own (1 unless
 // its calls were refused for want of it, as when other Governors spend
-// the same budget; see TokensRefused), and the estimate of what is left
-// of that share now.
+// the same budget, see TokensRefused, or it is coordinated with other
+// Governors, see Coordinator), and the estimate of what is left of that
+// share now.
 type TokenBudgetInfo struct {
 	Kind      string  `json:"kind"`
 	PerMinute float64 `json:"per_minute"`
@@ -131,6 +132,9 @@ type tokenPacer struct {
 	// that reported a budget within fastestMemory of fastestAt (0: none).
 	fastest   time.Duration
 	fastestAt time.Time
+	// spenders is the number of Governors that spend the lane's budgets,
+	// this one included, as coordination last said (0: unknown, alone).
+	spenders int
 }
 
 // fastestMemory is how long the shortest answer time stands, so that it
@@ -266,10 +270,11 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 	if !b.known() {
 		b.limit = r.Limit
 		b.share.start(answered)
+		b.share.scale(1 / float64(max(1, p.spenders)))
 		// The calls booked so far went out blind: their refusals
 		// cut nothing, as those of calls sent before a cut.
 		b.blindTo = b.spent
-		b.bucket = bucket{capacity: r.Limit, rate: r.Limit / 60, tokens: remaining - since, at: counted}
+		b.bucket = bucket{capacity: b.share.of * r.Limit, rate: b.share.of * r.Limit / 60, tokens: b.share.of*remaining - since, at: counted}
 		return
 	}
 	// The count so far refilled at the share it had; the report is read
@@ -278,6 +283,31 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 	b.share.grow(answered, remaining > tokenSlack*r.Limit)
 	b.resize(answered)
 	b.bound(b.share.of*remaining-since, counted, answered, b.capacity, b.rate)
+}
+
+// setSpenders takes, at now, the number n of Governors that spend the
+// lane's token budgets, this one included: the live members of a
+// coordinated lane. A budget learned from then on starts at a share of 1/n
+// instead of the whole; a known budget's share is scaled by the number
+// before over n, so that a Governor that joins takes its part from each
+// share, and one that leaves gives its part back. (Shares still move by
+// the refusals and reports of room, for demands that differ and for
+// spenders that coordination does not count.)
+func (p *tokenPacer) setSpenders(n int, now time.Time) {
+	n = max(1, n)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := max(1, p.spenders)
+	p.spenders = n
+	if n == was {
+		return
+	}
+	for k := range p.buckets {
+		if b := &p.buckets[k]; b.known() {
+			b.share.scale(float64(was) / float64(n))
+			b.resize(now)
+		}
+	}
 }
 
 // refused takes a refusal at now of the call booked at mark, estimated

@@ -259,6 +259,58 @@ func TestTokenBudgetShare(t *testing.T) {
 	assert.InDelta(t, (shareCut+5*shareGrowth)*shareCut, p.buckets[Tokens].share.of, 1e-9, "a call booked after the cut")
 }
 
+// Governors coordinated over Redis know how many of them spend a lane's
+// budgets: a budget learned among n starts at an equal part of it rather
+// than the whole, and a change in their number scales each share (a
+// Governor that joins takes its part from each, one that leaves gives its
+// part back). Alone, nothing changes.
+func TestTokenBudgetSharedAmongCoordinatedGovernors(t *testing.T) {
+	cost := Cost{Prompt: 100, Output: 200} // 300 tokens
+	budget := TokenReport{Kind: Tokens, Limit: 6000, Remaining: 6000}
+
+	var alone tokenPacer
+	alone.setSpenders(1, t0)
+	alone.observe(budget, TokenMark{}, t0, t0)
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Share: 1, Remaining: 6000}, alone.info(t0)[0])
+
+	var p tokenPacer
+	p.setSpenders(4, t0)
+	p.observe(budget, TokenMark{}, t0, t0)
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Share: 0.25, Remaining: 1500}, p.info(t0)[0],
+		"a quarter of what is left")
+	// Its quarter spent, a call waits for a quarter of the refill (25
+	// tokens a second), keeping the slack of its share.
+	for range 5 {
+		_, _, err := p.reserve(cost, t0, time.Minute)
+		require.NoError(t, err)
+	}
+	w, _, err := p.reserve(cost, t0, time.Minute)
+	require.NoError(t, err)
+	assert.InDelta(t, (300+tokenSlack*1500)/25, w.Seconds(), 1e-6)
+
+	p.setSpenders(2, t0)
+	assert.InDelta(t, 0.5, p.buckets[Tokens].share.of, 1e-9, "two of the four left")
+	p.setSpenders(3, t0)
+	assert.InDelta(t, 1.0/3, p.buckets[Tokens].share.of, 1e-9, "one joined")
+	p.setSpenders(0, t0)
+	assert.InDelta(t, 1, p.buckets[Tokens].share.of, 1e-9, "alone again: the whole budget")
+	p.setSpenders(64*64, t0)
+	assert.Equal(t, shareFloor, p.buckets[Tokens].share.of, "never below the floor")
+}
+
+// A coordinated lane takes the number of Governors from each sync.
+func TestCoordinatedLaneSharesTokenBudgetsByMembers(t *testing.T) {
+	c := newCoordLane(t)
+	c.sync(Shared{Target: 16, Members: 4, Share: 4, Fair: 4, OthersSynced: c.clock.Now()})
+	c.l.ObserveTokens(TokenReport{Kind: Tokens, Limit: 60000, Remaining: 60000}, TokenMark{}, t0, t0)
+	require.Len(t, c.info().TokenBudgets, 1)
+	assert.Equal(t, 0.25, c.info().TokenBudgets[0].Share)
+	c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: c.clock.Now()})
+	assert.Equal(t, 0.5, c.info().TokenBudgets[0].Share, "two left")
+	c.l.fallback()
+	assert.Equal(t, 0.5, c.info().TokenBudgets[0].Share, "Redis lost: the lane keeps its share")
+}
+
 // A token booking is a place in line, as a request booking is: a call
 // that waited what the lane said goes if the count refilled as expected,
 // and waits longer if the lane's share was cut meanwhile (never longer
