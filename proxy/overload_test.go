@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -343,5 +344,44 @@ func TestStreamVerdicts(t *testing.T) {
 		o, why := w.outcome()
 		assert.Equal(t, tc.want, o, tc.name)
 		assert.Equal(t, tc.why, why, tc.name)
+	}
+}
+
+// Streams that Do reads whole share an upstream's connections with other
+// calls: the silence limit a stream read whole puts on its connection ends
+// with its exchange, before the connection goes back to the pool, and the
+// next exchange on it (another call's, on another goroutine) runs under
+// its own deadlines only. Under -race, calls of several lanes reusing each
+// other's connections show a silence limit left behind.
+func TestCallStreamIdleLimitEndsWithItsExchange(t *testing.T) {
+	checkLeaks(t)
+	const whole = "data: {\"object\":\"chat.completion.chunk\"}\n\ndata: [DONE]\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, whole)
+	}))
+	defer up.Close()
+	p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: time.Minute, AttemptTimeout: time.Hour}))
+	const lanes, calls = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan string, lanes*calls)
+	for i := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"m%d","stream":true}`, i)
+			for range calls {
+				res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(body)})
+				if res.Err != nil || string(res.Body) != whole {
+					errs <- fmt.Sprintf("%+v %q", res.Err, res.Body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

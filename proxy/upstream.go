@@ -198,7 +198,9 @@ type trackedConn struct {
 
 	// idle, while a stream is read whole (see bufferStream), moves the
 	// read deadline that far ahead before each read. Only the goroutine
-	// that reads the connection sets and reads it.
+	// that reads the connection sets and reads it; a new exchange clears
+	// it (the stream's reader cannot: reading the stream to its end puts
+	// the connection back in the pool, for another goroutine to take).
 	idle time.Duration
 }
 
@@ -269,6 +271,7 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	}
 	c.used = true
 	c.peerClosed = false
+	c.idle = 0
 	return c.Conn.SetWriteDeadline(t)
 }
 
@@ -408,10 +411,11 @@ var errResponseTooLarge = errors.New("upstream response too large")
 // bufferStream reads a streamed answer whole, as bufferBody does, under a
 // limit on each silence of the upstream (idle; none when not positive)
 // rather than on the whole: the attempt's deadline covered its head only.
+// The limit lasts until the connection's next exchange begins (see
+// trackedConn.SetWriteDeadline).
 func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration) error {
 	if c := connOf(resp); c != nil && idle > 0 {
 		c.idle = idle
-		defer func() { c.idle = 0 }()
 	}
 	return bufferBody(resp, limit)
 }
