@@ -127,9 +127,11 @@ func (l *Lane) CountRetry(o Outcome) {
 	}
 }
 
-// Observe accounts for one attempt that came to o at now: it took latency,
-// and its slot was granted at dispatched (the limit it was let out under
-// is the one the controller had then). Every outcome but ClientGone feeds
+// Observe accounts for one attempt that came to o at now: it took latency
+// at the provider (from its request's hand-over to a connection: a wait
+// for a free connection to the upstream is not the provider's), and its
+// slot was granted at dispatched (the limit it was let out under is the
+// one the controller had then). Every outcome but ClientGone feeds
 // the controller, and the queue's limit follows the controller's. Call it
 // with the attempt's slot still held.
 //

@@ -46,7 +46,8 @@ var errClientLeft = errors.New("client disconnected")
 // end of the context acts on it as the loop acts on a departed client.
 type clientWatch struct {
 	every time.Duration
-	pool  sync.Pool // of *watchedClient
+	now   func() time.Time // the clock of the watches' sent
+	pool  sync.Pool        // of *watchedClient
 
 	mu      sync.Mutex
 	clients []*watchedClient
@@ -66,11 +67,16 @@ type clientWatch struct {
 // and the watch is on: once unwatch has taken mu, fasthttp may be reading
 // the next request from conn, and a peek would wait behind that read.
 type watchedClient struct {
-	body  []byte             // the request body, carried by each attempt (see carryBody); nil for none
-	resp  *fasthttp.Response // the response of the attempt being sent; the call's goroutine only
-	off   int                // bytes of body read by Read in this attempt
-	index int                // in clientWatch.clients, -1 when not in it; guarded by clientWatch.mu
-	since uint64             // clientWatch.ticks when the watch began; guarded by clientWatch.mu
+	body []byte             // the request body, carried by each attempt (see carryBody); nil for none
+	resp *fasthttp.Response // the response of the attempt being sent; the call's goroutine only
+	off  int                // bytes of body read by Read in this attempt
+	now  func() time.Time   // the clock of sent
+	// sent is when the attempt's request was handed to its upstream
+	// connection (see takeOff): zero until then, and for an attempt not
+	// carried (see carryBody).
+	sent  time.Time
+	index int    // in clientWatch.clients, -1 when not in it; guarded by clientWatch.mu
+	since uint64 // clientWatch.ticks when the watch began; guarded by clientWatch.mu
 
 	unfollow func() // for a watch made by follow: stops following its context
 
@@ -83,8 +89,10 @@ type watchedClient struct {
 	cut    bool                    // the attempt in flight was cut
 }
 
-func newClientWatch(every time.Duration) *clientWatch {
-	return &clientWatch{every: every, quit: make(chan struct{})}
+// newClientWatch returns a watch that checks its clients each every, and
+// tells when attempts are sent by now.
+func newClientWatch(every time.Duration, now func() time.Time) *clientWatch {
+	return &clientWatch{every: every, now: now, quit: make(chan struct{})}
 }
 
 // watch starts watching the client behind conn. body is the request body
@@ -143,7 +151,7 @@ func (w *clientWatch) get(body []byte) *watchedClient {
 	if wc == nil {
 		wc = &watchedClient{index: -1}
 	}
-	wc.body = body
+	wc.body, wc.now = body, w.now
 	return wc
 }
 
@@ -173,7 +181,7 @@ func (w *clientWatch) unwatch(wc *watchedClient) {
 	if cancel != nil {
 		cancel(nil)
 	}
-	wc.body, wc.resp, wc.off = nil, nil, 0
+	wc.body, wc.resp, wc.off, wc.sent = nil, nil, 0, time.Time{}
 	// The loop may still hold wc in its batch: it locks wc.mu before it
 	// looks, and then finds it unwatched or watching its next call's
 	// client, which it may peek at early.
@@ -306,6 +314,7 @@ func (wc *watchedClient) left() bool {
 // carried (a stream would add "Content-Length: 0" to a GET); its attempts
 // are not cut, but its client still cannot make it retry.
 func (wc *watchedClient) carryBody(req *fasthttp.Request, resp *fasthttp.Response) {
+	wc.sent = time.Time{}
 	if len(wc.body) == 0 {
 		return
 	}
@@ -314,9 +323,10 @@ func (wc *watchedClient) carryBody(req *fasthttp.Request, resp *fasthttp.Respons
 }
 
 // takeOff records the connection the attempt's request is being written
-// to. It fails when the client has left already: the request is then never
-// completed and the connection is closed.
+// to, and when. It fails when the client has left already: the request is
+// then never completed and the connection is closed.
 func (wc *watchedClient) takeOff() error {
+	wc.sent = wc.now()
 	c := connOf(wc.resp)
 	if c != nil {
 		c.own(wc)
@@ -340,6 +350,18 @@ func (wc *watchedClient) land() bool {
 	cut := wc.cut
 	wc.up, wc.cut, wc.resp = nil, false, nil
 	return cut
+}
+
+// sentAt returns when the attempt dispatched at dispatched was handed to
+// its upstream connection: after any wait for a free connection, and the
+// opening of a new one. An attempt not carried (see carryBody), or never
+// handed to a connection, was sent, as far as the watch knows, at
+// dispatched.
+func (wc *watchedClient) sentAt(dispatched time.Time) time.Time {
+	if wc.sent.Before(dispatched) {
+		return dispatched
+	}
+	return wc.sent
 }
 
 // SupportsBodyWriteTo tells fasthttp to write the body with WriteTo.

@@ -31,7 +31,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 // is watched (checkLeaks).
 func TestClientWatchEndsTheCallsOfDepartedClients(t *testing.T) {
 	checkLeaks(t)
-	w := newClientWatch(10 * time.Millisecond) // never closed: its loop must end on its own
+	w := newClientWatch(10*time.Millisecond, time.Now) // never closed: its loop must end on its own
 
 	leaver, leaverConn := tcpPair(t)
 	stayer, stayerConn := tcpPair(t)
@@ -64,7 +64,7 @@ func TestClientWatchEndsTheCallsOfDepartedClients(t *testing.T) {
 // close, a watch only follows its parent.
 func TestClientWatchAtOnceAndAfterClose(t *testing.T) {
 	checkLeaks(t)
-	w := newClientWatch(time.Hour) // no periodic check in this test
+	w := newClientWatch(time.Hour, time.Now) // no periodic check in this test
 	gone, goneConn := tcpPair(t)
 	require.NoError(t, gone.Close())
 	require.Eventually(t, func() bool { return peerGone(goneConn) }, 5*time.Second, time.Millisecond)
@@ -89,7 +89,7 @@ func TestClientWatchAtOnceAndAfterClose(t *testing.T) {
 // made afterwards (for a retry's wait) ends at once.
 func TestClientWatchCutsTheAttemptOfADepartedClient(t *testing.T) {
 	checkLeaks(t)
-	w := newClientWatch(10 * time.Millisecond)
+	w := newClientWatch(10*time.Millisecond, time.Now)
 	defer w.close()
 	leaver, leaverConn := tcpPair(t)
 	wc := w.watch(leaverConn, nil)

@@ -70,7 +70,7 @@ func New(cfg Config) (*Proxy, error) {
 		apiExact: map[string]fasthttp.RequestHandler{},
 		public:   map[string]fasthttp.RequestHandler{},
 		conns:    newConnTracker(),
-		clients:  newClientWatch(clientCheckInterval),
+		clients:  newClientWatch(clientCheckInterval, c.Now),
 		router: router{
 			def:    newUpstream("default", c.Upstream, &c),
 			byName: map[string]*upstream{},

@@ -51,7 +51,7 @@ type callResult struct {
 	lane    *lane.Lane
 	attempt lane.Attempt // the attempt whose answer it is
 	granted time.Time    // when the attempt's slot was granted; zero if at once
-	sent    time.Time    // when the attempt was sent
+	sent    time.Time    // when the attempt was handed to its upstream connection
 	tenant  string       // whose slot it is
 	err     *apiError
 	details Details
@@ -405,7 +405,17 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		oc, streamWhy = w.outcome()
 	}
 	now := p.cfg.Now()
-	latency := now.Sub(start)
+	// latency runs from dispatch: the attempt's share of the call's
+	// execution and of the route's histogram. The lane hears exchange,
+	// from the request's hand-over to a connection: a wait for a free
+	// connection to the upstream, or the opening of one, is not the
+	// provider's, and read as its latency it would cut the limit of a lane
+	// that MaxConnsPerUpstream holds back.
+	latency, sent := now.Sub(start), start
+	if c.watched != nil {
+		sent = c.watched.sentAt(start)
+	}
+	exchange := now.Sub(sent)
 	if c.watched != nil && c.watched.land() {
 		// Cut because the client left: the provider did nothing wrong,
 		// so the controller does not hear of it, and nobody is left to
@@ -415,7 +425,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			o.answers.give(c.res.held)
 			c.res.held, c.res.partial, c.res.spilled = 0, nil, false
 		}
-		l.Observe(lane.ClientGone, latency, c.granted, now)
+		l.Observe(lane.ClientGone, exchange, c.granted, now)
 		l.Done(at)
 		l.Queue().ReleaseTenant(c.o.tenant)
 		d.Attempts++
@@ -429,7 +439,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	if err == nil {
 		// A stream ended by an error was served all the same: the
 		// provider spent its budget on it.
-		emptyBudget = c.observeBudgets(resp, served, start, now)
+		emptyBudget = c.observeBudgets(resp, served, sent, now)
 		s := resp.StatusCode()
 		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
@@ -440,9 +450,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		l.CountOverloaded() // a 529, or a stream read whole that overloaded_error ended
 	}
 	if emptyBudget {
-		l.ObserveEmptyBudget(c.seq, latency, c.granted, now)
+		l.ObserveEmptyBudget(c.seq, exchange, c.granted, now)
 	} else {
-		l.Observe(oc, latency, c.granted, now)
+		l.Observe(oc, exchange, c.granted, now)
 	}
 
 	if err == nil && oc == lane.Answered || oc == lane.Quota {
@@ -462,7 +472,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			d.Status = StatusCompletedWithRetries
 		}
 		c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, at, o.tenant
-		c.res.granted, c.res.sent = c.granted, start
+		c.res.granted, c.res.sent = c.granted, sent
 		if c.costed && resp.BodyStream() != nil {
 			c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
 		}
@@ -665,11 +675,11 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 // the lane's token counters add and which corrects the call's estimated
 // cost. (A stream's usage is counted as it passes: see streamBody.) It
 // reports whether the answer is a 429 that says the request budget held
-// no call for it.
-func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, start, now time.Time) (emptyBudget bool) {
+// no call for it. sent is when the call was handed to its connection.
+func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, sent, now time.Time) (emptyBudget bool) {
 	l := c.l
 	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
-		l.ObserveBudget(b, c.seq, start, now)
+		l.ObserveBudget(b, c.seq, sent, now)
 		emptyBudget = resp.StatusCode() == fasthttp.StatusTooManyRequests && b.Remaining < 1
 	}
 	// The usage first: it corrects what the lane booked for this call,
@@ -690,9 +700,9 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	}
 	reports, n := tokenBudgets(&resp.Header)
 	for _, r := range reports[:n] {
-		l.ObserveTokens(r, c.mark, start, now)
+		l.ObserveTokens(r, c.mark, sent, now)
 		if oc == lane.RateLimited {
-			l.TokensRefused(r, c.cost, c.mark, start, now)
+			l.TokensRefused(r, c.cost, c.mark, sent, now)
 		}
 	}
 	if n > 0 {
@@ -703,8 +713,8 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 		if r, ok := tokensFrom429(bufferedBody(resp)); ok {
 			// Used counts the calls the provider took before this one,
 			// not those booked after it: the mark subtracts them.
-			l.ObserveTokens(r, c.mark, start, now)
-			l.TokensRefused(r, c.cost, c.mark, start, now)
+			l.ObserveTokens(r, c.mark, sent, now)
+			l.TokensRefused(r, c.cost, c.mark, sent, now)
 		}
 	case oc == lane.Answered && resp.StatusCode() < 300:
 		// No report: a budget known only from 429 messages held room

@@ -49,7 +49,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lanes_evicted_total", "counter", "Lanes removed (their key refused, or idle), with their series, to make room past GOVERNOR_MAX_LANES."},
 	{"governor_queue_wait_seconds", "histogram", "Each attempt's wait before it was sent: in the lane's queue, then in its slot for a provider's budget (what X-Governor-Queue-Ms adds up)."},
 	{"governor_lane_budget_wait_seconds", "histogram", "The waits in governor_queue_wait_seconds spent in a slot for a provider's request or token budget (governor_lane_held counts the calls waiting so)."},
-	{"governor_lane_upstream_latency_seconds", "histogram", "The lane's upstream attempts: dispatch to response headers (waiting for a connection included, see governor_lane_conn_limited)."},
+	{"governor_lane_upstream_latency_seconds", "histogram", "The lane's upstream attempts: request handed to a connection to response headers (a wait for a free connection excluded: see governor_upstream_latency_seconds, governor_lane_conn_limited)."},
 	{"governor_batches_total", "counter", "Batches accepted, by mode (sync, progress, async)."},
 	{"governor_batches_rejected_total", "counter", "Batches refused whole (malformed, too large, too many jobs)."},
 	{"governor_batch_items_total", "counter", "Batch items finished, by status (COMPLETED, COMPLETED_WITH_RETRIES, FAILED, DID_NOT_RUN), counted as each one ends."},

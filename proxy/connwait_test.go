@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The latency a lane's controller hears runs from the moment the call's
+// request is handed to a connection: a call that waits for one of its
+// upstream's MaxConnsPerUpstream connections while the provider answers
+// another one slowly did not find the provider slow. The provider takes
+// 10 s (on Governor's clock) over "block" while "waits" waits for the only
+// connection, then answers "waits" at once: the lane's latency figures
+// hold one 10 s answer and one instant one, while the route's histogram,
+// dispatch to answer, still counts the wait.
+func TestWaitForAConnectionIsNotUpstreamLatency(t *testing.T) {
+	checkLeaks(t)
+	rec, up := newRecorder(t)
+	set := metrics.NewSet()
+	clock := newManualClock()
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), Metrics: set,
+		MaxConnsPerUpstream: 1, AIMD: fixedLimit(2), Now: clock.Now}))
+	c := client(t)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { chat(t, c, base, map[string]string{"X-Request-Id": "block"}) })
+	require.Equal(t, "block", <-rec.arrived)
+	wg.Go(func() { chat(t, c, base, map[string]string{"X-Request-Id": "waits"}) })
+	hc := p.router.def.client
+	require.Eventually(t, func() bool { return hc.PendingRequests() == 2 }, 10*time.Second, time.Millisecond,
+		"both calls sent to the upstream, one of them waiting for its connection")
+	clock.Advance(10 * time.Second)
+	close(rec.release)
+	wg.Wait()
+	require.Equal(t, []string{"block", "waits"}, rec.seen())
+
+	l := lanesOf(t, c, base)[0]
+	// Default alpha 0.2: 10 s, then 0.8 x 10 s + 0.2 x 0.
+	assert.InDelta(t, 8000, l.LatencyEWMAMs, 1, "lane %+v", l)
+	text := promText(set)
+	assert.Equal(t, "10", sampleOf(text, fmt.Sprintf(`governor_lane_upstream_latency_seconds_sum{lane=%q}`, l.ID)),
+		"the lane's histogram: the provider's 10 s over block, none over waits")
+	assert.Equal(t, "20", sampleOf(text, `governor_upstream_latency_seconds_sum{route="default"}`),
+		"the route's histogram: dispatch to answer, the wait for the connection included")
+}
+
+// sampleOf returns the value of series in the Prometheus text, or "".
+func sampleOf(text, series string) string {
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
