@@ -170,15 +170,17 @@ func (b *bodyBudget) claim(h *fasthttp.RequestHeader) int64 {
 }
 
 // refuse records that the request whose head is h was refused room for
-// its body, as a reservation of no bytes (see cancel).
-func (b *bodyBudget) refuse(h *fasthttp.RequestHeader) {
+// its body, as a reservation of no bytes (see cancel) that lasts until
+// deadline, as long as reading the body can go on: serverError then
+// answers it buffers_full, however long its bytes take to come.
+func (b *bodyBudget) refuse(h *fasthttp.RequestHeader, deadline time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cancelLocked(h)
 	if b.reserved == nil {
 		b.reserved = make(map[*fasthttp.RequestHeader]reservation)
 	}
-	b.reserved[h] = reservation{}
+	b.reserved[h] = reservation{deadline: deadline}
 }
 
 // free returns the bytes the budget has left.
@@ -249,7 +251,7 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	if free := p.budget.free(); chunked && free > 0 && p.budget.reserve(h, free, conn, base, now, deadline) {
 		return fasthttp.RequestConfig{MaxRequestBodySize: int(free)}
 	}
-	p.budget.refuse(h)
+	p.budget.refuse(h, deadline)
 	return fasthttp.RequestConfig{MaxRequestBodySize: 1}
 }
 

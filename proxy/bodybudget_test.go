@@ -274,3 +274,50 @@ func TestChunkedBodiesAreCountedWhileTheyAreRead(t *testing.T) {
 	held(400 * kb)
 	assert.Equal(t, []string{"a"}, rec.seen())
 }
+
+// A body refused room at its head gets 503 buffers_full however long its
+// bytes take to come, even when other calls ask for room meanwhile: its
+// refusal is not taken for a reservation past its deadline.
+func TestRefusedBodyStaysRefusedWhileOthersAskForRoom(t *testing.T) {
+	checkLeaks(t)
+	rec, up := newRecorder(t)
+	const kb = 1 << 10
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), MaxBufferedBytes: 800 * kb, MaxBodyBytes: 400 * kb}))
+	addr := strings.TrimPrefix(base, "http://")
+	held := func(n int64) {
+		require.Eventually(t, func() bool { return p.budget.held.Load() == n }, 5*time.Second, time.Millisecond, "held %d", n)
+	}
+	// Two bodies announced and not sent fill the budget.
+	for _, id := range []string{"a", "b"} {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n", id, 400*kb)
+		require.NoError(t, err)
+	}
+	held(800 * kb)
+	// A chunked call whose head finds no room; its body comes later.
+	late, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { late.Close() })
+	_, err = io.WriteString(late, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: late\r\nTransfer-Encoding: chunked\r\n\r\n")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		p.budget.mu.Lock()
+		defer p.budget.mu.Unlock()
+		return len(p.budget.reserved) == 3
+	}, 5*time.Second, time.Millisecond, "the chunked call's head was refused")
+	// Another call asks for room meanwhile, and is refused.
+	resp, answer := readResponse(t, startCall(t, addr, "other", 300*kb))
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, answer)
+	// The chunked body comes.
+	body := `{"model":"m"}`
+	_, err = fmt.Fprintf(late, "%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	require.NoError(t, err)
+	resp, answer = readResponse(t, late)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, answer)
+	code, _ := governorError(t, answer)
+	assert.Equal(t, CodeBuffersFull, code)
+	held(800 * kb)
+	assert.Empty(t, rec.seen())
+}
