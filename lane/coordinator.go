@@ -408,12 +408,18 @@ func (l *Lane) sharesBucket() bool {
 // reserveShared books a dispatch on the lane's shared bucket when the lane
 // is coordinated and a rate is known; ok is false when the local pacer
 // decides (no shared rate, or the Coordinator down or slow).
+//
+// The shared bucket is the count of every Governor's dispatches, so it
+// refills at the rate learned, as the local pacer's count does; the
+// learned rate converges on the provider's from below (see pacer.observe).
+// (The local pacer's paceMargin spaces the waits of its own calls, and
+// what that leaves goes to the calls after; a bucket booked at the margin
+// would lose it for good.)
 func (l *Lane) reserveShared(ctx context.Context) (time.Duration, bool) {
 	rate, burst, joined := l.sharedPace()
 	if !joined || !(rate > 0) || !l.co.coord.Up() {
 		return 0, false
 	}
-	rate *= paceMargin
 	if l.pace.maxGap > 0 {
 		rate = max(rate, 1/l.pace.maxGap.Seconds())
 	}

@@ -91,3 +91,28 @@ func TestLaneTransitionsAreLoggedOnce(t *testing.T) {
 	assert.Empty(t, buf.Lines(t, "lane governed locally"), "falls back at debug level")
 	assert.Equal(t, 8, c.l.q.Stats().Limit, "and rejoined")
 }
+
+// A coordinated lane books its dispatches on the bucket shared by every
+// Governor at the rate and burst the sync gave, the provider's as learned:
+// the count of every Governor's calls refills as the provider's bucket
+// does. Without a shared rate, or with the Coordinator down, the local
+// pacer decides and nothing is booked in it.
+func TestSharedBucketIsBookedAtTheLearnedRate(t *testing.T) {
+	c := newCoordLane(t)
+	fc := c.r.cfg.Coordinator.(*fakeCoordinator)
+	c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: c.clock.Now()})
+	c.l.Reserve(t.Context(), c.clock.Now())
+	assert.Zero(t, fc.reserves, "no shared rate: the local pacer decides")
+
+	c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, Rate: 33, Burst: 33, OthersSynced: c.clock.Now()})
+	c.l.Reserve(t.Context(), c.clock.Now())
+	assert.Equal(t, 1, fc.reserves)
+	assert.Equal(t, 33.0, fc.rate, "the learned rate")
+	assert.Equal(t, 33.0, fc.burst)
+
+	fc.mu.Lock()
+	fc.down = true
+	fc.mu.Unlock()
+	c.l.Reserve(t.Context(), c.clock.Now())
+	assert.Equal(t, 1, fc.reserves, "the Coordinator down: the local pacer decides")
+}

@@ -35,9 +35,10 @@ func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 // fakeCoordinator is a Coordinator that is up, books no wait and records
 // what it is asked; the tests call report and adopt themselves.
 type fakeCoordinator struct {
-	mu       sync.Mutex
-	down     bool
-	reserves int
+	mu          sync.Mutex
+	down        bool
+	reserves    int
+	rate, burst float64 // of the last Reserve
 }
 
 func (f *fakeCoordinator) Sync(ctx context.Context, reports []Report) ([]Shared, error) {
@@ -48,6 +49,7 @@ func (f *fakeCoordinator) Reserve(ctx context.Context, id string, rate, burst fl
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reserves++
+	f.rate, f.burst = rate, burst
 	return 0, nil
 }
 
