@@ -50,20 +50,22 @@ func (a *attempts) dispatch() Attempt {
 	return at
 }
 
-func (a *attempts) done(at Attempt) {
+// done ends at and reports whether it was in flight.
+func (a *attempts) done(at Attempt) bool {
 	if at.seq == 0 {
-		return
+		return false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	q := a.seqs[a.head:]
 	i, found := a.search(at.seq)
 	if !found || q[i]&1 != 0 {
-		return // ended already
+		return false // ended already
 	}
 	q[i] |= 1
 	a.live--
 	a.compactLocked()
+	return true
 }
 
 // search finds seq in a.seqs[a.head:]. It requires a.mu to be held.
@@ -122,11 +124,18 @@ func (a *attempts) othersInFlight(at Attempt) bool {
 // slot. Call Done once the attempt no longer holds the provider's
 // capacity: when it failed or was cut, or once its answer has been passed
 // back whole (a stream, when it ends).
-func (l *Lane) Dispatch() Attempt { return l.att.dispatch() }
+func (l *Lane) Dispatch() Attempt {
+	l.load.attempts.Add(1)
+	return l.att.dispatch()
+}
 
 // Done ends the attempt a; a zero Attempt is ignored, and so is a second
 // Done of the same attempt.
-func (l *Lane) Done(a Attempt) { l.att.done(a) }
+func (l *Lane) Done(a Attempt) {
+	if l.att.done(a) {
+		l.load.attempts.Add(-1)
+	}
+}
 
 // Mark returns the lane's Mark now.
 func (l *Lane) Mark() Mark { return l.att.mark() }

@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,11 @@ type connLoad struct {
 	opening      atomic.Int32
 	lastOpen     atomic.Int64
 	quickestOpen atomic.Int64
+	// attempts counts the upstream's attempts in flight, over its lanes
+	// (Dispatch to Done), each on a connection or waiting for one, and
+	// max is its connections (Config.MaxConnsPerUpstream).
+	attempts atomic.Int32
+	max      int32
 }
 
 // loadLocked returns the connLoad of an upstream, made on first use. It
@@ -45,7 +51,7 @@ type connLoad struct {
 func (r *Registry) loadLocked(upstream string) *connLoad {
 	cl := r.loads[upstream]
 	if cl == nil {
-		cl = &connLoad{}
+		cl = &connLoad{max: int32(min(r.cfg.MaxConnsPerUpstream, math.MaxInt32))}
 		r.loads[upstream] = cl
 	}
 	return cl
@@ -84,4 +90,37 @@ func inFlightByUpstream(all []*Lane) map[string]int {
 // back by its upstream's connections, which upstreamInFlight calls fill.
 func (r *Registry) connLimited(upstreamInFlight, inFlight int) bool {
 	return inFlight > 0 && upstreamInFlight >= r.cfg.MaxConnsPerUpstream
+}
+
+// ConnsTaken reports whether the lane's upstream has more attempts in
+// flight (see Dispatch), over its lanes, than connections: an attempt
+// just dispatched waits for one to come free (see WaitConn).
+func (l *Lane) ConnsTaken() bool { return l.load.attempts.Load() > l.load.max }
+
+// WaitConn counts, from now, an attempt of the lane that waits for a free
+// connection to its upstream, until GotConn. Such an attempt holds its
+// slot and is not at the provider yet, as a call held for the provider's
+// budget (see Hold): the controller reads it so (aimd.Sample.Held,
+// Unsent), so that calls silent while they wait for a connection do not
+// read as calls the provider queues. Held does not count it.
+func (l *Lane) WaitConn(now time.Time) {
+	l.connWaits.Add(1)
+	l.connWaitAt.Store(now.UnixNano())
+}
+
+// GotConn ends at now a wait begun with WaitConn: the attempt's request
+// is handed to a connection, or it has failed.
+func (l *Lane) GotConn(now time.Time) {
+	l.connWaitAt.Store(now.UnixNano())
+	l.connWaits.Add(-1)
+}
+
+// connWaitSince reports whether an attempt of the lane has waited for a
+// connection at any time since t (see heldSince).
+func (l *Lane) connWaitSince(t time.Time) bool {
+	if l.connWaits.Load() > 0 {
+		return true
+	}
+	at := l.connWaitAt.Load()
+	return at != 0 && at >= t.UnixNano()
 }

@@ -59,6 +59,10 @@ type Lane struct {
 	// ended such a wait (Unix nanoseconds; 0 never): see heldSince.
 	held   atomic.Int64
 	heldAt atomic.Int64
+	// connWaits and connWaitAt are held and heldAt for attempts that
+	// wait for a free connection to the upstream (WaitConn to GotConn).
+	connWaits  atomic.Int64
+	connWaitAt atomic.Int64
 }
 
 // ID returns the lane's id, upstream/model/credential-hash: free of
@@ -206,9 +210,10 @@ func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) boo
 // limit follows the controller's.
 func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Time) {
 	inFlight := l.q.Stats().InFlight
-	// The calls held in their slots for a budget now are not at the
-	// provider; the call answered is not one of them.
-	unsent := max(0, min(l.Held(), inFlight-1))
+	// The calls held in their slots for a budget, or waiting for a
+	// connection to the upstream, now are not at the provider; the call
+	// answered is not one of them.
+	unsent := max(0, min(l.Held()+int(l.connWaits.Load()), inFlight-1))
 	l.mu.Lock()
 	before := l.ctrl.Limit()
 	co := l.co
@@ -223,7 +228,7 @@ func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Ti
 		sent = now.Add(-latency)
 	}
 	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Unsent: unsent,
-		Dispatched: dispatched, Held: l.heldSince(sent)}, now)
+		Dispatched: dispatched, Held: l.heldSince(sent) || l.connWaitSince(sent)}, now)
 	limit := l.ctrl.Limit()
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)

@@ -74,7 +74,11 @@ type watchedClient struct {
 	// sent is when the attempt's request was handed to its upstream
 	// connection (see takeOff): zero until then, and for an attempt not
 	// carried (see carryBody).
-	sent  time.Time
+	sent time.Time
+	// handed, if set, is called with sent once the attempt's request is
+	// handed to its connection, and then cleared.
+	handed func(sent time.Time)
+
 	index int    // in clientWatch.clients, -1 when not in it; guarded by clientWatch.mu
 	since uint64 // clientWatch.ticks when the watch began; guarded by clientWatch.mu
 
@@ -181,7 +185,7 @@ func (w *clientWatch) unwatch(wc *watchedClient) {
 	if cancel != nil {
 		cancel(nil)
 	}
-	wc.body, wc.resp, wc.off, wc.sent = nil, nil, 0, time.Time{}
+	wc.body, wc.resp, wc.off, wc.sent, wc.handed = nil, nil, 0, time.Time{}, nil
 	// The loop may still hold wc in its batch: it locks wc.mu before it
 	// looks, and then finds it unwatched or watching its next call's
 	// client, which it may peek at early.
@@ -327,6 +331,10 @@ func (wc *watchedClient) carryBody(req *fasthttp.Request, resp *fasthttp.Respons
 // then never completed and the connection is closed.
 func (wc *watchedClient) takeOff() error {
 	wc.sent = wc.now()
+	if f := wc.handed; f != nil {
+		wc.handed = nil
+		f(wc.sent)
+	}
 	c := connOf(wc.resp)
 	if c != nil {
 		c.own(wc)

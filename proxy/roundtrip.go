@@ -359,7 +359,25 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	}
 	at := l.Dispatch()
 	start := p.cfg.Now()
+	// An attempt that finds every connection to the upstream taken waits
+	// for one in its slot, as if held there (see lane.WaitConn) until its
+	// request is handed to a connection.
+	waits := l.ConnsTaken()
+	carried := c.watched != nil && c.watched.resp == resp
+	if waits {
+		l.WaitConn(start)
+		if carried {
+			c.watched.handed = l.GotConn
+		}
+	}
 	err := c.req.up.send(out, resp, start.Add(o.attemptTimeout), c.watched)
+	if waits && (!carried || c.watched.handed != nil) {
+		// Never handed to a connection, or not carried (not told when).
+		if carried {
+			c.watched.handed = nil
+		}
+		l.GotConn(p.cfg.Now())
+	}
 	oc := lane.Answered
 	// streamWhy says what made a stream read whole a failed attempt,
 	// though its head was a success (see overloadWatch.outcome).
