@@ -93,6 +93,10 @@ func TestSlowBodiesGiveTheirRoomUp(t *testing.T) {
 	// (of 60) after its head.
 	steady, rest := head("steady", 450*kb, 300*kb, false)
 	waitHeld(450 * kb)
+	// Its pace is judged by the bytes Governor has read, not sent: wait
+	// until they are (give or take a byte a read may hold back).
+	require.Eventually(t, func() bool { return bodyReceived(p) >= 299*kb }, 5*time.Second, time.Millisecond,
+		"the steady body's first 300 KiB read")
 	skew.Add(int64(20 * time.Second))
 	other, _ := head("other", 600*kb, 0, false)
 	resp, answer = readResponse(t, other)
@@ -103,4 +107,19 @@ func TestSlowBodiesGiveTheirRoomUp(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode, answer)
 	waitHeld(0)
 	assert.Equal(t, []string{"served", "steady"}, rec.seen(), "the slow and refused calls never reached the provider")
+}
+
+// bodyReceived returns the most bytes any body holding a reservation in
+// p's budget has received so far.
+func bodyReceived(p *Proxy) int64 {
+	b := &p.budget
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var most int64
+	for _, r := range b.reserved {
+		if r.conn != nil {
+			most = max(most, r.conn.received.Load()-r.base)
+		}
+	}
+	return most
 }
