@@ -292,11 +292,7 @@ func (js *jobStore) pendingItems() int {
 		}
 	}
 	js.mu.Unlock()
-	n := 0
-	for _, e := range running {
-		n += e.pending()
-	}
-	return n
+	return pendingOf(running)
 }
 
 // cancelAll cancels every running job.

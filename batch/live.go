@@ -62,9 +62,5 @@ func (lb *liveBatches) pendingItems() int {
 		es = append(es, j.exec)
 	}
 	lb.mu.Unlock()
-	n := 0
-	for _, e := range es {
-		n += e.pending()
-	}
-	return n
+	return pendingOf(es)
 }

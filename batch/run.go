@@ -117,6 +117,15 @@ func (e *execution) pending() int {
 	return e.total - s.Completed - s.CompletedWithRetries - s.Failed - s.DidNotRun
 }
 
+// pendingOf returns how many items of es have no row yet.
+func pendingOf(es []*execution) int {
+	n := 0
+	for _, e := range es {
+		n += e.pending()
+	}
+	return n
+}
+
 func (e *execution) isDone(i int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
