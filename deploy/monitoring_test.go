@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -230,7 +229,7 @@ func scrapeRunningGovernor(t *testing.T) (map[string]bool, string) {
 
 	// Governor binds ports of its own choosing and reports them in its
 	// start-up line: ports picked free here could be taken before it binds.
-	closedPort := freeAddr(t) // nobody listens: Redis is down
+	closedPort := "127.0.0.1:1" // nobody listens (tcpmux): Redis is down
 	cmd := exec.Command(bin, "-demo")
 	cmd.Env = append(os.Environ(), "GOVERNOR_LISTEN=127.0.0.1:0", "GOVERNOR_ADMIN_LISTEN=127.0.0.1:0",
 		"GOVERNOR_LOG_FORMAT=json", "GOVERNOR_LOG_LEVEL=info", "GOVERNOR_REDIS_URL=redis://"+closedPort)
@@ -308,14 +307,6 @@ func scrapeRunningGovernor(t *testing.T) (map[string]bool, string) {
 		}
 	}
 	return names, string(body)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // The PodMonitor scrapes the admin port of the pods of both examples.

@@ -249,10 +249,7 @@ func TestHTTPSUpstream(t *testing.T) {
 func TestUnreachableUpstreamIsOpenAIShaped502(t *testing.T) {
 	t.Parallel()
 	checkLeaks(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := "127.0.0.1:1" // nothing listens there (tcpmux)
 	_, base := startProxy(t, fastRetries(Config{
 		Upstream: mustURL(t, "http://"+addr),
 		Routes:   []Route{{Name: "anthropic", URL: mustURL(t, "http://"+addr)}},

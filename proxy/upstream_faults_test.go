@@ -3,7 +3,6 @@ package proxy
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -84,10 +83,7 @@ func TestUpstreamFaultMatrix(t *testing.T) {
 	checkSockets(t)
 	checkLeaks(t)
 	mock, mockURL := startMock(t, mockllm.Config{Latency: 5 * time.Millisecond, ChunkDelay: time.Millisecond})
-	refused, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	refusedAddr := refused.Addr().String()
-	refused.Close() // nothing listens there now: connection refused
+	refusedAddr := "127.0.0.1:1" // nothing listens there (tcpmux): connection refused
 	routes := []Route{{Name: "down", URL: mustURL(t, "http://"+refusedAddr)}}
 	_, patient := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: time.Minute, Routes: routes}))
 	_, impatient := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), AttemptTimeout: 300 * time.Millisecond}))

@@ -186,7 +186,7 @@ func TestContractNames(t *testing.T) {
 	require.NoError(t, err)
 	defer stop()
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL,
-		"GOVERNOR_ROUTES=anthropic="+mockURL+",dead=http://"+freeAddr(t),
+		"GOVERNOR_ROUTES=anthropic="+mockURL+",dead=http://127.0.0.1:1",
 		"GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
 		"GOVERNOR_MAX_BODY_BYTES=100000", "GOVERNOR_MAX_BUFFERED_BYTES=50000",
 		"GOVERNOR_BATCH_MAX_RESPONSE_BYTES=4096", "GOVERNOR_MAX_CONNS_PER_UPSTREAM=7",

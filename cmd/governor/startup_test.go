@@ -20,7 +20,7 @@ func TestFailedStartupStopsWhatItStarted(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
-	closed := freeAddr(t) // nobody listens: Redis is down, Governor governs alone
+	closed := "127.0.0.1:1" // nobody listens (tcpmux): Redis is down, Governor governs alone
 	var out, errOut bytes.Buffer
 	code := run(nil, []string{
 		"GOVERNOR_LISTEN=127.0.0.1:0",
