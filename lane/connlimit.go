@@ -103,24 +103,8 @@ func (l *Lane) ConnsTaken() bool { return l.load.attempts.Load() > l.load.max }
 // budget (see Hold): the controller reads it so (aimd.Sample.Held,
 // Unsent), so that calls silent while they wait for a connection do not
 // read as calls the provider queues. Held does not count it.
-func (l *Lane) WaitConn(now time.Time) {
-	l.connWaits.Add(1)
-	l.connWaitAt.Store(now.UnixNano())
-}
+func (l *Lane) WaitConn(now time.Time) { l.connWaits.begin(now) }
 
 // GotConn ends at now a wait begun with WaitConn: the attempt's request
 // is handed to a connection, or it has failed.
-func (l *Lane) GotConn(now time.Time) {
-	l.connWaitAt.Store(now.UnixNano())
-	l.connWaits.Add(-1)
-}
-
-// connWaitSince reports whether an attempt of the lane has waited for a
-// connection at any time since t (see heldSince).
-func (l *Lane) connWaitSince(t time.Time) bool {
-	if l.connWaits.Load() > 0 {
-		return true
-	}
-	at := l.connWaitAt.Load()
-	return at != 0 && at >= t.UnixNano()
-}
+func (l *Lane) GotConn(now time.Time) { l.connWaits.end(now) }

@@ -226,13 +226,13 @@ func TestHeldCallsAreCountedUntilTheirWaitEnds(t *testing.T) {
 	b.l.Hold(ms(1))
 	assert.Equal(t, 2, b.info().Held)
 	assert.Contains(t, b.metrics(), fmt.Sprintf("governor_lane_held{lane=%q} 2", b.l.ID()))
-	assert.True(t, b.l.heldSince(ms(5)), "a call waits now")
+	assert.True(t, b.l.held.since(ms(5)), "a call waits now")
 	b.l.Unhold(ms(10))
 	b.l.Unhold(ms(20))
 	assert.Zero(t, b.info().Held)
 	assert.Contains(t, b.metrics(), fmt.Sprintf("governor_lane_held{lane=%q} 0", b.l.ID()))
-	assert.True(t, b.l.heldSince(ms(20)), "a call out since 20 ms saw a wait end")
-	assert.False(t, b.l.heldSince(ms(21)), "none held since 21 ms")
+	assert.True(t, b.l.held.since(ms(20)), "a call out since 20 ms saw a wait end")
+	assert.False(t, b.l.held.since(ms(21)), "none held since 21 ms")
 }
 
 // A provider that serves 11 calls at once behind a request bucket that

@@ -55,14 +55,9 @@ type Lane struct {
 	rejected atomic.Bool
 	accepted atomic.Bool
 	// held counts the calls waiting for a provider's budget in their
-	// slots now (Hold to Unhold), and heldAt is when one last started or
-	// ended such a wait (Unix nanoseconds; 0 never): see heldSince.
-	held   atomic.Int64
-	heldAt atomic.Int64
-	// connWaits and connWaitAt are held and heldAt for attempts that
-	// wait for a free connection to the upstream (WaitConn to GotConn).
-	connWaits  atomic.Int64
-	connWaitAt atomic.Int64
+	// slots (Hold to Unhold), and connWaits the attempts waiting for a
+	// free connection to the upstream (WaitConn to GotConn).
+	held, connWaits slotWaits
 }
 
 // ID returns the lane's id, upstream/model/credential-hash: free of
@@ -213,7 +208,7 @@ func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Ti
 	// The calls held in their slots for a budget, or waiting for a
 	// connection to the upstream, now are not at the provider; the call
 	// answered is not one of them.
-	unsent := max(0, min(l.Held()+int(l.connWaits.Load()), inFlight-1))
+	unsent := max(0, min(l.held.count()+l.connWaits.count(), inFlight-1))
 	l.mu.Lock()
 	before := l.ctrl.Limit()
 	co := l.co
@@ -228,7 +223,7 @@ func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Ti
 		sent = now.Add(-latency)
 	}
 	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Unsent: unsent,
-		Dispatched: dispatched, Held: l.heldSince(sent) || l.connWaitSince(sent)}, now)
+		Dispatched: dispatched, Held: l.held.since(sent) || l.connWaits.since(sent)}, now)
 	limit := l.ctrl.Limit()
 	qlimit := limit
 	decreased := co != nil && (ev == aimd.Decreased || ev == aimd.Collapsed)
@@ -425,30 +420,46 @@ func (l *Lane) Behind(seq uint64, mark TokenMark, booked, now time.Time) time.Du
 // aimd.Sample.Held), and reads the level at which the provider refused a
 // call at the calls at the provider, in flight less held
 // (aimd.Sample.Unsent). Held counts them.
-func (l *Lane) Hold(now time.Time) {
-	l.held.Add(1)
-	l.heldAt.Store(now.UnixNano())
-}
+func (l *Lane) Hold(now time.Time) { l.held.begin(now) }
 
 // Unhold ends at now a wait begun with Hold: the call is sent, or has
 // given up its slot.
-func (l *Lane) Unhold(now time.Time) {
-	l.heldAt.Store(now.UnixNano())
-	l.held.Add(-1)
-}
+func (l *Lane) Unhold(now time.Time) { l.held.end(now) }
 
 // Held returns the number of the lane's calls in flight that wait in
 // their slots for a provider's budget now (see Hold).
-func (l *Lane) Held() int { return int(l.held.Load()) }
+func (l *Lane) Held() int { return l.held.count() }
 
-// heldSince reports whether a call of the lane has waited in its slot for
-// a provider's budget at any time since t: one waits now, or one began or
-// ended such a wait at or after t.
-func (l *Lane) heldSince(t time.Time) bool {
-	if l.held.Load() > 0 {
+// slotWaits counts calls that wait in their slots before they reach the
+// provider, and keeps when one last began or ended such a wait. Safe for
+// concurrent use.
+type slotWaits struct {
+	n  atomic.Int64
+	at atomic.Int64 // Unix nanoseconds; 0 never
+}
+
+// begin counts a call that waits from now, until end.
+func (w *slotWaits) begin(now time.Time) {
+	w.n.Add(1)
+	w.at.Store(now.UnixNano())
+}
+
+// end ends at now a wait begun with begin.
+func (w *slotWaits) end(now time.Time) {
+	w.at.Store(now.UnixNano())
+	w.n.Add(-1)
+}
+
+// count returns the calls waiting now.
+func (w *slotWaits) count() int { return int(w.n.Load()) }
+
+// since reports whether a call has waited at any time since t: one waits
+// now, or one began or ended its wait at or after t.
+func (w *slotWaits) since(t time.Time) bool {
+	if w.n.Load() > 0 {
 		return true
 	}
-	at := l.heldAt.Load()
+	at := w.at.Load()
 	return at != 0 && at >= t.UnixNano()
 }
 
