@@ -48,6 +48,10 @@ var (
 	errOversizedHead  = fmt.Errorf("response head larger than %d bytes", responseHeaderBufferSize)
 )
 
+// errUnaskedUpgrade is an upstream's "101 Switching Protocols" to a
+// request that asked for no upgrade (see upstream.send): no answer.
+var errUnaskedUpgrade = errors.New("101 Switching Protocols to a request that asked for no upgrade")
+
 // scrubHeadError returns err, or, when err is fasthttp's complaint about
 // the bytes of an upstream head (rather than a connection's failure), an
 // error that says what was wrong without quoting them.

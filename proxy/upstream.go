@@ -186,8 +186,8 @@ type trackedConn struct {
 	peeker *peeker
 
 	// spoiled says the connection's framing is in doubt: its last answer
-	// was a 204 that framed a body (see framesNoContent). The next
-	// exchange refuses it.
+	// was a 204 that framed a body (see framesNoContent) or a 101 (see
+	// send). The next exchange refuses it.
 	spoiled atomic.Bool
 
 	// peerClosed says a read of the exchange found the connection closed
@@ -311,14 +311,27 @@ func (up *upstream) send(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		}
 		err = up.client.DoDeadline(req, resp, deadline)
 	}
-	if err == nil && framesNoContent(&resp.Header) {
-		// fasthttp has already put the connection back in its pool:
-		// the next exchange refuses it.
-		if c := connOf(resp); c != nil {
-			c.spoiled.Store(true)
-		}
+	switch {
+	case err != nil:
+	case resp.StatusCode() == fasthttp.StatusSwitchingProtocols:
+		// Governor forwards no Upgrade header, so the upstream
+		// switched protocols unasked: what follows on the connection
+		// is no HTTP answer to anyone, and this is no answer either.
+		spoil(resp)
+		return errUnaskedUpgrade
+	case framesNoContent(&resp.Header):
+		spoil(resp)
 	}
 	return err
+}
+
+// spoil marks the connection resp came on as one whose framing is in
+// doubt. fasthttp has already put it back in its pool: the next exchange
+// refuses it.
+func spoil(resp *fasthttp.Response) {
+	if c := connOf(resp); c != nil {
+		c.spoiled.Store(true)
+	}
 }
 
 // own makes w the owner of the exchange whose request is being written.
