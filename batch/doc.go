@@ -22,9 +22,12 @@
 //     routed like a proxied call's.
 //   - A sync batch whose client leaves is cancelled: its waiting items
 //     never run, its items in flight are cut. On Shutdown, sync batches
-//     drain with the proxy's calls; async jobs are cancelled, unless
-//     they are kept in a batch directory (Config.Dir): then they start no
-//     more items, and those started get until Shutdown's ctx ends.
+//     drain with the proxy's calls; async jobs start no more items, and
+//     those started get until Shutdown's ctx ends to finish. A job held
+//     in memory then ends (the rest DID_NOT_RUN, stopped "shutdown"), and
+//     one whose results were not read is logged with the items that did
+//     not run; a job kept in a batch directory (Config.Dir) resumes at
+//     the next start.
 //   - The answers batches hold in memory (async jobs without a batch
 //     directory; sync batches until their document is written) are
 //     bounded by Config.MaxResultBytes: finished jobs are forgotten early

@@ -335,7 +335,7 @@ func (s *Server) restoreJob(l journal.Loaded) error {
 		return fmt.Errorf("header: %w", err)
 	}
 	n := l.Job.Total()
-	e := &execution{id: h.ID, format: h.Format, options: h.Options, total: n,
+	e := &execution{id: h.ID, format: h.Format, options: h.Options, total: n, job: true,
 		done: make([]bool, n), summary: Summary{Total: n}, started: h.Created}
 	if l.Finished == nil {
 		if err := json.Unmarshal(l.Input, &e.items); err != nil {

@@ -3,12 +3,15 @@ package batch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/llmgovernor/governor/batch/journal"
+	"github.com/llmgovernor/governor/proxy"
 )
 
 // Job states, as GET /governor/batches/{id} shows them.
@@ -302,4 +305,39 @@ func (js *jobStore) cancelAll(cause error) {
 	for _, j := range js.byID {
 		j.cancel(cause)
 	}
+}
+
+// notRun names the items of e that have not run to their end (DID_NOT_RUN,
+// or no row yet), by custom id, else by index, at most max of them and
+// then how many more.
+func (e *execution) notRun(max int) []string {
+	done, _ := e.progress(time.Time{})
+	rr, err := e.rows.reader()
+	if err != nil {
+		return nil
+	}
+	defer rr.Close()
+	var out []string
+	more := 0
+	for i := range e.total {
+		if done[i] {
+			r, ok, err := rr.row(i, false)
+			if err != nil || !ok || r.Status != proxy.StatusDidNotRun {
+				continue
+			}
+		}
+		if len(out) == max {
+			more++
+			continue
+		}
+		name := e.customID(i)
+		if name == "" {
+			name = "#" + strconv.Itoa(i)
+		}
+		out = append(out, name)
+	}
+	if more > 0 {
+		out = append(out, fmt.Sprintf("and %d more", more))
+	}
+	return out
 }

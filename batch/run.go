@@ -35,6 +35,10 @@ type execution struct {
 	customIDs []string          // of each item; nil when none has one
 	creds     map[string]string // inherited credential headers
 	rows      rowStore
+	// job reports an async job: at Governor's shutdown it starts no
+	// more items, and those under way get until the drain's end to
+	// finish (sync batches are their clients' calls and run on).
+	job bool
 	// resumable reports rows kept on disk: a run stopped by Governor's
 	// shutdown is resumed after a restart rather than finished.
 	resumable bool
@@ -162,7 +166,10 @@ func (e *execution) snapshotSummary(now time.Time) Summary {
 // most workers at a time, and records a row for each, DID_NOT_RUN for
 // those that never started. It returns when every row is recorded, or,
 // for a resumable execution stopped by Governor's shutdown, when the items
-// in flight have ended: it then reports false, the run unfinished.
+// in flight have ended: it then reports false, the run unfinished. An
+// async job held in memory that Governor's shutdown stops finishes: the
+// items under way end as they would have (or are cut at the drain's end),
+// the others are DID_NOT_RUN, and its summary says "shutdown".
 //
 // Items are claimed in input order by a fixed set of workers, so a batch
 // holds at most workers items waiting or in flight: memory grows with
@@ -197,7 +204,7 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for ctx.Err() == nil && !(e.resumable && s.pausing()) {
+			for ctx.Err() == nil && !(e.job && s.pausing()) {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
@@ -222,15 +229,23 @@ func (s *Server) execute(ctx context.Context, e *execution) (finished bool) {
 		})
 	}
 	wg.Wait()
-	if e.resumable && !e.allDone() && (stopped(ctx) || ctx.Err() == nil && s.pausing()) {
+	paused := e.job && ctx.Err() == nil && s.pausing() && !e.allDone()
+	if e.resumable && !e.allDone() && (stopped(ctx) || paused) {
 		return false
 	}
-	e.finish(ctx, s.cfg.Now())
+	why := ""
+	switch {
+	case ctx.Err() != nil:
+		why = stopReason(ctx)
+	case paused:
+		why = errShutdown.Error()
+	}
+	e.finish(why, s.cfg.Now())
 	return true
 }
 
-// pausing reports whether Governor is shutting down: resumable runs start
-// no more items.
+// pausing reports whether Governor is shutting down: async jobs start no
+// more items.
 func (s *Server) pausing() bool {
 	select {
 	case <-s.paused:
@@ -252,8 +267,9 @@ func (e *execution) allDone() bool {
 	return !slices.Contains(e.done, false)
 }
 
-// finish records DID_NOT_RUN for the items that never ran, and the end.
-func (e *execution) finish(ctx context.Context, now time.Time) {
+// finish records DID_NOT_RUN for the items that never ran, and the end;
+// stopped says why the run ended early, empty if it did not.
+func (e *execution) finish(stopped string, now time.Time) {
 	for i := range e.total {
 		if !e.isDone(i) {
 			e.record(i, Row{Status: proxy.StatusDidNotRun})
@@ -261,9 +277,7 @@ func (e *execution) finish(ctx context.Context, now time.Time) {
 	}
 	e.mu.Lock()
 	e.finished = now
-	if ctx.Err() != nil {
-		e.summary.Stopped = stopReason(ctx)
-	}
+	e.summary.Stopped = stopped
 	e.mu.Unlock()
 }
 
@@ -294,8 +308,9 @@ const (
 // every second, for as long as the queue stays full. A batch thus waits
 // for room, as a client honouring the 503's Retry-After would, rather than
 // failing every item it has left within milliseconds, and the time waited
-// counts as the item's queue time. ok is false when a resumable run is to
-// stop (Governor is shutting down) while the item waits: it did not run.
+// counts as the item's queue time. When Governor starts shutting down
+// meanwhile, an async job's item stops waiting: it did not run, and ok is
+// false for a resumable job's (it runs after a restart).
 func (s *Server) runQueued(ctx context.Context, e *execution, i int) (r Row, ok bool) {
 	start := s.cfg.Now()
 	r = s.runItem(ctx, e, i)
@@ -307,9 +322,12 @@ func (s *Server) runQueued(ctx context.Context, e *execution, i int) (r Row, ok 
 		case <-ctx.Done():
 			t.Stop()
 			return Row{Status: proxy.StatusDidNotRun, Queue: s.cfg.Now().Sub(start), Lane: r.Lane}, true
-		case <-s.pausedIf(e.resumable):
+		case <-s.pausedIf(e.job):
 			t.Stop()
-			return Row{}, false
+			if e.resumable {
+				return Row{}, false
+			}
+			return Row{Status: proxy.StatusDidNotRun, Queue: s.cfg.Now().Sub(start), Lane: r.Lane}, true
 		}
 		wait = min(2*wait, roomRetryMax)
 		again := s.cfg.Now()
@@ -319,10 +337,10 @@ func (s *Server) runQueued(ctx context.Context, e *execution, i int) (r Row, ok 
 	return r, true
 }
 
-// pausedIf returns a channel closed once Governor shuts down if resumable,
-// else one never closed.
-func (s *Server) pausedIf(resumable bool) <-chan struct{} {
-	if resumable {
+// pausedIf returns a channel closed once Governor shuts down if job, else
+// one never closed.
+func (s *Server) pausedIf(job bool) <-chan struct{} {
+	if job {
 		return s.paused
 	}
 	return nil
@@ -358,6 +376,12 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		// answer (a 429 it was to retry) is not its outcome.
 		return Row{Status: proxy.StatusDidNotRun, Attempts: d.Attempts, Errors: d.Errors,
 			Queue: d.Queue, Execution: d.Execution, Lane: res.Lane}
+	}
+	if res.Err != nil && res.Err.Code == proxy.CodeDraining {
+		// Governor's drain ended before the item did: it did not run
+		// to its end, and its error says so.
+		return Row{Status: proxy.StatusDidNotRun, Attempts: d.Attempts, Errors: d.Errors,
+			Queue: d.Queue, Execution: d.Execution, Lane: res.Lane, Err: res.Err}
 	}
 	if res.Err != nil {
 		r.Status = proxy.StatusFailed

@@ -324,38 +324,80 @@ func (s *Server) makeRoomForJob() bool {
 }
 
 // Shutdown stops the async jobs and waits for every background run,
-// progress streams included, to end or ctx to be done. Without a batch
-// directory, jobs are cancelled at once (nobody could fetch their results
-// once Governor is gone: what has not started becomes DID_NOT_RUN). With
-// one, jobs start no more items; the items already started get until ctx
-// is done to finish and be recorded, and those still unfinished then are
-// cut, not recorded. What is not recorded runs when a Governor opens the
-// directory again. Sync batches are calls of the proxy's clients: the
-// proxy's own Shutdown waits for them.
+// progress streams included, to end or ctx to be done. Jobs start no more
+// items; the items already started get until ctx is done to finish, and
+// those still unfinished then are cut. With a batch directory, what was
+// recorded stays there and what was not (items never started, or cut)
+// runs when a Governor opens the directory again. Without one, each job
+// finishes: the items that never started, or were cut, are DID_NOT_RUN,
+// its summary says "shutdown", and since its results go with the process,
+// every job whose results were not read to their end is logged (a
+// warning, "batch job results lost at shutdown", with its counts and the
+// items that did not run). Sync batches are calls of the proxy's clients:
+// the proxy's own Shutdown waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.pause()
-	if s.cfg.Dir == "" {
-		s.stopJobs()
-	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		s.stopJobs()
-		if s.dir != nil {
-			return s.dir.Close()
-		}
-		return nil
 	case <-ctx.Done():
-		s.stopJobs()
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	s.stopJobs()
+	if err != nil {
+		// The runs cut now record their rows at once: give them a
+		// moment, so that the report below sees the jobs' ends.
+		t := time.NewTimer(stopGrace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.reportLost()
+	if err == nil && s.dir != nil {
+		return s.dir.Close()
+	}
+	return err
 }
+
+// stopGrace is how long Shutdown, once its ctx has ended, waits for the
+// runs it cuts to record their last rows.
+const stopGrace = time.Second
 
 // stopJobs cuts every async job where it is.
 func (s *Server) stopJobs() {
 	s.cancel(errShutdown)
 	s.jobs.cancelAll(errShutdown)
+}
+
+// maxLostItems bounds the items a lost job's log line names.
+const maxLostItems = 20
+
+// reportLost logs, at shutdown, every job held in memory whose results
+// were not read to their end: they go with the process.
+func (s *Server) reportLost() {
+	if s.dir != nil {
+		return
+	}
+	for _, j := range s.jobs.list(s.cfg.Now()) {
+		if j.read.Load() {
+			continue
+		}
+		st := j.status(s.cfg.Now(), s.cfg.TTL)
+		attrs := []any{"batch", st.ID, "status", st.Status, "stopped", st.Stopped, "items", st.Total,
+			"completed", st.Counts["COMPLETED"], "completed_with_retries", st.Counts["COMPLETED_WITH_RETRIES"],
+			"failed", st.Counts["FAILED"], "did_not_run", st.Counts["DID_NOT_RUN"]}
+		if n := st.Counts[string(StatusPending)]; n > 0 {
+			attrs = append(attrs, "pending", n)
+		}
+		if ids := j.exec.notRun(maxLostItems); len(ids) > 0 {
+			attrs = append(attrs, "not_run", ids)
+		}
+		s.cfg.Logger.Warn("batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)", attrs...)
+	}
 }
 
 // serveBatch answers POST /governor/batch: it runs the batch and answers
@@ -484,6 +526,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	}
 	j := &job{exec: newExecution(id, b, credentials(&ctx.Request.Header)), created: now,
 		cancel: cancel, done: make(chan struct{}), held: b.bodyBytes()}
+	j.exec.job = true
 	// The items outlive this request: their bodies count against the
 	// proxy's budget until the job stops running.
 	if !s.p.HoldBodies(j.held) {

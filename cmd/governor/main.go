@@ -317,11 +317,9 @@ func exitOnSecondSignal(ctx context.Context, sigc <-chan os.Signal, log *slog.Lo
 }
 
 // drain stops the proxy and the batch server, giving what is in flight
-// until ctx ends to finish. Async batch jobs are cancelled at once (nobody
-// could fetch their results), unless kept in GOVERNOR_BATCH_DIR: then they
-// start no more items and the proxy's drain lets those in flight finish,
-// as it does the calls of connected clients, sync batches and progress
-// streams.
+// until ctx ends to finish: the calls of connected clients, sync batches
+// and progress streams, and the items async jobs have started (the jobs
+// start no more; see batch.Server.Shutdown).
 func drain(ctx context.Context, p *proxy.Proxy, batches *batch.Server, log *slog.Logger) {
 	batchesDone := make(chan struct{})
 	go func() { _ = batches.Shutdown(ctx); close(batchesDone) }()

@@ -1,0 +1,83 @@
+package batch_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/internal/logtest"
+)
+
+// An async job held in memory (no batch directory) when Governor shuts
+// down starts no more items, lets those in flight finish within the
+// drain, and ends with every row: the answers of the items that finished,
+// DID_NOT_RUN for the others, stopped "shutdown". Its results go with the
+// process, so the log says which items did not run.
+func TestMemoryJobFinishesItsItemsInFlightAtShutdown(t *testing.T) {
+	var logs logtest.Buffer
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	}})
+	st := e.createJSONLJob(t, jsonlJob(6, "300ms"))
+	require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.batches.Shutdown(ctx), "the items in flight finish within the drain")
+
+	ms := e.mock.Stats()
+	assert.Equal(t, int64(2), ms.Received, "no item started after Shutdown")
+	assert.Equal(t, int64(0), ms.ClientGone, "the items in flight were not cut")
+	assert.Equal(t, int64(2), ms.Answered[200])
+
+	st = e.jobStatus(t, st.ID)
+	assert.Equal(t, batch.JobCompleted, st.Status)
+	assert.Equal(t, "shutdown", st.Stopped)
+	assert.Equal(t, map[string]int{"COMPLETED": 2, "DID_NOT_RUN": 4}, nonZero(st.Counts))
+	_, lines := e.jsonlResults(t, st.ID, false)
+	require.Len(t, lines, 6)
+	for i, l := range lines {
+		if i < 2 {
+			assert.NotNil(t, l["response"], "item %d answered", i)
+			continue
+		}
+		assert.Nil(t, l["response"], "item %d", i)
+		assert.Equal(t, "did_not_run", l["error"].(map[string]any)["code"], "item %d", i)
+	}
+
+	lost := logs.Lines(t, "batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)")
+	require.Len(t, lost, 1)
+	assert.Equal(t, st.ID, lost[0]["batch"])
+	assert.EqualValues(t, 2, lost[0]["completed"])
+	assert.EqualValues(t, 4, lost[0]["did_not_run"])
+	assert.Equal(t, []any{"r2", "r3", "r4", "r5"}, lost[0]["not_run"])
+}
+
+// Items of a job held in memory still in flight when Shutdown's ctx ends
+// are cut: DID_NOT_RUN, their details keeping the attempt and saying it
+// was cut by the shutdown.
+func TestMemoryJobItemsCutAtTheDrainsEnd(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	st := e.createJSONLJob(t, jsonlJob(4, "1h"))
+	require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, e.batches.Shutdown(ctx), context.DeadlineExceeded)
+	require.Eventually(t, func() bool { return e.mock.Stats().ClientGone == 2 }, 10*time.Second, time.Millisecond,
+		"the items in flight are cut at the deadline")
+
+	st = e.jobStatus(t, st.ID)
+	assert.Equal(t, batch.JobCompleted, st.Status, "the job has ended: Shutdown waited for its last rows")
+	assert.Equal(t, "shutdown", st.Stopped)
+	assert.Equal(t, map[string]int{"DID_NOT_RUN": 4}, nonZero(st.Counts))
+	resp, out := e.do(t, "GET", batch.PathBatches+"/"+st.ID+"/results", "", "")
+	require.Equal(t, 200, resp.StatusCode, out)
+	assert.Contains(t, out, `"error":{"code":"did_not_run"`)
+	assert.Equal(t, int64(2), e.mock.Stats().Received, "no item started after Shutdown")
+}
