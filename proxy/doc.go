@@ -77,9 +77,11 @@
 // fit is passed on as it arrives); the client connections of each
 // listener by Config.MaxConnections (503 and closed beyond it). A listener
 // that runs out of file descriptors pauses its accepts until some close,
-// instead of failing. A request that is not HTTP/1.0 or 1.1, or is a
-// CONNECT or PRI, gets 400 or 405; one framed by both Content-Length and
+// instead of failing. A request that is not HTTP/1.0 or 1.1 gets 400, one
+// whose method is not GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS
+// (TRACE, CONNECT, PRI) 405; one framed by both Content-Length and
 // Transfer-Encoding is served, and its connection closed after the answer.
+// Calls go upstream in HTTP/1.1 whatever version the client spoke.
 //
 // A call answered 429 or 529 waits for its hint, and a Retry-After also
 // pauses the lane, until the hint or until a call of the lane succeeds,

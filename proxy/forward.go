@@ -156,6 +156,12 @@ func (r *upstreamRequest) release() {
 // Governor's own headers, and with the upstream's Host.
 func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *fasthttp.Request) {
 	in.Header.CopyTo(&out.Header)
+	// Governor speaks HTTP/1.1 to its upstreams whatever version the
+	// client spoke (RFC 9110 §6.2: an intermediary sends its own
+	// version). Forwarded as HTTP/1.0, a call would get an answer the
+	// upstream closes its connection after, a stream framed by that
+	// close alone.
+	out.Header.SetProtocol("HTTP/1.1")
 	// A request without a Content-Type goes without one, not with
 	// fasthttp's application/octet-stream, which servers that read a
 	// JSON body only when it has no type or a JSON one (FastAPI, behind

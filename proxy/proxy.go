@@ -360,18 +360,20 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 }
 
 // acceptable answers, and reports false for, a request that is not an
-// HTTP/1.x call Governor may forward: a CONNECT or PRI (HTTP/2's preface)
-// gets 405, another HTTP version 400, and the connection is closed.
+// HTTP/1.x call Governor may forward: a method other than allowedMethods
+// (TRACE, CONNECT, PRI: HTTP/2's preface) gets 405 with an Allow header,
+// another HTTP version 400, and the connection is closed. The error takes
+// the shape of the provider the path routes to.
 func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	refuse := func(status int, code, msg string) bool {
 		ctx.SetConnectionClose()
-		p.writeError(ctx, false, apiError{Status: status, Code: code, Final: true, Message: msg})
+		p.writeError(ctx, p.anthropicShaped(ctx), apiError{Status: status, Code: code, Final: true, Message: msg})
 		return false
 	}
-	if m := h.Method(); string(m) == fasthttp.MethodConnect || string(m) == "PRI" {
-		ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-		return refuse(fasthttp.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("Governor does not serve %s requests", m))
+	if m := h.Method(); !allowedMethod(m) {
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
+		return refuse(fasthttp.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("Governor does not serve %.16s requests", m))
 	}
 	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
@@ -380,6 +382,24 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("header field name %.40q is not a token (RFC 9110 §5.6.2)", name))
 	}
 	return true
+}
+
+// allowedMethods are the methods Governor serves and forwards: those of
+// the providers' APIs and of CORS preflights. The others are refused, not
+// forwarded: TRACE would have the provider echo the request, credentials
+// included, back into a page's script (cross-site tracing), CONNECT would
+// ask for a tunnel, and an LLM API serves none of them.
+const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+// allowedMethod reports whether m is one of allowedMethods. Methods are
+// case-sensitive (RFC 9110 §9.1).
+func allowedMethod(m []byte) bool {
+	switch string(m) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodPost, fasthttp.MethodPut,
+		fasthttp.MethodPatch, fasthttp.MethodDelete, fasthttp.MethodOptions:
+		return true
+	}
+	return false
 }
 
 // invalidFieldName returns the first field name of a raw header block, as
