@@ -64,14 +64,23 @@ func stripResponseHopHeaders(h *fasthttp.ResponseHeader) {
 	}
 }
 
-// framesNoContent reports whether h is the head of a 204 (No Content)
-// that frames a body anyway, with a Content-Length above 0 or
-// Transfer-Encoding. A 204 ends at its head whatever it says (RFC 9112
-// §6.3), so the bytes of such a body, if the upstream sends them, would
-// be read as the start of the next answer on its connection.
-func framesNoContent(h *fasthttp.ResponseHeader) bool {
-	return h.StatusCode() == fasthttp.StatusNoContent &&
-		(h.ContentLength() > 0 || h.ContentLength() == -1 || len(h.Peek(fasthttp.HeaderTransferEncoding)) > 0)
+// framesSkippedBody reports whether h, the head of an answer that ends at
+// its head, frames a body anyway, with a Content-Length above 0 or
+// Transfer-Encoding. A 204 or 304 answer, and the answer to a HEAD request
+// (head), end at their heads whatever they say (RFC 9112 §6.3). A 204 that
+// frames a body breaks a rule (RFC 9110 §8.6); a 304 and the answer to a
+// HEAD may announce the body a GET would get. Either way, an upstream that
+// sends that body would have its bytes read as the start of the next answer
+// on the connection.
+func framesSkippedBody(h *fasthttp.ResponseHeader, head bool) bool {
+	switch h.StatusCode() {
+	case fasthttp.StatusNoContent, fasthttp.StatusNotModified:
+	default:
+		if !head {
+			return false
+		}
+	}
+	return h.ContentLength() > 0 || h.ContentLength() == -1 || len(h.Peek(fasthttp.HeaderTransferEncoding)) > 0
 }
 
 // stripNoContentFraming removes Content-Length and Transfer-Encoding from

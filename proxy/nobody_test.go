@@ -141,3 +141,49 @@ func TestRequestWithoutContentTypeKeepsNone(t *testing.T) {
 	require.True(t, strings.HasPrefix(out, "HTTP/1.1 200 "), out)
 	assert.Empty(t, <-types)
 }
+
+// A 304 and the answer to a HEAD request end at their heads, though they
+// may announce the body a GET would get (RFC 9110 §8.6). An upstream that
+// sends that body anyway, late, must not have it read as the next call's
+// answer: the connection carries no other call.
+func TestAnswerWithoutBodyCarriesNoOtherCall(t *testing.T) {
+	checkLeaks(t)
+	const fake = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"fake\":true}\n"
+	for name, tc := range map[string]struct{ method, head string }{
+		"304 with Content-Length": {"POST", "HTTP/1.1 304 Not Modified\r\nContent-Length: " + strconv.Itoa(len(fake)) + "\r\n\r\n"},
+		"304 chunked":             {"POST", "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n"},
+		"HEAD":                    {"HEAD", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(fake)) + "\r\n\r\n"},
+		"HEAD chunked":            {"HEAD", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			up := scriptedUpstream(t, func(c net.Conn, n int, br *bufio.Reader) {
+				if n > 1 {
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"id\":\"ok\"}")
+					return
+				}
+				io.WriteString(c, tc.head)
+				if readRequest(br) == nil {
+					io.WriteString(c, fake)
+				}
+			})
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+			c := client(t)
+			req, err := http.NewRequest(tc.method, base+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			require.NoError(t, err)
+			resp, err := c.Do(req)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			assert.Empty(t, body)
+			if tc.method == "POST" {
+				assert.Equal(t, http.StatusNotModified, resp.StatusCode)
+			}
+
+			resp, out := chat(t, c, base, nil)
+			assert.Equal(t, http.StatusOK, resp.StatusCode, out)
+			assert.Equal(t, `{"id":"ok"}`, out, "the next call gets its own answer")
+			assert.Equal(t, "1", resp.Header.Get(HeaderAttempts))
+		})
+	}
+}

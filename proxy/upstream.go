@@ -186,8 +186,8 @@ type trackedConn struct {
 	peeker *peeker
 
 	// spoiled says the connection's framing is in doubt: its last answer
-	// was a 204 that framed a body (see framesNoContent) or a 101 (see
-	// send). The next exchange refuses it.
+	// ended at its head but framed a body (see framesSkippedBody), or was
+	// a 101 (see send). The next exchange refuses it.
 	spoiled atomic.Bool
 
 	// peerClosed says a read of the exchange found the connection closed
@@ -319,7 +319,7 @@ func (up *upstream) send(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		// is no HTTP answer to anyone, and this is no answer either.
 		spoil(resp)
 		return errUnaskedUpgrade
-	case framesNoContent(&resp.Header):
+	case framesSkippedBody(&resp.Header, req.Header.IsHead()):
 		spoil(resp)
 	}
 	return err
