@@ -5,9 +5,11 @@
 // takes is README's (set GOVERNOR_UI_SCREENSHOT=docs/ui.png to refresh it).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
 import { REPO_ROOT, startGovernor, startMock } from './harness.mjs';
 
@@ -233,5 +235,53 @@ test('the live page says what holds a lane back', { skip, timeout: 60_000 }, asy
     await Promise.all(calls);
   } finally {
     await Promise.allSettled([g.stop(), tpm.stop()]);
+  }
+});
+
+// limitFileSize sets the size beyond which process pid cannot write a file
+// (RLIMIT_FSIZE, with util-linux's prlimit): its batch directory then
+// refuses results as a full disk does.
+async function limitFileSize(pid, bytes) {
+  await promisify(execFile)('prlimit', ['--pid', String(pid), `--fsize=${bytes}:unlimited`]);
+}
+
+// A job whose batch directory stops taking its results (a full disk; here
+// a file size limit) is shown stalled, with why, and the badge goes once
+// the directory takes results again and the job goes on.
+test('the live page shows a stalled job', { skip, timeout: 60_000 }, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'governor-ui-stalled-'));
+  const g = await startGovernor(mock.url, { GOVERNOR_BATCH_DIR: dir });
+  try {
+    // The job's files fit; a journal of its results does not.
+    await limitFileSize(g.proc.child.pid, 32 * 1024);
+    const requests = Array.from({ length: 120 }, (_, i) => ({
+      custom_id: `s${i}`,
+      url: '/v1/chat/completions',
+      body: { model: MODEL, messages: [{ role: 'user', content: `item ${i}` }] },
+    }));
+    const r = await fetch(`${g.url}/governor/batches`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ requests }),
+    });
+    const job = await r.json();
+    assert.equal(r.status, 202, JSON.stringify(job));
+
+    const page = await browser.newPage({ viewport: { width: 1360, height: 600 } });
+    await page.goto(`${g.url}/governor/ui`);
+    const row = page.locator(`tr[data-batch="${job.id}"]`);
+    const badge = row.locator('.badge', { hasText: 'stalled' });
+    await badge.waitFor({ timeout: 20_000 });
+    assert.match(await badge.getAttribute('title'), /results cannot be written to the batch directory \(.*file too large/);
+    assert.match(await row.locator('.sub.why').textContent(), /batch directory full/);
+    assert.equal(await row.locator('td:nth-child(7)').textContent(), '–', 'no ETA while stalled');
+
+    await limitFileSize(g.proc.child.pid, 'unlimited');
+    await row.locator('.badge', { hasText: 'completed' }).waitFor({ timeout: 30_000 });
+    assert.equal(await badge.count(), 0, 'no longer stalled');
+    await page.close();
+  } finally {
+    await g.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -2,8 +2,9 @@
 // listener: every lane with its limit, target, calls in flight (and those
 // of them held for the provider's budget) and waiting, latency, 429s,
 // pauses and collapses, with charts of the last minutes, and every batch,
-// async job or sync batch under way, with its progress, rate and ETA, and
-// for a job a cancel button.
+// async job or sync batch under way, with its progress, rate and ETA,
+// whether a job is stalled (its batch directory full) and why, and for a
+// job a cancel button.
 //
 // The page is static HTML, CSS and JavaScript embedded in the binary; it
 // loads nothing from elsewhere and holds no data of its own. Its script

@@ -461,6 +461,13 @@
     const cls = { running: 'info', completed: 'ok', cancelled: 'warn' }[b.status] || '';
     c.status.replaceChildren(badge(b.status, cls, b.stopped ? `Stopped: ${b.stopped}` : ''));
     if (b.stopped && b.stopped !== b.status) c.status.append(el('span', 'sub', b.stopped.replaceAll('_', ' ')));
+    // A running job whose batch directory does not take its results (a
+    // full disk) waits, and goes on by itself once they can be written.
+    const stalled = running && b.stalled;
+    entry.row.classList.toggle('stalled', Boolean(stalled));
+    if (stalled) {
+      c.status.append(' ', badge('stalled', 'warn', b.stalled), el('span', 'sub why', 'batch directory full: waiting for room'));
+    }
 
     const pct = (k) => (total ? `${(n(k) * 100) / total}%` : '0%');
     ['COMPLETED', 'COMPLETED_WITH_RETRIES', 'FAILED', 'DID_NOT_RUN'].forEach((k, i) => {
@@ -477,8 +484,8 @@
     if (running) {
       const r = rate(entry, b, done, now);
       c.rate.textContent = r === undefined ? '–' : `${nf1.format(r)}/s`;
-      c.eta.textContent = r > 0 ? duration(((total - done) / r) * 1000) : '–';
-      c.eta.title = 'Time left at the current rate';
+      c.eta.textContent = r > 0 && !stalled ? duration(((total - done) / r) * 1000) : '–';
+      c.eta.title = stalled ? 'None while the job is stalled' : 'Time left at the current rate';
     } else {
       const took = b.started_at && b.finished_at ? Date.parse(b.finished_at) - Date.parse(b.started_at) : NaN;
       c.rate.textContent = took > 0 ? `${nf1.format((done * 1000) / took)}/s` : '–';
