@@ -11,6 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/llmgovernor/governor/internal/reqmodel"
 )
 
 func benchRequest() *fasthttp.Request {
@@ -63,23 +65,7 @@ func BenchmarkLaneKey(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = credentialHash(&req.Header)
-		_ = modelOf(req.Body())
-	}
-}
-
-// BenchmarkModelOf measures reading the model of a request body, small
-// and with a 10 KB prompt: the scan checks the whole body's syntax.
-func BenchmarkModelOf(b *testing.B) {
-	for _, n := range []int{1, 250} {
-		body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` +
-			strings.Repeat("Lorem ipsum dolor sit amet, consectetur. ", n) + `"}],"stream":false}`)
-		b.Run(strconv.Itoa(len(body))+"B", func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				_ = modelOf(body)
-			}
-		})
+		_ = reqmodel.Of(req.Body())
 	}
 }
 

@@ -105,18 +105,6 @@ func TestMaxRetriesHeader(t *testing.T) {
 	}
 }
 
-func TestModelOf(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"model":"gpt-4o","messages":[]}`:   "gpt-4o",
-		`  {"messages":[],"model":"claude"}`: "claude",
-		`{"model":5}`:                        "",
-		`not json`:                           "",
-		``:                                   "",
-	} {
-		assert.Equal(t, want, modelOf([]byte(in)), in)
-	}
-}
-
 func TestIsEventStream(t *testing.T) {
 	for ct, want := range map[string]bool{
 		"text/event-stream": true, "text/event-stream; charset=utf-8": true, " Text/Event-Stream ;x=y": true,

@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llmgovernor/governor/internal/reqmodel"
 	"github.com/llmgovernor/governor/lane"
 )
 
@@ -62,7 +63,7 @@ var errTooManyLanes = &apiError{Status: fasthttp.StatusServiceUnavailable, Code:
 // It reads the client's request, not the one built for the upstream (see
 // upstreamRequest), and finds the same lane.
 func (p *Proxy) laneOf(up *upstream, req *fasthttp.Request) (*lane.Lane, *apiError) {
-	l, err := p.lanes.Get(lane.Key{Upstream: up.name, Credential: credentialHash(&req.Header), Model: modelOf(req.Body())})
+	l, err := p.lanes.Get(lane.Key{Upstream: up.name, Credential: credentialHash(&req.Header), Model: reqmodel.Of(req.Body())})
 	if err != nil {
 		return nil, errTooManyLanes
 	}

@@ -1,4 +1,4 @@
-package proxy
+package reqmodel
 
 import (
 	"bytes"
@@ -6,20 +6,17 @@ import (
 	"encoding/json"
 )
 
-// modelOf reads the "model" field of a JSON request body, as
-// json.Unmarshal into struct{ Model string } would: the last top-level key
-// that matches "model" case-insensitively; empty if there is none, if it is
-// not a string, or if the body is not a JSON object.
+// Of returns the model that the JSON request body names; empty if it
+// names none (see the package comment).
 //
-// It runs on every call to pick its lane, and a prompt can be hundreds of
-// kilobytes, so it neither decodes nor makes a second pass: json.Unmarshal
-// allocates a decoder and walks into every message, and json.Valid alone
-// costs about 2 ns a byte. One scan (jsonScan.scan) checks the syntax
-// exactly as json.Valid does and picks up the top-level keys on the way,
-// skipping the inside of strings eight bytes at a time. Anything unusual
-// (an escape or a non-ASCII byte in a model key or value) goes to
-// json.Unmarshal.
-func modelOf(body []byte) string {
+// It runs on every call, and a prompt can be hundreds of kilobytes, so it
+// neither decodes nor makes a second pass: json.Unmarshal allocates a
+// decoder and walks into every message, and json.Valid alone costs about
+// 2 ns a byte. One scan (jsonScan.scan) checks the syntax exactly as
+// json.Valid does and picks up the top-level keys on the way, skipping the
+// inside of strings eight bytes at a time. Anything unusual (an escape or
+// a non-ASCII byte in a model key or value) goes to json.Unmarshal.
+func Of(body []byte) string {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return ""
