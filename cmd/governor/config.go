@@ -52,7 +52,7 @@ type config struct {
 
 	BatchMaxResultBytes int64 `env:"GOVERNOR_BATCH_MAX_RESULT_BYTES" envDefault:"268435456" help:"answer bytes batches keep in memory, all together: async jobs without GOVERNOR_BATCH_DIR, and sync batches until their answer is written (progress lines keep none); beyond it finished jobs are forgotten early, those whose results were read or that were deleted first, and when running batches fill it new answers are dropped (their items FAILED) and new batches get 503"`
 
-	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly)"`
+	AIMDPreset              string        `env:"GOVERNOR_AIMD_PRESET" envDefault:"default" help:"controller: default, or phoenix (Arize Phoenix's ConcurrencyController exactly); each GOVERNOR_AIMD_* left at 0 takes the chosen preset's value"`
 	AIMDInitial             float64       `env:"GOVERNOR_AIMD_INITIAL" envDefault:"0" help:"starting target (default preset: the level a new lane's start climbs to, see GOVERNOR_AIMD_ADMISSION_WINDOW); 0 = preset default (phoenix: max, default: min(max, 8)); default preset: also the share above which a lane gives slots back, so replicas sharing an account without Redis settle near it (set about the account's concurrency / replicas)"`
 	AIMDWindow              time.Duration `env:"GOVERNOR_AIMD_WINDOW" envDefault:"5s" help:"phoenix: feedback window"`
 	AIMDIncreaseStep        float64       `env:"GOVERNOR_AIMD_INCREASE_STEP" envDefault:"0" help:"0 = preset default (phoenix: +0.5 per clean window; default: +1 first probe per round trip)"`
