@@ -71,12 +71,8 @@ type watchedClient struct {
 	resp *fasthttp.Response // the response of the attempt being sent; the call's goroutine only
 	off  int                // bytes of body read by Read in this attempt
 	now  func() time.Time   // the clock of sent
-	// sent is when the attempt's request was handed to its upstream
-	// connection (see takeOff): zero until then, and for an attempt not
-	// carried (see carryBody).
-	sent time.Time
-	// handed, if set, is called with sent once the attempt's request is
-	// handed to its connection, and then cleared.
+	// handed, if set, is called with the time the attempt's request is
+	// handed to its connection (see takeOff), and then cleared.
 	handed func(sent time.Time)
 
 	index int    // in clientWatch.clients, -1 when not in it; guarded by clientWatch.mu
@@ -185,7 +181,7 @@ func (w *clientWatch) unwatch(wc *watchedClient) {
 	if cancel != nil {
 		cancel(nil)
 	}
-	wc.body, wc.resp, wc.off, wc.sent, wc.handed = nil, nil, 0, time.Time{}, nil
+	wc.body, wc.resp, wc.off, wc.handed = nil, nil, 0, nil
 	// The loop may still hold wc in its batch: it locks wc.mu before it
 	// looks, and then finds it unwatched or watching its next call's
 	// client, which it may peek at early.
@@ -318,7 +314,6 @@ func (wc *watchedClient) left() bool {
 // carried (a stream would add "Content-Length: 0" to a GET); its attempts
 // are not cut, but its client still cannot make it retry.
 func (wc *watchedClient) carryBody(req *fasthttp.Request, resp *fasthttp.Response) {
-	wc.sent = time.Time{}
 	if len(wc.body) == 0 {
 		return
 	}
@@ -327,13 +322,12 @@ func (wc *watchedClient) carryBody(req *fasthttp.Request, resp *fasthttp.Respons
 }
 
 // takeOff records the connection the attempt's request is being written
-// to, and when. It fails when the client has left already: the request is
+// to, and tells handed when. It fails when the client has left already: the request is
 // then never completed and the connection is closed.
 func (wc *watchedClient) takeOff() error {
-	wc.sent = wc.now()
 	if f := wc.handed; f != nil {
 		wc.handed = nil
-		f(wc.sent)
+		f(wc.now())
 	}
 	c := connOf(wc.resp)
 	if c != nil {
@@ -358,18 +352,6 @@ func (wc *watchedClient) land() bool {
 	cut := wc.cut
 	wc.up, wc.cut, wc.resp = nil, false, nil
 	return cut
-}
-
-// sentAt returns when the attempt dispatched at dispatched was handed to
-// its upstream connection: after any wait for a free connection, and the
-// opening of a new one. An attempt not carried (see carryBody), or never
-// handed to a connection, was sent, as far as the watch knows, at
-// dispatched.
-func (wc *watchedClient) sentAt(dispatched time.Time) time.Time {
-	if wc.sent.Before(dispatched) {
-		return dispatched
-	}
-	return wc.sent
 }
 
 // SupportsBodyWriteTo tells fasthttp to write the body with WriteTo.

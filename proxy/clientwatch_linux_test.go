@@ -93,7 +93,7 @@ func TestClientWatchCutsTheAttemptOfADepartedClient(t *testing.T) {
 	defer w.close()
 	leaver, leaverConn := tcpPair(t)
 	wc := w.watch(leaverConn, nil)
-	up := newTrackedConn(pipeQuiet(t))
+	up := newTrackedConn(pipeQuiet(t), nil)
 	up.own(wc)
 	wc.mu.Lock()
 	wc.up = up // as takeOff records it

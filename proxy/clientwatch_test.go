@@ -17,7 +17,7 @@ func TestCutEndsOnlyTheOwnersExchange(t *testing.T) {
 	checkLeaks(t)
 	ours, theirs := net.Pipe()
 	defer theirs.Close()
-	c := newTrackedConn(ours)
+	c := newTrackedConn(ours, nil)
 	defer c.Close()
 	w, other := &watchedClient{}, &watchedClient{}
 	go func() {
@@ -52,7 +52,7 @@ func TestCutEndsOnlyTheOwnersExchange(t *testing.T) {
 	assert.NoError(t, read(), "an exchange another watch owns")
 
 	// A cut while a read waits ends the read.
-	quiet := newTrackedConn(pipeQuiet(t))
+	quiet := newTrackedConn(pipeQuiet(t), nil)
 	quiet.own(w)
 	done := make(chan error, 1)
 	go func() {

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +22,37 @@ import (
 // connection, then answers "waits" at once: the lane's latency figures
 // hold one 10 s answer and one instant one, while the route's histogram,
 // dispatch to answer, still counts the wait.
+//
+// A call without a body (GET /v1/models) is timed the same way.
 func TestWaitForAConnectionIsNotUpstreamLatency(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(t *testing.T, c *http.Client, base string, headers map[string]string)
+	}{
+		{"with a body", func(t *testing.T, c *http.Client, base string, h map[string]string) { chat(t, c, base, h) }},
+		{"without a body", getModels},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testWaitForAConnection(t, tc.call) })
+	}
+}
+
+// getModels sends GET /v1/models, a call without a body, with headers.
+func getModels(t *testing.T, c *http.Client, base string, headers map[string]string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+"/v1/models", nil)
+	require.NoError(t, err)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func testWaitForAConnection(t *testing.T, call func(t *testing.T, c *http.Client, base string, headers map[string]string)) {
 	checkLeaks(t)
 	rec, up := newRecorder(t)
 	set := metrics.NewSet()
@@ -30,9 +62,9 @@ func TestWaitForAConnectionIsNotUpstreamLatency(t *testing.T) {
 	c := client(t)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { chat(t, c, base, map[string]string{"X-Request-Id": "block"}) })
+	wg.Go(func() { call(t, c, base, map[string]string{"X-Request-Id": "block"}) })
 	require.Equal(t, "block", <-rec.arrived)
-	wg.Go(func() { chat(t, c, base, map[string]string{"X-Request-Id": "waits"}) })
+	wg.Go(func() { call(t, c, base, map[string]string{"X-Request-Id": "waits"}) })
 	hc := p.router.def.client
 	require.Eventually(t, func() bool { return hc.PendingRequests() == 2 }, 10*time.Second, time.Millisecond,
 		"both calls sent to the upstream, one of them waiting for its connection")

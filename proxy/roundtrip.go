@@ -430,8 +430,8 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	// provider's, and read as its latency it would cut the limit of a lane
 	// that MaxConnsPerUpstream holds back.
 	latency, sent := now.Sub(start), start
-	if c.watched != nil {
-		sent = c.watched.sentAt(start)
+	if t, ok := handedAt(resp); ok && t.After(start) {
+		sent = t
 	}
 	exchange := now.Sub(sent)
 	if c.watched != nil && c.watched.land() {

@@ -100,7 +100,7 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 			if err != nil {
 				return nil, err
 			}
-			tc := up.track(newTrackedConn(c))
+			tc := up.track(newTrackedConn(c, cfg.Now))
 			if tlsConfig != nil {
 				// As fasthttp would wrap it (a conn with Handshake is
 				// taken as TLS already), but seeing the TLS layer's end.
@@ -160,9 +160,14 @@ const responseHeaderBufferSize = 32 << 10
 // holds for TLS connections too because tls.Conn delegates LocalAddr.
 type trackedConn struct {
 	net.Conn
-	laddr   *connAddr // a pointer: a struct returned as net.Addr would be copied to the heap on every call
+	addr    net.Addr         // the socket's local address
+	now     func() time.Time // the clock of connAddr.handed
 	onClose func(*trackedConn)
 	once    sync.Once
+
+	// exchange is the address LocalAddr gave out last: that of the
+	// exchange that begins next (see SetWriteDeadline).
+	exchange atomic.Pointer[connAddr]
 
 	// stream, while a streamed body is passed to a client, is told before
 	// every read from the socket, i.e. whenever what the upstream sent so
@@ -272,6 +277,9 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	c.used = true
 	c.peerClosed = false
 	c.idle = 0
+	if a := c.exchange.Load(); a != nil && a.handed.IsZero() {
+		a.handed = c.now()
+	}
 	return c.Conn.SetWriteDeadline(t)
 }
 
@@ -389,18 +397,39 @@ func (up *upstream) openConns() []*trackedConn {
 	return conns
 }
 
+// connAddr is the local address of an upstream connection as one exchange
+// on it sees it: fasthttp records it in the exchange's response (with
+// ParseNetConn) once it has the connection for the exchange, just before
+// it begins the exchange (see SetWriteDeadline). It leads from a response
+// to its connection (connOf), and says when the exchange's request was
+// handed to that connection (handedAt).
 type connAddr struct {
 	net.Addr
 	conn *trackedConn
+	// handed is when the exchange began: its request was handed to conn,
+	// after any wait for a free connection and the opening of a new one.
+	// Zero if the connection refused it (errStaleConn): it was never
+	// written.
+	handed time.Time
 }
 
-func newTrackedConn(c net.Conn) *trackedConn {
-	tc := &trackedConn{Conn: c, peeker: newPeeker(c)}
-	tc.laddr = &connAddr{Addr: c.LocalAddr(), conn: tc}
-	return tc
+// newTrackedConn tracks c; now is the clock that times its exchanges
+// (nil: time.Now).
+func newTrackedConn(c net.Conn, now func() time.Time) *trackedConn {
+	if now == nil {
+		now = time.Now
+	}
+	return &trackedConn{Conn: c, peeker: newPeeker(c), addr: c.LocalAddr(), now: now}
 }
 
-func (c *trackedConn) LocalAddr() net.Addr { return c.laddr }
+// LocalAddr returns the connection's local address, as a connAddr of its
+// own for the exchange about to begin (fasthttp asks once per exchange, as
+// it takes the connection for it).
+func (c *trackedConn) LocalAddr() net.Addr {
+	a := &connAddr{Addr: c.addr, conn: c}
+	c.exchange.Store(a)
+	return a
+}
 
 // connOf returns the upstream connection a response was read from, or nil.
 func connOf(resp *fasthttp.Response) *trackedConn {
@@ -408,6 +437,18 @@ func connOf(resp *fasthttp.Response) *trackedConn {
 		return a.conn
 	}
 	return nil
+}
+
+// handedAt returns when the exchange of resp was handed to its upstream
+// connection, and false if it never was: fasthttp found no free
+// connection, or could not open one, before the attempt's deadline (or
+// the only connection it found refused the exchange). Read it on the
+// goroutine that made the exchange, once it is over.
+func handedAt(resp *fasthttp.Response) (time.Time, bool) {
+	if a, ok := resp.LocalAddr().(*connAddr); ok && !a.handed.IsZero() {
+		return a.handed, true
+	}
+	return time.Time{}, false
 }
 
 // copyBufs are the buffers bufferBody copies through: io.Copy would
