@@ -72,9 +72,32 @@ func scrubHeadError(err error) error {
 	return err
 }
 
+// errNoConn is the error of an attempt whose request never reached a
+// connection to its upstream: none came free, or none opened, before the
+// attempt's deadline (see unsent).
+var errNoConn = errors.New("no connection to the upstream within the attempt timeout")
+
+// unsent returns the error of an attempt that got no answer, err, saying
+// so when its request was never handed to a connection (resp tells: see
+// handedAt). The provider never saw such an attempt: whatever its
+// deadline, it is a connection error, never a timeout, which the
+// controller would read as the provider being slow.
+func unsent(resp *fasthttp.Response, err error) error {
+	if _, handed := handedAt(resp); handed {
+		return err
+	}
+	if errors.Is(err, fasthttp.ErrNoFreeConns) || classifyErr(err) == lane.Timeout {
+		return fmt.Errorf("%w: %w", errNoConn, err)
+	}
+	return err
+}
+
 // classifyErr classifies an attempt that got no answer.
 func classifyErr(err error) lane.Outcome {
 	var netErr net.Error
+	if errors.Is(err, errNoConn) {
+		return lane.ConnError
+	}
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout() {
 		return lane.Timeout
 	}

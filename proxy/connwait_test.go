@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -91,4 +92,53 @@ func sampleOf(text, series string) string {
 		}
 	}
 	return ""
+}
+
+// An attempt that waits for a free connection to its upstream longer than
+// the attempt timeout never reached the provider: it is a connection
+// error, which the controller does not read as congestion, not a timeout,
+// which would cut the lane as if the provider were slow. The call is told
+// why it failed. (A stream holds the only connection: its attempt ended
+// with its first byte.)
+func TestConnectionWaitPastTheAttemptTimeoutIsNoTimeout(t *testing.T) {
+	checkLeaks(t)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("X-Request-Id"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {}\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	set := metrics.NewSet()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, srv.URL), Metrics: set,
+		MaxConnsPerUpstream: 1, AttemptTimeout: 200 * time.Millisecond, ConnectTimeout: time.Minute}))
+	c := client(t)
+
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-test","stream":true}`))
+	require.NoError(t, err)
+	stream, err := c.Do(req)
+	require.NoError(t, err)
+	resp, body := chat(t, c, base, map[string]string{"X-Governor-Max-Retries": "0"})
+	close(release)
+	_, err = io.Copy(io.Discard, stream.Body)
+	require.NoError(t, err)
+	stream.Body.Close()
+
+	assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, body)
+	assert.Contains(t, body, "no connection", "the error says the call never reached a connection")
+	mu.Lock()
+	assert.Len(t, seen, 1, "the provider never saw the call that waited")
+	mu.Unlock()
+	l := lanesOf(t, c, base)[0]
+	assert.Zero(t, l.Decreases, "the lane was not cut: %+v", l)
+	text := promText(set)
+	assert.Equal(t, "0", sampleOf(text, fmt.Sprintf(`governor_attempts_total{lane=%q,outcome="timeout"}`, l.ID)), "timeouts")
+	assert.Equal(t, "1", sampleOf(text, fmt.Sprintf(`governor_attempts_total{lane=%q,outcome="connection_error"}`, l.ID)), "connection errors")
 }

@@ -42,8 +42,9 @@
 // retry-after hint; and a streamed success that the provider ends with an
 // overloaded_error event, which the controller hears when the stream ends,
 // the call passed on as it is); quota exhausted (a final 429); server error
-// (500/502/503/504); timeout; connection error; or final (other 4xx, passed
-// straight back). What a retry can fix is retried ahead of fresh calls,
+// (500/502/503/504); timeout; connection error (an attempt whose request
+// never reached a connection to the upstream before its deadline too: the
+// provider never saw it); or final (other 4xx, passed straight back). What a retry can fix is retried ahead of fresh calls,
 // after the provider's hint or an exponential backoff with full jitter,
 // until the budget is spent; then the provider's last answer goes back
 // with x-should-retry: false, so the official SDKs do not multiply retries

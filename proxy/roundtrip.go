@@ -383,7 +383,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	// though its head was a success (see overloadWatch.outcome).
 	var streamWhy string
 	if err != nil {
-		err = scrubHeadError(err)
+		err = unsent(resp, scrubHeadError(err))
 		oc = classifyErr(err)
 	} else if needsBuffering(resp) || o.wholeStreams {
 		// Read the body inside the attempt: a body cut short is a

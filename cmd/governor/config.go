@@ -33,7 +33,7 @@ type config struct {
 	ConnectTimeout    time.Duration `env:"GOVERNOR_CONNECT_TIMEOUT" envDefault:"10s" help:"dialing an upstream, and waiting for a free connection to it"`
 	DrainTimeout      time.Duration `env:"GOVERNOR_DRAIN_TIMEOUT" envDefault:"30s" help:"after SIGTERM/SIGINT, time to finish queued and in-flight work"`
 	MaxConcurrency    int           `env:"GOVERNOR_MAX_CONCURRENCY" envDefault:"64" help:"upper bound of each lane's concurrency target"`
-	MaxConnsPerUp     int           `env:"GOVERNOR_MAX_CONNS_PER_UPSTREAM" envDefault:"1024" help:"connections to one upstream, shared by its lanes; calls beyond it wait for a connection (at most GOVERNOR_CONNECT_TIMEOUT)"`
+	MaxConnsPerUp     int           `env:"GOVERNOR_MAX_CONNS_PER_UPSTREAM" envDefault:"1024" help:"connections to one upstream, shared by its lanes; calls beyond it wait for a connection (at most GOVERNOR_CONNECT_TIMEOUT, and within GOVERNOR_ATTEMPT_TIMEOUT: a longer wait is a connection error, retried, that does not cut the lane)"`
 	MaxRetries        int           `env:"GOVERNOR_MAX_RETRIES" envDefault:"10" help:"failed attempts a call retries; a 429 while the lane's other calls are being served does not count (per call: X-Governor-Max-Retries)"`
 	QueueTimeout      time.Duration `env:"GOVERNOR_QUEUE_TIMEOUT" envDefault:"10m" help:"longest wait in a lane's queue before a 504"`
 	QueueCapacity     int           `env:"GOVERNOR_QUEUE_CAPACITY" envDefault:"10000" help:"waiting calls per lane; beyond it, 503 with Retry-After"`
