@@ -294,6 +294,7 @@ func checkBatchDir(p *problemList, d *appsv1.Deployment, gov *corev1.Container, 
 		}
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.Name == vm.Name {
+				checkBatchVolume(p, d, dir, &v)
 				return
 			}
 		}
@@ -301,6 +302,25 @@ func checkBatchDir(p *problemList, d *appsv1.Deployment, gov *corev1.Container, 
 		return
 	}
 	p.add("Deployment %s: GOVERNOR_BATCH_DIR %s is not on a volume mounted in Governor's container", d.Name, dir)
+}
+
+// checkBatchVolume checks the volume that holds the batch directory. Its
+// size must be a filesystem's, which Governor rides out when full (the job
+// pauses, "stalled"): an emptyDir on disk with a sizeLimit is not, since
+// the kubelet evicts a pod whose emptyDir exceeds it, killing the
+// application too and deleting the emptyDir with its jobs. A volume
+// claimed from a StorageClass is owned by root unless the pod sets an
+// fsGroup, and Governor runs as another user.
+func checkBatchVolume(p *problemList, d *appsv1.Deployment, dir string, v *corev1.Volume) {
+	if e := v.EmptyDir; e != nil && e.SizeLimit != nil && e.Medium != corev1.StorageMediumMemory {
+		p.add("Deployment %s: GOVERNOR_BATCH_DIR %s is on an emptyDir with a sizeLimit: past it the kubelet evicts the pod, and the emptyDir goes with its jobs; use a volume of its own size (an ephemeral volume or a PersistentVolumeClaim), which Governor rides out when full", d.Name, dir)
+	}
+	if v.Ephemeral != nil || v.PersistentVolumeClaim != nil {
+		sc := d.Spec.Template.Spec.SecurityContext
+		if sc == nil || sc.FSGroup == nil {
+			p.add("Deployment %s: GOVERNOR_BATCH_DIR %s is on a claimed volume, owned by root: set the pod's securityContext.fsGroup so that Governor can write it", d.Name, dir)
+		}
+	}
 }
 
 func (m *manifests) checkSidecar(p *problemList, d *appsv1.Deployment, gov *corev1.Container, env map[string]envValue, listen string, loopback bool) {

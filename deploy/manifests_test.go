@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -69,9 +70,11 @@ func TestRedisOverlay(t *testing.T) {
 	assert.Contains(t, m.env(&problemList{}, d.Name, *gov), "GOMEMLIMIT", "the patch adds to the base's env, not replaces it")
 }
 
-// Both examples keep async batch jobs on an emptyDir, which outlives a
-// restart of Governor's container.
-func TestBatchDirectoryOnEmptyDir(t *testing.T) {
+// Both examples keep async batch jobs on a volume of the pod's, which
+// outlives a restart of Governor's container, with a size of its own: a
+// filesystem that, full, refuses writes (the job pauses) rather than an
+// emptyDir whose sizeLimit gets the pod evicted.
+func TestBatchDirectoryOnAVolumeOfItsOwnSize(t *testing.T) {
 	for _, dir := range []string{"base", "shared"} {
 		m := load(t, dir)
 		require.Len(t, m.deployments, 1)
@@ -85,7 +88,15 @@ func TestBatchDirectoryOnEmptyDir(t *testing.T) {
 		assert.Equal(t, path, gov.VolumeMounts[0].MountPath, dir)
 		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == gov.VolumeMounts[0].Name })
 		require.GreaterOrEqual(t, i, 0, dir)
-		assert.NotNil(t, spec.Volumes[i].EmptyDir, "%s: an emptyDir", dir)
+		v := spec.Volumes[i]
+		assert.Nil(t, v.EmptyDir, "%s: not an emptyDir", dir)
+		require.NotNil(t, v.Ephemeral, "%s: an ephemeral volume, made and deleted with the pod", dir)
+		claim := v.Ephemeral.VolumeClaimTemplate.Spec
+		assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, claim.AccessModes, dir)
+		size := claim.Resources.Requests[corev1.ResourceStorage]
+		assert.Equal(t, "2Gi", size.String(), dir)
+		require.NotNil(t, spec.SecurityContext.FSGroup, "%s: Governor, not root, owns the volume's files", dir)
+		assert.Equal(t, *spec.SecurityContext.RunAsGroup, *spec.SecurityContext.FSGroup, dir)
 	}
 }
 
@@ -151,8 +162,12 @@ func TestChecksCatchMistakes(t *testing.T) {
 		"batch dir read-only":  {"shared", func(m *manifests) { gov(m).VolumeMounts[0].ReadOnly = true }, "read-only mount"},
 		"batch dir elsewhere":  {"base", func(m *manifests) { config(m)["GOVERNOR_BATCH_DIR"] = "/var/lib/governor" }, "GOVERNOR_BATCH_DIR"},
 		"batch volume missing": {"base", func(m *manifests) { sidecarPod(m).Volumes = nil }, "does not define"},
-		"privilege escalation": {"base", func(m *manifests) { app(m).SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "allowPrivilegeEscalation"},
-		"capability kept":      {"base", func(m *manifests) { gov(m).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_RAW"} }, "capabilities"},
+		"batch dir on a sized emptyDir": {"base", func(m *manifests) {
+			sidecarPod(m).Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("2Gi"))}}
+		}, "evicts the pod"},
+		"batch volume without fsGroup": {"shared", func(m *manifests) { sidecarPod(m).SecurityContext.FSGroup = nil }, "fsGroup"},
+		"privilege escalation":         {"base", func(m *manifests) { app(m).SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "allowPrivilegeEscalation"},
+		"capability kept":              {"base", func(m *manifests) { gov(m).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_RAW"} }, "capabilities"},
 		"capability added": {"base", func(m *manifests) {
 			gov(m).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
 		}, "capabilities"},
