@@ -82,7 +82,9 @@
 // whose method is not GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS
 // (TRACE, CONNECT, PRI) 405; one framed by both Content-Length and
 // Transfer-Encoding is served, and its connection closed after the answer.
-// Calls go upstream in HTTP/1.1 whatever version the client spoke.
+// Calls go upstream in HTTP/1.1 whatever version the client spoke; a
+// stream to a client in HTTP/1.0, which has no chunked coding, is ended by
+// the close of its connection.
 //
 // A call answered 429 or 529 waits for its hint, and a Retry-After also
 // pauses the lane, until the hint or until a call of the lane succeeds,

@@ -321,9 +321,35 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	_ = body.moveDeadlines(time.Now())
 	size := resp.Header.ContentLength()
 	if size < 0 {
+		if !ctx.Request.Header.IsHTTP11() {
+			writeUntilClose(ctx, body)
+			return
+		}
 		size = -1 // chunked: -2 (read until close) is not a size we can send
 	}
 	ctx.Response.SetBodyStream(body, size)
+}
+
+// writeUntilClose writes the answer of ctx, whose body b is of unknown
+// length, to a client that spoke HTTP/1.0, and closes the connection: the
+// close ends the body. HTTP/1.0 has no chunked coding (RFC 9112 §6.1 has
+// it sent only to HTTP/1.1 clients), and fasthttp's server frames every
+// body stream of unknown length with it, so the answer is written here,
+// within the handler (a drain waits for it as for any other), and fasthttp
+// is told to write nothing and close the connection. The answers before it
+// on the connection are already out: with ReduceMemoryUsage fasthttp
+// flushes each one as it is written.
+func writeUntilClose(ctx *fasthttp.RequestCtx, b *streamBody) {
+	h := &ctx.Response.Header
+	h.Del(fasthttp.HeaderTransferEncoding)
+	h.SetContentLength(-2) // no Content-Length, and Connection: close
+	conn := ctx.Conn()
+	if _, err := conn.Write(h.Header()); err == nil {
+		_, _ = b.WriteTo(conn) // its end, a cut included, is b's to tell
+	}
+	_ = b.Close()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {}) // fasthttp then closes the connection
 }
 
 // clientCheckInterval is how often a call checks that its client is still

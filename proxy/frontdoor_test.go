@@ -1,10 +1,20 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/logtest"
+	"github.com/llmgovernor/governor/mockllm"
 )
 
 // A method no LLM API uses is refused at the door, in the error shape of
@@ -65,4 +75,50 @@ func TestHTTP10CallsAreForwardedInHTTP11(t *testing.T) {
 		assert.True(t, strings.HasPrefix(out, "HTTP/1.0 200 ") || strings.HasPrefix(out, "HTTP/1.1 200 "), "%.200q", out)
 		assert.Equal(t, "POST /v1/chat/completions HTTP/1.1", <-lines, raw)
 	}
+}
+
+// A client in HTTP/1.0 gets a stream framed by the close of the
+// connection, as HTTP/1.0 frames a body of unknown length, never chunked
+// (RFC 9112 §6.1: HTTP/1.0 has no chunked coding, and its client would
+// read the chunk sizes as the body); the answer before it on the same
+// connection comes first, whole.
+func TestHTTP10ClientsGetStreamsEndedByTheClose(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	_, mock := startMock(t, mockllm.Config{ChunkDelay: time.Millisecond, StreamChunks: 5})
+	var logs logtest.Buffer
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mock),
+		AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
+	addr := strings.TrimPrefix(base, "http://")
+	const (
+		chat   = `{"model":"gpt-a","messages":[{"role":"user","content":"Hello"}]}`
+		stream = `{"model":"gpt-a","stream":true,"messages":[{"role":"user","content":"Hello"}]}`
+	)
+	req := func(body, conn string) string {
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", conn, len(body), body)
+	}
+	// A JSON answer on a kept-alive connection, then a stream on it.
+	out := rawExchange(t, addr, req(chat, "Connection: keep-alive\r\n")+req(stream, ""))
+	r := bufio.NewReader(strings.NewReader(out))
+	first, err := http.ReadResponse(r, nil)
+	require.NoError(t, err, "%.300q", out)
+	b, err := io.ReadAll(first.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"object":"chat.completion"`)
+
+	head, rest, ok := strings.Cut(out[len(out)-r.Buffered():], "\r\n\r\n")
+	require.True(t, ok, "%.300q", out)
+	assert.Contains(t, head, "200 OK")
+	assert.NotContains(t, strings.ToLower(head), "transfer-encoding", head)
+	assert.NotContains(t, strings.ToLower(head), "content-length", head)
+	assert.Contains(t, head, "\r\nConnection: close", head)
+	assert.Contains(t, head, "\r\nContent-Type: text/event-stream", head)
+	assert.True(t, strings.HasPrefix(rest, "data: {"), "the body is the events as sent: %.100q", rest)
+	assert.True(t, strings.HasSuffix(rest, "data: [DONE]\n\n"), "%.100q", rest)
+	assert.Equal(t, 8, strings.Count(rest, "data: "), "the role, 5 chunks, the finish and [DONE]: %q", rest)
+
+	require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 2 }, 5*time.Second, time.Millisecond)
+	line := logs.Lines(t, "call")[1]
+	assert.Equal(t, "done", line["stream_end"])
+	assert.EqualValues(t, len(rest), line["bytes_out"], "the access log counts the bytes written")
 }
