@@ -162,6 +162,14 @@ func errorEventType(data []byte) (string, bool) {
 	return "", false
 }
 
+// cutAtClose reads the end of a stream that the upstream's close ended,
+// and reports whether the stream was cut: it began as one whose last event
+// the watch knows, and neither that event nor an error event has passed.
+func (w *overloadWatch) cutAtClose() bool {
+	w.write(lineEnd) // the last line, if the stream did not end it
+	return w.known && !w.ended && w.errType == ""
+}
+
 // outcome is what a stream read whole came to, as an attempt: RateLimited
 // when an overload ended it, ServerError when a server error did
 // (api_error, server_error), ConnError when it stopped before its last

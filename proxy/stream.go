@@ -148,16 +148,27 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
 	}
-	if err == io.EOF && b.conn != nil && cutChunked(b.resp) {
+	switch {
+	case err != io.EOF:
+	case b.conn != nil && cutChunked(b.resp):
 		// Passed on as the end, the cut would look like a complete
 		// answer to the client: its stream is aborted instead.
 		err = errCutChunked
+	case b.watchOverload && b.resp.Header.ContentLength() == -2 && b.overload.cutAtClose():
+		// Framed by the connection's close alone, the stream cannot
+		// say by its bytes whether it was cut; its events can.
+		err = errCutBeforeLastEvent
 	}
 	if err != nil && err != io.EOF && b.rerr == nil {
 		b.rerr = err
 	}
 	return n, err
 }
+
+// errCutBeforeLastEvent reports a stream framed by the close of its
+// connection (no Content-Length, not chunked) that the upstream closed
+// before the stream's last event (see overloadWatch).
+var errCutBeforeLastEvent = errors.New("upstream closed the connection before the stream's last event")
 
 // end says how the stream ended, for the access log, once it is closed:
 // "done"; the type of the provider's error event that ended it
