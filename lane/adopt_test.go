@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -140,4 +141,27 @@ func TestAdoptLogsTheShareItRead(t *testing.T) {
 	})
 	wg.Wait()
 	assert.Positive(t, c.l.ctrl.State().Decreases+c.l.ctrl.State().Collapses)
+}
+
+// A cut of this Governor's share that another Governor's decrease brings
+// is counted and logged with its cause, other_governor: the operator of a
+// Governor that saw no refusal of its own sees why its lane slowed down.
+func TestAnotherGovernorsDecreaseIsACause(t *testing.T) {
+	var buf bytes.Buffer
+	c := newCoordLane(t, withLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: ms(0)})
+	c.clock.Set(ms(50))
+	c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: ms(50)})
+	assert.Equal(t, 8, c.info().Limit)
+
+	c.clock.Set(ms(100))
+	c.sync(Shared{Target: 10, Members: 2, Share: 5, Fair: 5, OthersSynced: ms(100), LastDecrease: ms(80), DecreaseLevel: 12})
+	assert.Equal(t, 5, c.info().Limit)
+	assert.EqualValues(t, 1, c.l.m.byCause[CauseOtherGovernor].Get())
+	assert.Equal(t, "other_governor", c.info().LastDecreaseCause)
+	assert.Contains(t, buf.String(), `"msg":"lane limit decreased","lane":"default/m/000000000000","from":8,"to":5,"cause":"other_governor"`)
+
+	c.clock.Set(ms(150))
+	c.sync(Shared{Target: 10, Members: 2, Share: 5, Fair: 5, OthersSynced: ms(150), LastDecrease: ms(80), DecreaseLevel: 12})
+	assert.EqualValues(t, 1, c.l.m.byCause[CauseOtherGovernor].Get(), "a decrease is taken once")
 }

@@ -241,6 +241,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	l.mu.Lock()
 	co := l.co
 	st := l.ctrl.State()
+	othersCut := false // another Governor's decrease is taken now
 	if st.Decreases+st.Collapses == snap.decs {
 		// (A decrease during the sync is reported by the next one.)
 		//
@@ -250,6 +251,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 		var decAt time.Time
 		if s.LastDecrease.After(co.seenDec) && !s.LastDecrease.Equal(snap.decAt) {
 			decAt = now
+			othersCut = true
 		}
 		l.ctrl.Adopt(s.Target+max(0, st.Target-snap.target), decAt, s.DecreaseLevel)
 		co.base = s.Target
@@ -321,7 +323,13 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	hold, unhold := co.share == 0, co.held && co.share > 0 && !l.pausedUntil.After(now)
 	co.held = hold
 	applied := co.share
+	othersCut = othersCut && joined && applied < from
 	l.mu.Unlock()
+	if othersCut {
+		l.m.byCause[CauseOtherGovernor].Inc()
+		l.lastCause.Store(uint32(CauseOtherGovernor) + 1)
+		l.events.event(evDecreased, now, "from", from, "to", applied, "cause", CauseOtherGovernor.String())
+	}
 	l.tokens.setSpenders(s.Members, now)
 	if hold {
 		l.q.PauseUntil(now.Add(grace))

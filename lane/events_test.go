@@ -148,6 +148,7 @@ func TestLatencyDecreaseIsShownAsLatency(t *testing.T) {
 	info := r.Info(start.Add(10 * time.Second))
 	require.Len(t, info, 1)
 	assert.Equal(t, "latency", info[0].LastDecreaseReason)
+	assert.Equal(t, "latency", info[0].LastDecreaseCause)
 	assert.Less(t, info[0].Limit, 24, "cut back from the level the calls slowed at")
 }
 

@@ -33,6 +33,14 @@ type Info struct {
 	// or "latency" (calls succeeded, but slowed down as the limit rose: a
 	// provider that queues calls); empty if there was none.
 	LastDecreaseReason string `json:"last_decrease_reason"`
+	// LastDecreaseCause is the finer cause of the last cut of the lane's
+	// limit, as governor_lane_decreases_by_cause_total labels it and the
+	// "lane limit decreased" log line names it: rate_limited (a 429 that
+	// named no exhausted budget), overloaded (529), request_budget,
+	// token_budget (a 429 whose report showed that budget exhausted),
+	// timeout, latency, or other_governor (another Governor's decrease of
+	// a coordinated lane); empty if there was none.
+	LastDecreaseCause string `json:"last_decrease_cause"`
 	// RateLimited counts the lane's 429 and 529 answers, and Pauses the
 	// times a provider's Retry-After paused it, since the lane was made.
 	RateLimited uint64 `json:"rate_limited"`
@@ -195,6 +203,9 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		t := st.LastDecrease
 		li.LastDecrease = &t
 		li.LastDecreaseReason = decreaseReason(st.DecreaseCause)
+	}
+	if c := l.lastCause.Load(); c > 0 {
+		li.LastDecreaseCause = Cause(c - 1).String()
 	}
 	if qs.PausedUntil.After(now) {
 		t := qs.PausedUntil

@@ -58,6 +58,9 @@ type Lane struct {
 	// slots (Hold to Unhold), and connWaits the attempts waiting for a
 	// free connection to the upstream (WaitConn to GotConn).
 	held, connWaits slotWaits
+	// lastCause is the Cause of the last decrease or collapse, plus 1;
+	// 0 before any.
+	lastCause atomic.Uint32
 }
 
 // ID returns the lane's id, upstream/model/credential-hash: free of
@@ -113,12 +116,6 @@ func (l *Lane) ObserveCredential(refused bool) {
 // on every answer so far, and answered at least once.
 func (l *Lane) refused() bool { return l.rejected.Load() && !l.accepted.Load() }
 
-// CountOverloaded counts an attempt the provider refused as overloaded: a
-// 529, or a stream ended by an overloaded_error event. (Observe counts it
-// as RateLimited too: to the controller a provider overloaded and an
-// account's limit reached are alike, to an operator they are not.)
-func (l *Lane) CountOverloaded() { l.m.overloaded.Inc() }
-
 // CountRetry counts a retry after an attempt that came to o.
 func (l *Lane) CountRetry(o Outcome) {
 	if c := l.m.retries[o]; c != nil {
@@ -138,7 +135,22 @@ func (l *Lane) CountRetry(o Outcome) {
 // on the lane, and its queue this Governor's share of it (see adopt).
 func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Time) {
 	if l.countAttempt(o, latency, now) {
-		l.control(o, latency, dispatched, now)
+		l.control(o, CauseRateLimited, latency, dispatched, now)
+	}
+}
+
+// ObserveRefusal accounts, as Observe(RateLimited, ...) does, for an
+// attempt the provider refused (429 or 529) for why. To the controller a
+// provider overloaded and an account's limit or budget reached are alike;
+// to an operator they are not: an overloaded refusal is counted in
+// governor_lane_overloaded_total too, and a decrease it brings is counted
+// and logged with its cause (see Cause).
+func (l *Lane) ObserveRefusal(why Refusal, latency time.Duration, dispatched, now time.Time) {
+	if why == RefusedOverloaded {
+		l.m.overloaded.Inc()
+	}
+	if l.countAttempt(RateLimited, latency, now) {
+		l.control(RateLimited, refusalCause(why), latency, dispatched, now)
 	}
 }
 
@@ -165,7 +177,9 @@ func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched,
 		l.countAttempt(RateLimited, latency, now)
 		return
 	}
-	l.Observe(RateLimited, latency, dispatched, now)
+	if l.countAttempt(RateLimited, latency, now) {
+		l.control(RateLimited, CauseRequestBudget, latency, dispatched, now)
+	}
 }
 
 // ObserveStreamOverload accounts for an attempt whose answer began as a
@@ -178,7 +192,7 @@ func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched,
 func (l *Lane) ObserveStreamOverload(latency time.Duration, dispatched, now time.Time) {
 	l.lastUsed.Store(now.UnixNano())
 	l.m.overloaded.Inc()
-	l.control(RateLimited, latency, dispatched, now)
+	l.control(RateLimited, CauseOverloaded, latency, dispatched, now)
 }
 
 // countAttempt counts an attempt that came to o and reports whether the
@@ -202,8 +216,9 @@ func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) boo
 }
 
 // control feeds one attempt's outcome to the controller, and the queue's
-// limit follows the controller's.
-func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Time) {
+// limit follows the controller's. refusal is the cause a decrease that a
+// refusal (o RateLimited) brings is counted and logged under.
+func (l *Lane) control(o Outcome, refusal Cause, latency time.Duration, dispatched, now time.Time) {
 	inFlight := l.q.Stats().InFlight
 	// The calls held in their slots for a budget, or waiting for a
 	// connection to the upstream, now are not at the provider; the call
@@ -251,48 +266,38 @@ func (l *Lane) control(o Outcome, latency time.Duration, dispatched, now time.Ti
 
 	switch ev {
 	case aimd.Decreased:
+		cause := l.eventCause(o, refusal)
 		l.m.decreases.Inc()
+		l.m.byCause[cause].Inc()
 		if limit <= before {
-			l.events.event(evDecreased, now, "from", before, "to", limit, "cause", l.decreaseCause())
+			l.events.event(evDecreased, now, "from", before, "to", limit, "cause", cause.String())
 		} else {
 			// A refusal ended a new lane's start, below the level it
 			// was heading for, and above the limit it had so far.
-			l.events.event(evStartEnded, now, "limit", limit, "cause", l.decreaseCause())
+			l.events.event(evStartEnded, now, "limit", limit, "cause", cause.String())
 		}
 	case aimd.Collapsed:
+		cause := l.eventCause(o, refusal)
 		l.m.collapses.Inc()
-		l.events.event(evCollapsed, now, "from", before, "to", limit, "cause", l.ctrl.State().DecreaseCause.String())
+		l.m.byCause[cause].Inc()
+		l.events.event(evCollapsed, now, "from", before, "to", limit, "cause", cause.String())
 	case aimd.Recovered:
 		l.log.Info("lane recovered", "lane", l.id, "limit", limit)
 	case aimd.Yielded:
-		l.log.Debug("lane yielded", "lane", l.id, "from", before, "to", limit)
+		l.m.byCause[CauseYield].Inc()
+		l.log.Debug("lane yielded", "lane", l.id, "from", before, "to", limit, "cause", CauseYield.String())
 	default:
 		l.events.flush(now)
 	}
 }
 
-// decreaseCause says what made the controller decrease: the signal itself,
-// or for Phoenix, whose decreases happen when a feedback window ends (often
-// on a success, so the outcome at hand says nothing), what the window held.
-func (l *Lane) decreaseCause() string {
-	c := l.ctrl.State().DecreaseCause
-	if l.ctrl.Config().Preset != aimd.Phoenix {
-		return decreaseReason(c)
-	}
-	if c == aimd.Timeout {
-		return "window had timeouts"
-	}
-	return "window had rate limits"
-}
-
-// decreaseReason names the signal behind a Default controller's decrease:
-// rate_limited, timeout, or latency (calls succeeded, but slowed down as
-// the limit rose).
-func decreaseReason(c aimd.Outcome) string {
-	if c == aimd.Success {
-		return "latency"
-	}
-	return c.String()
+// eventCause returns the cause of the decrease or collapse the controller
+// has just made on an attempt that came to o (refused for refusal, if o
+// is RateLimited), and remembers it for Info.
+func (l *Lane) eventCause(o Outcome, refusal Cause) Cause {
+	c := causeOf(l.ctrl.State().DecreaseCause, o, refusal)
+	l.lastCause.Store(uint32(c) + 1)
+	return c
 }
 
 // Pause holds the lane's dispatches until t (the provider said

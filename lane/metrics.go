@@ -19,9 +19,13 @@ type laneMetrics struct {
 	// (529, overloaded_error), which attempts counts as rate_limited.
 	overloaded *metrics.Counter
 	decreases  *metrics.Counter
-	collapses  *metrics.Counter
-	pauses     *metrics.Counter
-	queueWait  *metrics.PrometheusHistogram
+	// byCause counts the cuts of the lane's limit by what made them:
+	// the controller's decreases and collapses, its yields, and the
+	// cuts taken from other Governors.
+	byCause   [numCauses]*metrics.Counter
+	collapses *metrics.Counter
+	pauses    *metrics.Counter
+	queueWait *metrics.PrometheusHistogram
 	// budgetWait observes the waits in a slot for a provider's budget,
 	// the part of queueWait that Hold counts.
 	budgetWait *metrics.PrometheusHistogram
@@ -43,6 +47,9 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 	}
 	m.overloaded = set.NewCounter(name("governor_lane_overloaded_total{%s}", lbl))
 	m.decreases = set.NewCounter(name("governor_lane_decreases_total{%s}", lbl))
+	for c := range numCauses {
+		m.byCause[c] = set.NewCounter(name("governor_lane_decreases_by_cause_total{%s,cause=%q}", lbl, c))
+	}
 	m.collapses = set.NewCounter(name("governor_lane_collapses_total{%s}", lbl))
 	m.pauses = set.NewCounter(name("governor_lane_pauses_total{%s}", lbl))
 	m.queueWait = set.NewPrometheusHistogramExt(name("governor_queue_wait_seconds{%s}", lbl), LatencyBuckets)

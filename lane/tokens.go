@@ -314,18 +314,23 @@ func (p *tokenPacer) setSpenders(n int, now time.Time) {
 // at est and sent at sent, whose 429 reported r: if r shows less left
 // than the call costs, and the call was booked knowing the budget and
 // sent after the lane's share of it was last cut, the share is cut (see
-// share).
-func (p *tokenPacer) refused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) {
-	if !r.Valid() || r.Remaining >= est.of(r.Kind) {
-		return
+// share). It reports whether r shows less left than the call costs (at
+// least a token: the cost of a call sent before any budget was known is
+// not estimated).
+func (p *tokenPacer) refused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) (noRoom bool) {
+	need := est.of(r.Kind)
+	noRoom = r.Valid() && r.Remaining < max(1, need)
+	if !r.Valid() || r.Remaining >= need {
+		return noRoom
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b := &p.buckets[r.Kind]
 	if !b.known() || mark[r.Kind] <= b.blindTo || !b.share.cut(sent, now) {
-		return
+		return noRoom
 	}
 	b.resize(now)
+	return noRoom
 }
 
 // served takes, at now, an answer that reported no token budget to a call
@@ -494,8 +499,11 @@ func (l *Lane) ObserveTokens(r TokenReport, mark TokenMark, dispatched, answered
 // budget a second while the budgets its answers report hold more than
 // the slack it leaves (or, with no report, while its calls are served:
 // see TokensServed). Call it after ObserveTokens with the same report.
-func (l *Lane) TokensRefused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) {
-	l.tokens.refused(r, est, mark, sent, now)
+// It reports whether r shows the budget without room for the call (or,
+// for a call sent before the budget was known, empty): the refusal is
+// then the budget's (RefusedTokenBudget).
+func (l *Lane) TokensRefused(r TokenReport, est Cost, mark TokenMark, sent, now time.Time) bool {
+	return l.tokens.refused(r, est, mark, sent, now)
 }
 
 // TokensServed takes an answer at now, to the call booked at mark, that

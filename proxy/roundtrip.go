@@ -453,24 +453,31 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		c.giveUp(ctx, e)
 		return true
 	}
-	emptyBudget := false // a 429 of an empty request budget
+	// A 429 of an empty request budget, or of a token budget without
+	// room for the call.
+	emptyBudget, noTokens := false, false
 	if err == nil {
 		// A stream ended by an error was served all the same: the
 		// provider spent its budget on it.
-		emptyBudget = c.observeBudgets(resp, served, sent, now)
+		emptyBudget, noTokens = c.observeBudgets(resp, served, sent, now)
 		s := resp.StatusCode()
 		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
 	d.Attempts++
 	d.Execution += latency
 	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
-	if err == nil && (resp.StatusCode() == statusOverloaded || oc == lane.RateLimited && streamWhy != "") {
-		l.CountOverloaded() // a 529, or a stream read whole that overloaded_error ended
-	}
-	if emptyBudget {
+	switch {
+	case emptyBudget:
 		l.ObserveEmptyBudget(c.seq, exchange, c.granted, now)
-	} else {
+	case oc != lane.RateLimited:
 		l.Observe(oc, exchange, c.granted, now)
+	case err == nil && (resp.StatusCode() == statusOverloaded || streamWhy != ""):
+		// A 529, or a stream read whole that overloaded_error ended.
+		l.ObserveRefusal(lane.RefusedOverloaded, exchange, c.granted, now)
+	case noTokens:
+		l.ObserveRefusal(lane.RefusedTokenBudget, exchange, c.granted, now)
+	default:
+		l.ObserveRefusal(lane.RefusedLimit, exchange, c.granted, now)
 	}
 
 	if err == nil && oc == lane.Answered || oc == lane.Quota {
@@ -693,8 +700,10 @@ func maxRetriesOf(v []byte, def int) (int, error) {
 // the lane's token counters add and which corrects the call's estimated
 // cost. (A stream's usage is counted as it passes: see streamBody.) It
 // reports whether the answer is a 429 that says the request budget held
-// no call for it. sent is when the call was handed to its connection.
-func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, sent, now time.Time) (emptyBudget bool) {
+// no call for it (emptyBudget), and whether it is a 429 whose report shows
+// a token budget without room for the call (noTokens). sent is when the
+// call was handed to its connection.
+func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, sent, now time.Time) (emptyBudget, noTokens bool) {
 	l := c.l
 	if b, ok := rateLimitHeaders(&resp.Header, now); ok {
 		l.ObserveBudget(b, c.seq, sent, now)
@@ -719,12 +728,12 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	reports, n := tokenBudgets(&resp.Header)
 	for _, r := range reports[:n] {
 		l.ObserveTokens(r, c.mark, sent, now)
-		if oc == lane.RateLimited {
-			l.TokensRefused(r, c.cost, c.mark, sent, now)
+		if oc == lane.RateLimited && l.TokensRefused(r, c.cost, c.mark, sent, now) {
+			noTokens = true
 		}
 	}
 	if n > 0 {
-		return emptyBudget
+		return emptyBudget, noTokens
 	}
 	switch {
 	case oc == lane.RateLimited:
@@ -733,11 +742,13 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 			// not those booked after it: the mark subtracts them.
 			l.ObserveTokens(r, c.mark, sent, now)
 			l.TokensRefused(r, c.cost, c.mark, sent, now)
+			// The message says the refusal is the token budget's.
+			noTokens = true
 		}
 	case oc == lane.Answered && resp.StatusCode() < 300:
 		// No report: a budget known only from 429 messages held room
 		// for the call.
 		l.TokensServed(c.mark, now)
 	}
-	return emptyBudget
+	return emptyBudget, noTokens
 }

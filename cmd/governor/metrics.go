@@ -43,6 +43,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_conn_limited", "gauge", "1 while the lane's calls wait for a connection to its upstream (GOVERNOR_MAX_CONNS_PER_UPSTREAM)."},
 	{"governor_lane_overloaded_total", "counter", "The lane's attempts refused as overloaded (529, or a stream ended by overloaded_error): the provider is short of capacity, not the account of budget. governor_attempts_total counts them as rate_limited."},
 	{"governor_lane_decreases_total", "counter", "Times the lane's controller lowered its target."},
+	{"governor_lane_decreases_by_cause_total", "counter", "Cuts of the lane's limit by cause: rate_limited (a 429 naming no exhausted budget), overloaded (529), request_budget, token_budget (a 429 whose report showed that budget exhausted), timeout, latency (calls slowed as the limit rose), yield (room given back to other clients of the provider), other_governor (another Governor's decrease of a coordinated lane). Collapses are counted under their cause too."},
 	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
 	{"governor_lane_pauses_total", "counter", "Times a provider's Retry-After paused the lane."},
 	{"governor_lane_tokens_total", "counter", "Tokens the provider reported in usage, by lane and kind (prompt, completion); streams included."},

@@ -1,0 +1,130 @@
+package lane_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/aimd"
+	"github.com/llmgovernor/governor/lane"
+)
+
+// promValue returns the value of the series name in set's text, or -1
+// when there is none.
+func promValue(t *testing.T, set *metrics.Set, name string) float64 {
+	t.Helper()
+	for line := range strings.Lines(promText(set)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			var f float64
+			_, err := fmt.Sscan(v, &f)
+			require.NoError(t, err, line)
+			return f
+		}
+	}
+	return -1
+}
+
+// Each decrease of a lane's limit is counted by its cause, and the log
+// line of the decrease names the same cause, so that an operator can tell
+// a provider overloaded from an account's limit, a budget spent, a
+// timeout.
+func TestDecreasesAreCountedByCause(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	set := metrics.NewSet()
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: set, Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+	series := func(cause string) string {
+		return fmt.Sprintf(`governor_lane_decreases_by_cause_total{lane=%q,cause=%q}`, l.ID(), cause)
+	}
+	for _, c := range []string{"rate_limited", "overloaded", "request_budget", "token_budget", "timeout", "latency", "yield", "other_governor"} {
+		require.Zero(t, promValue(t, set, series(c)), "every cause has its series from the start: %s", c)
+	}
+
+	// The lane's start ends at its first refusal.
+	l.ObserveRefusal(lane.RefusedLimit, 10*time.Millisecond, now, now)
+	assert.EqualValues(t, 1, promValue(t, set, series("rate_limited")))
+	ended := logLines(t, &buf, "lane start ended by a refusal")
+	require.Len(t, ended, 1, buf.String())
+	assert.Equal(t, "rate_limited", ended[0]["cause"])
+
+	// Then, each after answers, and more than a log summary interval
+	// after the last, so that each is logged: a refusal of each kind,
+	// and a timeout.
+	for i, tc := range []struct {
+		cause   string
+		observe func(sent, now time.Time)
+	}{
+		{"overloaded", func(sent, now time.Time) { l.ObserveRefusal(lane.RefusedOverloaded, now.Sub(sent), sent, now) }},
+		{"token_budget", func(sent, now time.Time) { l.ObserveRefusal(lane.RefusedTokenBudget, now.Sub(sent), sent, now) }},
+		{"rate_limited", func(sent, now time.Time) { l.ObserveRefusal(lane.RefusedLimit, now.Sub(sent), sent, now) }},
+		{"request_budget", func(sent, now time.Time) {
+			// The lane knows the budget when it lets the call out: the
+			// refusal says its count was wrong.
+			seq, _ := l.Reserve(context.Background(), sent)
+			l.ObserveBudget(lane.Budget{Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond}, seq, sent, sent)
+			seq, _ = l.Reserve(context.Background(), sent)
+			l.ObserveBudget(lane.Budget{Limit: 600, Remaining: 0, Reset: time.Second}, seq, sent, now)
+			l.ObserveEmptyBudget(seq, now.Sub(sent), sent, now)
+		}},
+		{"timeout", func(sent, now time.Time) { l.Observe(lane.Timeout, now.Sub(sent), sent, now) }},
+	} {
+		for range 20 {
+			now = now.Add(100 * time.Millisecond)
+			l.Observe(lane.Answered, 10*time.Millisecond, now, now)
+		}
+		now = now.Add(lane.SummaryInterval)
+		before := promValue(t, set, series(tc.cause))
+		tc.observe(now.Add(-10*time.Millisecond), now)
+		assert.Equal(t, before+1, promValue(t, set, series(tc.cause)), tc.cause)
+		lines := logLines(t, &buf, "lane limit decreased")
+		require.Len(t, lines, i+1, "%s: %s", tc.cause, buf.String())
+		assert.Equal(t, tc.cause, lines[i]["cause"])
+		assert.Equal(t, tc.cause, r.Info(now)[0].LastDecreaseCause)
+	}
+	assert.EqualValues(t, 1, promValue(t, set, fmt.Sprintf(`governor_lane_overloaded_total{lane=%q}`, l.ID())),
+		"an overloaded refusal is counted as such")
+	assert.EqualValues(t, 6, promValue(t, set, fmt.Sprintf(`governor_lane_decreases_total{lane=%q}`, l.ID())),
+		"every decrease is counted in the total too")
+	info := r.Info(now)[0]
+	assert.Equal(t, "timeout", info.LastDecreaseReason)
+	assert.EqualValues(t, 5, info.RateLimited, "4 refusals and the start's")
+}
+
+// A collapse is counted by its cause too (and in
+// governor_lane_collapses_total), and its log line names that cause.
+func TestCollapseIsCountedByCause(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	set := metrics.NewSet()
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Preset: aimd.Phoenix, Max: 64}, Metrics: set,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+
+	// Phoenix collapses at its second error within 15 s.
+	for range 2 {
+		now = now.Add(100 * time.Millisecond)
+		l.ObserveRefusal(lane.RefusedOverloaded, 10*time.Millisecond, now, now)
+	}
+	lines := logLines(t, &buf, "lane collapsed")
+	require.Len(t, lines, 1, buf.String())
+	assert.Equal(t, "overloaded", lines[0]["cause"])
+	assert.EqualValues(t, 1, promValue(t, set, fmt.Sprintf(`governor_lane_collapses_total{lane=%q}`, l.ID())))
+	assert.EqualValues(t, 1, promValue(t, set, fmt.Sprintf(`governor_lane_decreases_by_cause_total{lane=%q,cause="overloaded"}`, l.ID())))
+	assert.Equal(t, "overloaded", r.Info(now)[0].LastDecreaseCause)
+}
