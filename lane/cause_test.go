@@ -128,3 +128,39 @@ func TestCollapseIsCountedByCause(t *testing.T) {
 	assert.EqualValues(t, 1, promValue(t, set, fmt.Sprintf(`governor_lane_decreases_by_cause_total{lane=%q,cause="overloaded"}`, l.ID())))
 	assert.Equal(t, "overloaded", r.Info(now)[0].LastDecreaseCause)
 }
+
+// The budgets a lane learns from its provider are on /metrics, per lane
+// and kind, with the same figures as GET /governor/lanes; a lane that
+// knows none has no budget series.
+func TestBudgetsAreGauges(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	set := metrics.NewSet()
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: set, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+	families := []string{"governor_lane_budget_per_minute", "governor_lane_budget_remaining", "governor_lane_budget_share"}
+	for _, family := range families {
+		assert.NotContains(t, promText(set), family, "no budget known, no series")
+	}
+
+	seq, _ := l.Reserve(context.Background(), now)
+	l.ObserveBudget(lane.Budget{Limit: 600, Remaining: 500, Reset: 10 * time.Second}, seq, now, now)
+	l.ObserveTokens(lane.TokenReport{Kind: lane.InputTokens, Limit: 40000, Remaining: 30000}, lane.TokenMark{}, now, now)
+
+	info := r.Info(now)[0]
+	require.NotNil(t, info.RequestBudget)
+	require.Len(t, info.TokenBudgets, 1)
+	series := func(family, kind string) string {
+		return fmt.Sprintf(`%s{lane=%q,kind=%q}`, family, l.ID(), kind)
+	}
+	assert.Equal(t, info.RequestBudget.PerMinute, promValue(t, set, series(families[0], "requests")))
+	assert.Equal(t, info.RequestBudget.Remaining, promValue(t, set, series(families[1], "requests")))
+	assert.Equal(t, info.RequestBudget.Share, promValue(t, set, series(families[2], "requests")))
+	assert.EqualValues(t, 40000, promValue(t, set, series(families[0], "input_tokens")))
+	assert.Equal(t, info.TokenBudgets[0].Remaining, promValue(t, set, series(families[1], "input_tokens")))
+	assert.Less(t, promValue(t, set, series(families[1], "input_tokens")), 40000.0)
+	assert.EqualValues(t, -1, promValue(t, set, series(families[0], "output_tokens")),
+		"a budget the provider did not report has no series")
+}

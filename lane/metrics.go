@@ -1,7 +1,10 @@
 package lane
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"strconv"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -92,4 +95,56 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 		return 0
 	})
 	return m
+}
+
+// The families writeBudgets writes.
+const (
+	budgetPerMinute = "governor_lane_budget_per_minute"
+	budgetRemaining = "governor_lane_budget_remaining"
+	budgetShare     = "governor_lane_budget_share"
+)
+
+// budgetSample is one budget a lane knows, as the budget families show it.
+type budgetSample struct {
+	lane, kind                  string
+	perMinute, remaining, share float64
+}
+
+// writeBudgets writes the provider budgets the lanes know, per lane and
+// kind (requests, tokens, input_tokens, output_tokens), as three gauge
+// families: the budget per minute as the provider last reported it, the
+// share of it the lane takes as its own, and the estimate of what is left
+// of that share now (what GET /governor/lanes shows as request_budget and
+// token_budgets). A budget has series only while a lane knows it, so a
+// lane's go when the lane does, and a lane has at most four.
+func (r *Registry) writeBudgets(w io.Writer) {
+	now := r.cfg.Now()
+	var samples []budgetSample
+	for _, l := range r.All() {
+		if b := l.pace.info(now); b != nil {
+			samples = append(samples, budgetSample{l.id, "requests", b.PerMinute, b.Remaining, b.Share})
+		}
+		for _, b := range l.tokens.info(now) {
+			samples = append(samples, budgetSample{l.id, b.Kind, b.PerMinute, b.Remaining, b.Share})
+		}
+	}
+	if len(samples) == 0 {
+		return
+	}
+	var out bytes.Buffer
+	for _, f := range []struct {
+		name  string
+		value func(budgetSample) float64
+	}{
+		{budgetPerMinute, func(b budgetSample) float64 { return b.perMinute }},
+		{budgetRemaining, func(b budgetSample) float64 { return b.remaining }},
+		{budgetShare, func(b budgetSample) float64 { return b.share }},
+	} {
+		metrics.WriteMetadataIfNeeded(&out, f.name, "gauge")
+		for _, b := range samples {
+			fmt.Fprintf(&out, "%s{lane=%q,kind=%q} %s\n", f.name, b.lane, b.kind,
+				strconv.FormatFloat(f.value(b), 'g', -1, 64))
+		}
+	}
+	_, _ = w.Write(out.Bytes())
 }

@@ -110,6 +110,7 @@ func newRegistry(cfg Config) (*Registry, error) {
 	if c.Coordinator != nil {
 		r.kick = make(chan struct{}, 1)
 	}
+	c.Metrics.RegisterMetricsWriter(r.writeBudgets)
 	return r, nil
 }
 

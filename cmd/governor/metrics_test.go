@@ -46,7 +46,9 @@ func sampleValue(exposition, name string) float64 {
 // comes with one # HELP line that says something and one # TYPE line of
 // its kind, before its samples; and README lists every family.
 func TestMetricsAreDescribed(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
+	// A provider that reports its request and token budgets, far from
+	// binding: the lanes' budget families are exported too.
+	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Rate: 1000, TokensPerMinute: 10_000_000})
 	require.NoError(t, err)
 	defer stop()
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL)
@@ -105,6 +107,10 @@ func TestMetricsAreDescribed(t *testing.T) {
 	assert.Equal(t, 0.0, sampleValue(out, `governor_calls_total{route="default",status="FAILED"}`))
 	assert.Equal(t, 0.0, sampleValue(out, "governor_draining"))
 	assert.True(t, seen["governor_lane_tokens_total"] && seen["governor_lane_paused"])
+	for _, name := range []string{"governor_lane_budget_per_minute", "governor_lane_budget_remaining", "governor_lane_budget_share"} {
+		assert.True(t, seen[name], "%s not exported", name)
+	}
+	assert.Equal(t, 10_000_000.0, sampleValue(out, `governor_lane_budget_per_minute{lane="default/m/`+laneHash(t, out)+`",kind="tokens"}`))
 	assert.Positive(t, sampleValue(out, `governor_lane_tokens_total{lane="default/m/`+laneHash(t, out)+`",kind="completion"}`),
 		"tokens of the calls, the stream and the batch")
 
