@@ -49,8 +49,8 @@ type Config struct {
 	// StreamIdleTimeout ends a streamed answer whose upstream sends nothing
 	// for this long. A stream has no overall time limit. Default 5m.
 	StreamIdleTimeout time.Duration
-	// ConnectTimeout bounds dialing an upstream and waiting for a free
-	// connection to it. Default 10s.
+	// ConnectTimeout bounds dialing an upstream, its TLS handshake
+	// included, and waiting for a free connection to it. Default 10s.
 	ConnectTimeout time.Duration
 	// IdleConnTimeout closes upstream keep-alive connections idle this long.
 	// Default 60s.

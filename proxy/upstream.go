@@ -89,6 +89,7 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 			if timeout <= 0 || timeout > cfg.ConnectTimeout {
 				timeout = cfg.ConnectTimeout
 			}
+			deadline := time.Now().Add(timeout)
 			d := *dialer
 			d.Timeout = timeout
 			done := func(bool) {}
@@ -102,14 +103,37 @@ func newUpstream(name string, u *url.URL, cfg *Config) *upstream {
 			}
 			tc := up.track(newTrackedConn(c, cfg.Now))
 			if tlsConfig != nil {
-				// As fasthttp would wrap it (a conn with Handshake is
-				// taken as TLS already), but seeing the TLS layer's end.
-				return &tlsConn{Conn: tls.Client(tc, tlsConfig), tracked: tc}, nil
+				return handshake(tc, c, tlsConfig, deadline)
 			}
 			return tc, nil
 		},
 	}
 	return up
+}
+
+// handshake runs the TLS handshake over tc, whose socket is c, by
+// deadline. fasthttp would run it with the request's write deadline, but
+// it takes a connection that has a Handshake method as TLS already, and
+// the write deadline does not bound the reads of a handshake made on the
+// first write: an upstream that took the connection and never answered
+// the handshake held the call forever.
+func handshake(tc *trackedConn, c net.Conn, config *tls.Config, deadline time.Time) (net.Conn, error) {
+	// On the socket: tc's own deadline setters mark exchanges.
+	if err := c.SetDeadline(deadline); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	conn := tls.Client(tc, config)
+	if err := conn.Handshake(); err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	// As fasthttp would wrap it, but seeing the TLS layer's end.
+	return &tlsConn{Conn: conn, tracked: tc}, nil
 }
 
 // tlsConn is the TLS session over an upstream's tracked connection. It
