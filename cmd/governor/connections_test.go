@@ -85,7 +85,7 @@ func TestRunningOutOfFileDescriptorsKeepsServing(t *testing.T) {
 	up := newHoldUpstream(t)
 	close(up.release) // answer at once
 	g := startGovernorVia(t, underNofile(128, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
-		"GOVERNOR_MAX_CONNECTIONS=100000", "GOVERNOR_LOG_LEVEL=warn")
+		"GOVERNOR_MAX_CONNECTIONS=100000")
 	soft, hard := openFilesLimits(t, g.cmd.Process.Pid)
 	assert.Equal(t, limit, hard)
 	assert.Equal(t, limit, soft, "the soft limit (128) is raised to the hard one")

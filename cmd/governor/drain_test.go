@@ -37,17 +37,11 @@ var buildGovernor = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // governorProcess is a real governor process for a test.
 type governorProcess struct {
 	cmd         *exec.Cmd
 	base, admin string
+	stdout      *lockedWriter
 	stderr      *bytes.Buffer
 	exited      chan struct{}
 }
@@ -58,44 +52,54 @@ func startGovernor(t *testing.T, env ...string) *governorProcess {
 }
 
 // startGovernorVia starts governor as the last argument of the command
-// wrapper (such as a shell that sets limits first; nil: directly).
+// wrapper (such as a shell that sets limits first; nil: directly) and
+// waits until it is ready.
 //
-// Its ports are picked free and then released, so another process (often a
-// client's outgoing connection from a parallel test) can take one before
-// governor binds it: a start that fails on "address already in use" is
-// tried again on new ports.
+// Governor binds ports of its own choosing (127.0.0.1:0) and the test
+// learns them from its start-up line, "governor started", written at
+// GOVERNOR_LOG_LEVEL=info: ports picked free here and released could be
+// taken by another process before governor binds them, and the test would
+// then talk to that one.
 func startGovernorVia(t *testing.T, wrapper []string, env ...string) *governorProcess {
 	t.Helper()
 	bin, err := buildGovernor()
 	require.NoError(t, err)
-	for try := 1; ; try++ {
-		g := launchGovernor(t, bin, wrapper, env)
-		ready := false
-		require.Eventually(t, func() bool {
-			select {
-			case <-g.exited:
-				return true
-			default:
-			}
-			ready = g.readyz() == 200
-			return ready
-		}, 20*time.Second, 20*time.Millisecond, "governor never became ready")
-		if ready {
-			return g
-		}
-		if try == 5 || !strings.Contains(g.stderr.String(), "address already in use") {
-			t.Fatalf("governor exited at start-up; its stderr:\n%s", g.stderr.String())
-		}
+	g := launchGovernor(t, bin, wrapper, env)
+	require.Eventually(t, func() bool {
+		return !g.alive() || g.learnAddrs(t)
+	}, 20*time.Second, 10*time.Millisecond, "governor never wrote its start-up line (GOVERNOR_LOG_LEVEL must be info or debug)")
+	if g.base == "" {
+		t.Fatalf("governor exited at start-up; its stderr:\n%s", g.logs())
 	}
+	require.Eventually(t, func() bool { return !g.alive() || g.readyz() == 200 }, 20*time.Second, 10*time.Millisecond,
+		"governor never became ready")
+	require.True(t, g.alive(), "governor exited at start-up; its stderr:\n%s", g.logs())
+	return g
 }
 
-// launchGovernor starts one governor process on new free ports and kills
-// it when the test ends.
+// learnAddrs reports whether governor has written its start-up line, and
+// takes its listeners' addresses from it.
+func (g *governorProcess) learnAddrs(t *testing.T) bool {
+	lines := g.logLines(t, "governor started")
+	if len(lines) == 0 {
+		return false
+	}
+	listen, _ := lines[0]["listen"].(string)
+	admin, _ := lines[0]["admin_listen"].(string)
+	require.NotEmpty(t, listen, "listen in the start-up line: %v", lines[0])
+	require.NotEmpty(t, admin, "admin_listen in the start-up line: %v", lines[0])
+	g.base, g.admin = listen, admin
+	return true
+}
+
+// launchGovernor starts one governor process on ports of its choosing
+// and kills it when the test ends.
 func launchGovernor(t *testing.T, bin string, wrapper, env []string) *governorProcess {
-	g := &governorProcess{base: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	g := &governorProcess{stdout: &lockedWriter{w: &bytes.Buffer{}}, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	args := append(append([]string(nil), wrapper...), bin)
 	g.cmd = exec.Command(args[0], args[1:]...)
-	g.cmd.Env = append(os.Environ(), append(env, "GOVERNOR_LISTEN="+g.base, "GOVERNOR_ADMIN_LISTEN="+g.admin)...)
+	g.cmd.Env = append(os.Environ(), append(env, "GOVERNOR_LISTEN=127.0.0.1:0", "GOVERNOR_ADMIN_LISTEN=127.0.0.1:0")...)
+	g.cmd.Stdout = g.stdout
 	g.cmd.Stderr = &lockedWriter{w: g.stderr}
 	require.NoError(t, g.cmd.Start())
 	go func() { _ = g.cmd.Wait(); close(g.exited) }()
@@ -103,7 +107,7 @@ func launchGovernor(t *testing.T, bin string, wrapper, env []string) *governorPr
 		_ = g.cmd.Process.Kill()
 		<-g.exited
 		if t.Failed() {
-			t.Logf("governor stderr:\n%s", g.stderr.String())
+			t.Logf("governor stderr:\n%s", g.logs())
 		}
 	})
 	return g

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -51,23 +53,47 @@ func TestStartupLineShowsTheConfigurationInEffect(t *testing.T) {
 // GOVERNOR_ACCESS_LOG=true writes a line per call even at
 // GOVERNOR_LOG_LEVEL=warn; without it, a call writes nothing.
 func TestAccessLogVariable(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
-	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_LOG_LEVEL=warn")
+	g := startQuietDemo(t, "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_LOG_LEVEL=warn")
 	require.NoError(t, complete(call(g.base, false, 1), false))
 	require.NoError(t, completeBatch(runBatch(g.base, 2), 2))
 	require.Eventually(t, func() bool { return len(g.logLines(t, "call")) == 1 && len(g.logLines(t, "batch item")) == 2 },
 		5*time.Second, 5*time.Millisecond, g.logs())
+	assert.Empty(t, g.logLines(t, "governor started"), "an info line at GOVERNOR_LOG_LEVEL=warn")
 	line := g.logLines(t, "call")[0]
 	assert.Equal(t, "/v1/chat/completions", line["path"])
 	assert.Equal(t, "COMPLETED", line["status"])
 
+	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	defer stop()
 	quiet := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL)
 	require.NoError(t, complete(call(quiet.base, false, 1), false))
 	require.NoError(t, completeBatch(runBatch(quiet.base, 2), 2))
 	assert.Empty(t, quiet.logLines(t, "call"))
 	assert.Empty(t, quiet.logLines(t, "batch item"))
+}
+
+// startQuietDemo starts governor -demo at a log level that leaves out its
+// start-up line, so the test learns its main listener's address from the
+// demo's banner on stdout (written once the listeners are bound); the
+// admin listener's stays unknown.
+func startQuietDemo(t *testing.T, env ...string) *governorProcess {
+	t.Helper()
+	bin, err := buildGovernor()
+	require.NoError(t, err)
+	g := launchGovernor(t, bin, []string{"sh", "-c", `exec "$0" -demo`}, env)
+	banner := regexp.MustCompile(`behind Governor on http://(\S+)\.`)
+	require.Eventually(t, func() bool {
+		g.stdout.mu.Lock()
+		m := banner.FindStringSubmatch(g.stdout.w.(*bytes.Buffer).String())
+		g.stdout.mu.Unlock()
+		if m != nil {
+			g.base = m[1]
+		}
+		return !g.alive() || m != nil
+	}, 20*time.Second, 10*time.Millisecond, "governor -demo never wrote its banner")
+	require.True(t, g.alive(), "governor exited at start-up; its stderr:\n%s", g.logs())
+	return g
 }
 
 // "auto" picks text for a terminal only: a pseudo-terminal is one; a pipe,
