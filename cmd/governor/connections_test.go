@@ -21,8 +21,11 @@ import (
 )
 
 // underNofile is a wrapper that starts governor with the given soft and
-// hard limits on open files.
-func underNofile(soft, hard int) []string {
+// hard limits on open files; it skips the test where this process may not
+// open that many.
+func underNofile(t *testing.T, soft, hard int) []string {
+	t.Helper()
+	requireHardNofile(t, uint64(hard))
 	return []string{"sh", "-c", fmt.Sprintf(`ulimit -Sn %d && ulimit -Hn %d && exec "$0"`, soft, hard)}
 }
 
@@ -84,7 +87,7 @@ func TestRunningOutOfFileDescriptorsKeepsServing(t *testing.T) {
 	const limit = 256
 	up := newHoldUpstream(t)
 	close(up.release) // answer at once
-	g := startGovernorVia(t, underNofile(128, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
+	g := startGovernorVia(t, underNofile(t, 128, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
 		"GOVERNOR_MAX_CONNECTIONS=100000")
 	soft, hard := openFilesLimits(t, g.cmd.Process.Pid)
 	assert.Equal(t, limit, hard)
@@ -248,7 +251,7 @@ func TestCallsBeyondTheOpenFileLimitAreAnsweredOrRefused(t *testing.T) {
 		calls    = 300
 	)
 	up := newHoldUpstream(t)
-	g := startGovernorVia(t, underNofile(limit, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
+	g := startGovernorVia(t, underNofile(t, limit, limit), "GOVERNOR_UPSTREAM="+up.srv.URL,
 		"GOVERNOR_MAX_CONCURRENCY=8", "GOVERNOR_AIMD_INITIAL=8")
 	assert.Contains(t, g.logs(), fmt.Sprintf(`"max_connections":%d`, maxConns))
 
@@ -319,13 +322,35 @@ func TestParseCgroupMemoryLimit(t *testing.T) {
 	}
 }
 
-// The default connection cap follows GOMEMLIMIT, and the start-up log
-// says what it was derived from.
-func TestMaxConnectionsFollowTheMemoryLimit(t *testing.T) {
+// The default connection cap is the lower of three quarters of the
+// open-file limit and one connection per 32 KiB of the memory limit
+// (GOMEMLIMIT), and the start-up log says what it was derived from. Each
+// case sets the open-file limit itself, below any CI machine's hard limit,
+// so that the machine's does not decide which bound is the lower.
+func TestDefaultMaxConnectionsFollowTheLimits(t *testing.T) {
 	up := newHoldUpstream(t)
 	close(up.release)
-	g := startGovernor(t, "GOVERNOR_UPSTREAM="+up.srv.URL, "GOMEMLIMIT=64MiB")
-	assert.Contains(t, g.logs(), `"memory_limit":67108864,"max_connections":2048,`)
+	for _, tc := range []struct {
+		files             int
+		memLimit, logLine string
+	}{
+		{1024, "16MiB", `"open_files":1024,"memory_limit":16777216,"max_connections":512,`}, // 16 MiB / 32 KiB
+		{256, "64MiB", `"open_files":256,"memory_limit":67108864,"max_connections":192,`},   // 256 · 3/4
+	} {
+		g := startGovernorVia(t, underNofile(t, tc.files, tc.files), "GOVERNOR_UPSTREAM="+up.srv.URL, "GOMEMLIMIT="+tc.memLimit)
+		assert.Contains(t, g.logs(), tc.logLine, "%d open files, GOMEMLIMIT=%s", tc.files, tc.memLimit)
+	}
+}
+
+// requireHardNofile skips the test unless this process may open n files:
+// its hard limit, which a child can lower but not raise.
+func requireHardNofile(t *testing.T, n uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	if lim.Max < n {
+		t.Skipf("the hard limit on open files is %d here; the test sets %d for Governor (ulimit -Hn %d first)", lim.Max, n, n)
+	}
 }
 
 // The admin listener holds at most 64 connections, and a new one takes
