@@ -1,6 +1,9 @@
 // Package redistest runs a real redis-server for tests: a process of the
 // test's own, on a free loopback port, with no persistence, that a test can
-// kill and restart on the same port.
+// kill and restart on the same port. A port picked free can be taken by
+// another process before redis-server binds it: the server is known to be
+// up only once its own log says it accepts connections, and a start whose
+// port was taken meanwhile is tried again on another.
 //
 // Tests that need one are skipped when redis-server is not on PATH, with a
 // message that says so, unless GOVERNOR_CI=1: in CI (.ci/run installs
@@ -9,10 +12,12 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,8 +33,9 @@ type Server struct {
 	dir  string
 	port int
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 // Start starts redis-server on a free loopback port; it is killed when the
@@ -43,16 +49,28 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("redis-server is not on PATH: skipping a test of coordination over Redis (apt-get install redis-server)")
 	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	t.Cleanup(s.Kill)
+	for try := 1; ; try++ {
+		s.port = freePort(t)
+		err := s.start()
+		if err == nil {
+			return s
+		}
+		if try == 5 || !strings.Contains(s.log(), "Address already in use") {
+			t.Fatalf("redis-server on %s: %v; its log:\n%s", s.Addr(), err, s.log())
+		}
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: port}
-	s.Restart()
-	t.Cleanup(s.Kill)
-	return s
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Addr is host:port.
@@ -70,7 +88,7 @@ func (s *Server) Kill() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a frozen server is killed too
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -95,24 +113,53 @@ func (s *Server) signal(sig os.Signal) {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("redis-server on %s again: %v; its log:\n%s", s.Addr(), err, s.log())
+	}
+}
+
+// readyLine is what redis-server logs once it listens.
+const readyLine = "Ready to accept connections"
+
+// start starts the server on s.port, with a new log, and waits until its
+// log says it listens and it answers a PING, or it exits.
+func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	logFile := filepath.Join(s.dir, "redis.log")
+	_ = os.Remove(logFile)
 	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", "redis.log")
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", logFile)
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("redis-server: %v", err)
+		return err
 	}
-	s.cmd = cmd
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if ping(s.Addr()) == nil {
-			return
+		select {
+		case <-exited:
+			s.cmd = nil
+			return fmt.Errorf("exited at start-up: %v", cmd.ProcessState)
+		default:
+		}
+		// The log is the server's own: a PONG alone could come from
+		// another process that took the port.
+		if strings.Contains(s.log(), readyLine) && ping(s.Addr()) == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer within 10s", s.Addr())
+			return errors.New("not listening within 10s")
 		}
 		time.Sleep(5 * time.Millisecond) // polling for the server to listen
 	}
+}
+
+// log returns the server's log so far.
+func (s *Server) log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return string(b)
 }
 
 // ping sends PING in RESP and waits for +PONG.
