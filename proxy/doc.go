@@ -82,6 +82,7 @@
 // whose method is not GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS
 // (TRACE, CONNECT, PRI) 405; one framed by both Content-Length and
 // Transfer-Encoding is served, and its connection closed after the answer.
+// A head with a line that ends in a bare LF gets 400 at once (see headScan).
 // Calls go upstream in HTTP/1.1 whatever version the client spoke; a
 // stream to a client in HTTP/1.0, which has no chunked coding, is ended by
 // the close of its connection.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -121,4 +122,79 @@ func TestHTTP10ClientsGetStreamsEndedByTheClose(t *testing.T) {
 	line := logs.Lines(t, "call")[1]
 	assert.Equal(t, "done", line["stream_end"])
 	assert.EqualValues(t, len(rest), line["bytes_out"], "the access log counts the bytes written")
+}
+
+// A request head with a line that ends in a bare LF gets 400 at once, and
+// its connection is closed; nothing reaches the provider. (fasthttp finds
+// the end of such a head but waits for a CR LF CR LF to parse it: the
+// client waited for the read timeout, then got 408, unless the body held
+// a CR LF CR LF, and then the call was forwarded.)
+func TestHeadsWithBareLFAreRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	upAddr, lines := rawUpstream(t)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://"+upAddr), ReadTimeout: time.Hour}))
+	addr := strings.TrimPrefix(base, "http://")
+	exchange := func(parts ...string) string {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		for _, p := range parts {
+			_, err := io.WriteString(conn, p)
+			require.NoError(t, err)
+		}
+		// Far short of the read timeout: a head that waits for it
+		// gets nothing.
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	for _, parts := range [][]string{
+		{"GET /v1/models HTTP/1.1\nHost: x\n\n"},
+		{"GET /v1/models HTTP/1.1\r\nHost: x\n\r\n"},
+		{"GET /v1/models HTTP/1.1\r\nHost: x\r\n\n"},
+		{"GET /v1/models HTTP/1.0\n\n"},
+		{"GET /v1/models HTTP/1.1\r\nHost: x\n", "\n"},
+		// A CR LF CR LF in the body let fasthttp parse the head.
+		{"POST /v1/x HTTP/1.1\nHost: x\nContent-Length: 8\n\nab\r\n\r\ncd"},
+		// A bare LF inside the head, which a proxy in front may not end
+		// a field at.
+		{"POST /v1/x HTTP/1.1\r\nHost: x\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n0\r\n\r\n"},
+	} {
+		out := exchange(parts...)
+		assert.True(t, strings.HasPrefix(out, "HTTP/1.1 400 "), "%q: %.300q", parts, out)
+		assert.Contains(t, out, "must end in CR LF", parts)
+		assert.Contains(t, out, "\r\nConnection: close\r\n", parts)
+	}
+	assert.Empty(t, lines, "nothing reached the provider")
+
+	// Heads of CR LF lines are served, with empty lines before them,
+	// and bare LFs in their bodies.
+	for _, raw := range []string{
+		"\r\n\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\na\n\nb",
+	} {
+		out := exchange(raw)
+		assert.True(t, strings.HasPrefix(out, "HTTP/1.1 200 "), "%q: %.300q", raw, out)
+		<-lines
+	}
+
+	// The next request on a kept-alive connection is read the same way.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(conn)
+	io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	assert.Equal(t, 200, resp.StatusCode)
+	<-lines
+	io.WriteString(conn, "GET /v1/models HTTP/1.1\nHost: x\n\n")
+	resp, err = http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 400, resp.StatusCode)
+	assert.Empty(t, lines, "nothing else reached the provider")
 }

@@ -234,6 +234,10 @@ type clientConn struct {
 	requestStart int64
 	tooSlow      atomic.Bool
 
+	// head scans the request head being read; only the goroutine that
+	// serves the connection uses it.
+	head headScan
+
 	// ahead holds the bytes read ahead of fasthttp's reader (see Read);
 	// nil when there are none. It and the fields below are used only by
 	// the goroutine that serves the connection.

@@ -378,11 +378,20 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
 	}
+	if c, ok := ctx.Conn().(*clientConn); ok && c.head.bareLF {
+		// Read whole at once, with a CR LF CR LF after its end (in its
+		// body): refused as one that fasthttp waited on is.
+		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, bareLFMessage)
+	}
 	if name := invalidFieldName(h.RawHeaders()); name != nil {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("header field name %.40q is not a token (RFC 9110 §5.6.2)", name))
 	}
 	return true
 }
+
+// bareLFMessage answers a request head with a line that ends in a bare LF
+// (see headScan).
+const bareLFMessage = "request head lines must end in CR LF, not a bare LF (RFC 9112 §2.2)"
 
 // allowedMethods are the methods Governor serves and forwards: those of
 // the providers' APIs and of CORS preflights. The others are refused, not
@@ -508,6 +517,10 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		}
 		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
+		return
+	}
+	if errors.Is(err, errBareLF) {
+		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true, Message: bareLFMessage})
 		return
 	}
 	var netErr net.Error
