@@ -31,7 +31,7 @@ type config struct {
 	AttemptTimeout    time.Duration `env:"GOVERNOR_ATTEMPT_TIMEOUT" envDefault:"10m" help:"one attempt, from dispatch until the answer (for a stream, its headers)"`
 	StreamIdleTimeout time.Duration `env:"GOVERNOR_STREAM_IDLE_TIMEOUT" envDefault:"5m" help:"a streamed answer silent this long is ended"`
 	ConnectTimeout    time.Duration `env:"GOVERNOR_CONNECT_TIMEOUT" envDefault:"10s" help:"dialing an upstream (its TLS handshake included), and waiting for a free connection to it"`
-	DrainTimeout      time.Duration `env:"GOVERNOR_DRAIN_TIMEOUT" envDefault:"30s" help:"after SIGTERM/SIGINT, time to finish queued and in-flight work"`
+	DrainTimeout      time.Duration `env:"GOVERNOR_DRAIN_TIMEOUT" envDefault:"30s" help:"after SIGTERM/SIGINT/SIGHUP, time to finish queued and in-flight work"`
 	MaxConcurrency    int           `env:"GOVERNOR_MAX_CONCURRENCY" envDefault:"64" help:"upper bound of each lane's concurrency target"`
 	MaxConnsPerUp     int           `env:"GOVERNOR_MAX_CONNS_PER_UPSTREAM" envDefault:"1024" help:"connections to one upstream, shared by its lanes; calls beyond it wait for a connection (at most GOVERNOR_CONNECT_TIMEOUT, and within GOVERNOR_ATTEMPT_TIMEOUT: a longer wait is a connection error, retried, that does not cut the lane)"`
 	MaxRetries        int           `env:"GOVERNOR_MAX_RETRIES" envDefault:"10" help:"failed attempts a call retries; a 429 while the lane's other calls are being served does not count (per call: X-Governor-Max-Retries)"`

@@ -13,8 +13,8 @@
 // lanes, package batch on the proxy's API, package ui, and, with
 // GOVERNOR_REDIS_URL, package coord behind lane.Coordinator (coord.go).
 // It serves the main listener and the admin listener (admin.go,
-// listeners.go: /metrics, /healthz, /readyz), and on SIGTERM or SIGINT
-// reports not ready, drains calls and batches for GOVERNOR_DRAIN_TIMEOUT
+// listeners.go: /metrics, /healthz, /readyz), and on SIGTERM, SIGINT or
+// SIGHUP reports not ready, drains calls and batches for GOVERNOR_DRAIN_TIMEOUT
 // and exits; a second signal exits at once. /metrics writes Governor's
 // families with their # HELP and # TYPE lines (metrics.go).
 //

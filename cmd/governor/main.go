@@ -114,9 +114,11 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	// Signals are caught before anything starts: a SIGTERM that comes while
 	// Governor starts (Kubernetes stops pods whenever it likes) drains it
 	// once it has started, where the default action would kill it, even
-	// after it has said it started and reported ready.
+	// after it has said it started and reported ready. A hang-up (the
+	// terminal closes, kill -HUP) drains it too: Go's default would end it
+	// at once, dropping every call in progress.
 	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigc)
 
 	if demo {

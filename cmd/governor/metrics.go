@@ -20,7 +20,7 @@ type metricFamily struct {
 // running Governor).
 var metricFamilies = []metricFamily{
 	{"governor_build_info", "gauge", "Always 1; labels version and goversion say what is running."},
-	{"governor_draining", "gauge", "1 from SIGTERM/SIGINT until the process exits, while queued and in-flight calls finish."},
+	{"governor_draining", "gauge", "1 from SIGTERM/SIGINT/SIGHUP until the process exits, while queued and in-flight calls finish."},
 	{"governor_in_flight_requests", "gauge", "Forwarded calls in progress, queued and streaming ones included (batch items and requests to Governor's API are not)."},
 	{"governor_connections_refused_total", "counter", "Client connections on the main listener beyond GOVERNOR_MAX_CONNECTIONS, answered 503 too_many_connections and closed."},
 	{"governor_client_connections", "gauge", "Client connections open on the main listener."},
