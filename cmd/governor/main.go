@@ -131,62 +131,22 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 
 	openFiles, memLimit, maxConns := connectionLimits(cfg, log)
 
-	set := metrics.NewSet()
-	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
-		func() float64 { return 1 })
-	var draining atomic.Bool
-	set.NewGauge("governor_draining", func() float64 {
-		if draining.Load() {
-			return 1
-		}
-		return 0
-	})
+	set, draining := newMetricsSet()
 
 	coordinator, closeCoordinator := startCoordination(cfg, set, log)
 	if closeCoordinator != nil {
 		defer closeCoordinator()
 	}
 
-	p, err := proxy.New(proxyConfig(cfg, maxConns, coordinator, set, log))
+	p, batches, err := startServices(cfg, maxConns, coordinator, set, log)
 	if err != nil {
 		return err
 	}
-	var batches *batch.Server
-	started := false
-	defer func() {
-		if started {
-			return
-		}
-		// Start-up failed after the proxy (the coordinator's sync loop)
-		// and perhaps the batch server began their work: stop them.
-		if batches != nil {
-			// Resumed jobs stop where they are: no drain for them.
-			now, cancel := context.WithCancel(context.Background())
-			cancel()
-			_ = batches.Shutdown(now)
-		}
-		_ = p.Shutdown(context.Background())
-	}()
-	batches, err = batch.New(p, batchConfig(cfg, set, log))
-	if err != nil && cfg.BatchDir != "" {
-		return fmt.Errorf("GOVERNOR_BATCH_DIR=%s: %w", cfg.BatchDir, err)
-	}
+	mainLn, adminLn, err := listen(cfg)
 	if err != nil {
+		stopServices(p, batches)
 		return err
 	}
-	ui.Register(p)
-
-	mainLn, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("main listener (GOVERNOR_LISTEN): %w", err)
-	}
-	adminLn, err := net.Listen("tcp", cfg.AdminListen)
-	if err != nil {
-		mainLn.Close()
-		return fmt.Errorf("admin listener (GOVERNOR_ADMIN_LISTEN): %w", err)
-	}
-
-	started = true
 
 	var ready atomic.Bool
 	adminSrv := newAdminServer(&admin{set: set, ready: &ready}, maxConns)
@@ -236,6 +196,69 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	_ = adminLn.Close()
 	log.Info("stopped")
 	return serveErr
+}
+
+// newMetricsSet returns the set every package registers its metrics on,
+// with Governor's own: its build and whether it drains (set draining).
+func newMetricsSet() (set *metrics.Set, draining *atomic.Bool) {
+	set = metrics.NewSet()
+	set.NewGauge(fmt.Sprintf(`governor_build_info{version=%q,goversion=%q}`, buildVersion(), runtime.Version()),
+		func() float64 { return 1 })
+	draining = new(atomic.Bool)
+	set.NewGauge("governor_draining", func() float64 {
+		if draining.Load() {
+			return 1
+		}
+		return 0
+	})
+	return set, draining
+}
+
+// startServices makes the proxy and the batch server, and the page on
+// the proxy. Once it returns them, they work (the coordinator's sync
+// loop, resumed async jobs) until drained or stopped with stopServices;
+// if it fails, it stops what it made.
+func startServices(cfg *parsed, maxConns int, coordinator lane.Coordinator, set *metrics.Set, log *slog.Logger) (*proxy.Proxy, *batch.Server, error) {
+	p, err := proxy.New(proxyConfig(cfg, maxConns, coordinator, set, log))
+	if err != nil {
+		return nil, nil, err
+	}
+	batches, err := batch.New(p, batchConfig(cfg, set, log))
+	if err != nil {
+		stopServices(p, nil)
+		if cfg.BatchDir != "" {
+			return nil, nil, fmt.Errorf("GOVERNOR_BATCH_DIR=%s: %w", cfg.BatchDir, err)
+		}
+		return nil, nil, err
+	}
+	ui.Register(p)
+	return p, batches, nil
+}
+
+// stopServices stops what startServices made when start-up fails after
+// it: no drain, resumed async jobs stop where they are. batches may be
+// nil.
+func stopServices(p *proxy.Proxy, batches *batch.Server) {
+	if batches != nil {
+		now, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = batches.Shutdown(now)
+	}
+	_ = p.Shutdown(context.Background())
+}
+
+// listen opens the main and the admin listeners.
+func listen(cfg *parsed) (mainLn, adminLn net.Listener, err error) {
+	mainLn, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("main listener (GOVERNOR_LISTEN): %w", err)
+	}
+	adminLn, err = net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		mainLn.Close()
+		return nil, nil, fmt.Errorf("admin listener (GOVERNOR_ADMIN_LISTEN): %w", err)
+	}
+	return mainLn, adminLn, nil
 }
 
 // connectionLimits raises the open-file limit and works out the main
