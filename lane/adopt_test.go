@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // adoptStep is one event in the life of a coordinated lane, at an instant,
@@ -164,4 +165,25 @@ func TestAnotherGovernorsDecreaseIsACause(t *testing.T) {
 	c.clock.Set(ms(150))
 	c.sync(Shared{Target: 10, Members: 2, Share: 5, Fair: 5, OthersSynced: ms(150), LastDecrease: ms(80), DecreaseLevel: 12})
 	assert.EqualValues(t, 1, c.l.m.byCause[CauseOtherGovernor].Get(), "a decrease is taken once")
+}
+
+// This Governor's own decrease, which the shared record keeps to the
+// millisecond, is not taken for another Governor's when it comes back.
+func TestOwnDecreaseIsNotAnotherGovernors(t *testing.T) {
+	c := newCoordLane(t)
+	c.sync(Shared{Target: 16, Members: 1, Share: 16, Fair: 16, OthersSynced: ms(0)})
+	c.clock.Set(ms(50))
+	c.sync(Shared{Target: 16, Members: 1, Share: 16, Fair: 16, OthersSynced: ms(50)})
+	require.Equal(t, 16, c.info().Limit)
+	at := ms(100).Add(300 * time.Microsecond)
+	c.clock.Set(at)
+	c.l.Observe(RateLimited, time.Millisecond, at, at)
+	require.EqualValues(t, 1, c.l.ctrl.State().Decreases)
+	st := c.l.ctrl.State()
+	// The shared limit the record keeps is below this Governor's own:
+	// the sync cuts its share, for its own decrease.
+	c.sync(Shared{Target: st.Target - 2, Members: 1, Share: int(st.Target) - 2, Fair: int(st.Target) - 2, OthersSynced: ms(100),
+		LastDecrease: time.UnixMilli(at.UnixMilli())})
+	require.Less(t, c.info().Limit, int(st.Target))
+	assert.Zero(t, c.l.m.byCause[CauseOtherGovernor].Get())
 }

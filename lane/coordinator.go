@@ -251,7 +251,9 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 		var decAt time.Time
 		if s.LastDecrease.After(co.seenDec) && !s.LastDecrease.Equal(snap.decAt) {
 			decAt = now
-			othersCut = true
+			// The record keeps milliseconds: this Governor's own
+			// decrease, reported by this sync, comes back truncated.
+			othersCut = s.LastDecrease.UnixMilli() != snap.decAt.UnixMilli()
 		}
 		l.ctrl.Adopt(s.Target+max(0, st.Target-snap.target), decAt, s.DecreaseLevel)
 		co.base = s.Target
