@@ -285,3 +285,33 @@ test('the live page shows a stalled job', { skip, timeout: 60_000 }, async () =>
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// An operator asks why a lane slowed down: after the provider answers 529
+// (overloaded), the lane's Last decrease cell says so, not just "after a
+// 429", and its tooltip says what that means.
+test('the live page says why a lane slowed down', { skip, timeout: 60_000 }, async () => {
+  const m = await startMock(['-latency', '20ms']);
+  const g = await startGovernor(m.url);
+  try {
+    const call = (headers) =>
+      fetch(`${g.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer sk-cause', ...headers },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    assert.equal((await call({})).status, 200);
+    // The provider overloaded: no retry asked, so the 529 comes back.
+    assert.equal((await call({ 'X-Mock-Fault': '529', 'X-Governor-Max-Retries': '0' })).status, 529);
+    const lanes = await (await fetch(`${g.url}/governor/lanes`)).json();
+    assert.equal(lanes.lanes[0].last_decrease_cause, 'overloaded');
+
+    const page = await browser.newPage({ viewport: { width: 1360, height: 600 } });
+    await page.goto(`${g.url}/governor/ui`);
+    const cell = page.locator('tr[data-lane]', { hasText: MODEL }).locator('td', { hasText: 'provider overloaded (529)' });
+    await cell.waitFor({ timeout: 10_000 });
+    assert.match(await cell.getAttribute('title'), /short of capacity/);
+    await page.close();
+  } finally {
+    await Promise.allSettled([g.stop(), m.stop()]);
+  }
+});

@@ -235,9 +235,10 @@
     c.decrease.replaceChildren();
     if (l.last_decrease) {
       c.decrease.append(el('span', '', ago(l.last_decrease, now)));
-      const why = l.last_decrease_reason ? reasonText(l.last_decrease_reason) : `${count(l.decreases)} ${l.decreases === 1 ? 'decrease' : 'decreases'}`;
+      const cause = l.last_decrease_cause || l.last_decrease_reason;
+      const why = cause ? reasonText(cause) : `${count(l.decreases)} ${l.decreases === 1 ? 'decrease' : 'decreases'}`;
       c.decrease.append(el('span', 'sub', why));
-      c.decrease.title = l.last_decrease;
+      c.decrease.title = `${l.last_decrease}${CAUSE_HELP[cause] ? `\n${CAUSE_HELP[cause]}` : ''}`;
     } else {
       c.decrease.append(el('span', 'zero', 'never'));
     }
@@ -251,10 +252,33 @@
     draw429(c.rlChart, h, now);
   }
 
+  // reasonText says in a few words what made a lane's limit fall: its
+  // last_decrease_cause (or, from an older Governor, its
+  // last_decrease_reason).
   function reasonText(r) {
-    const words = { rate_limited: 'after a 429 / 529', timeout: 'after a timeout' };
+    const words = {
+      rate_limited: 'after a 429',
+      overloaded: 'provider overloaded (529)',
+      request_budget: 'request budget spent',
+      token_budget: 'token budget spent',
+      timeout: 'after a timeout',
+      latency: 'calls slowed down',
+      other_governor: 'cut by another Governor',
+    };
     return words[r] || String(r).replaceAll('_', ' ');
   }
+
+  // CAUSE_HELP says what each cause means for the operator, as the cell's
+  // tooltip.
+  const CAUSE_HELP = {
+    rate_limited: "The provider answered 429 naming no exhausted budget: the account's concurrency or rate limit.",
+    overloaded: "The provider answered 529 (overloaded): it is short of capacity, whatever the account's limits.",
+    request_budget: "A 429 whose headers showed the account's request budget (RPM) spent.",
+    token_budget: "A 429 that showed the account's token budget (TPM) without room for the call.",
+    timeout: 'An attempt got no answer within GOVERNOR_ATTEMPT_TIMEOUT.',
+    latency: 'Calls succeeded but took longer as the limit rose: the provider queues calls past its knee.',
+    other_governor: 'Another Governor sharing the lane over Redis cut the shared limit.',
+  };
 
   const MAX_TENANTS_SHOWN = 5;
 
