@@ -220,8 +220,18 @@ func (s *Server) fail(w http.ResponseWriter, sh shape, e apiError) {
 	writeBody(w, e.status, e.body(sh))
 }
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	s.stats.observe(r)
+// apiRequest is a request to the API that accept let through.
+type apiRequest struct {
+	sh   shape
+	ep   endpoint
+	mock mockHeaders
+	body []byte
+}
+
+// accept checks what every endpoint checks before anything is counted
+// against the limits: the path and method, the mock headers and the body.
+// It answers a request that fails a check, and reports whether it passed.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request) (apiRequest, bool) {
 	var attempt int64
 	if id := r.Header.Get(HeaderRequestID); id != "" {
 		attempt = s.ids.inc(id)
@@ -230,28 +240,38 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	ep, ok := route(r.URL.Path)
 	if !ok {
 		s.fail(w, sh, errNotFound(r))
-		return
+		return apiRequest{}, false
 	}
 	if r.Method != ep.method {
 		w.Header().Set("Allow", ep.method)
 		s.fail(w, sh, errMethod(r))
-		return
+		return apiRequest{}, false
 	}
 	mock, err := parseMock(r.Header, attempt)
 	if err != nil {
 		s.fail(w, sh, errInvalid("invalid_mock_header", err.Error()))
-		return
+		return apiRequest{}, false
 	}
 	body, aerr := readBody(w, r)
 	if aerr != nil {
 		s.fail(w, sh, *aerr)
+		return apiRequest{}, false
+	}
+	return apiRequest{sh: sh, ep: ep, mock: mock, body: body}, true
+}
+
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	s.stats.observe(r)
+	req, ok := s.accept(w, r)
+	if !ok {
 		return
 	}
+	sh, mock := req.sh, req.mock
 
 	// The answer is built first, for what it costs the token budgets; a
 	// body it cannot answer is refused after the limits and forced
 	// faults have had their say, as before any cost was known.
-	ans, buildErr := ep.build(body, buildOptions{chunks: s.cfg.StreamChunks, fill: s.cfg.FillMaxTokens})
+	ans, buildErr := req.ep.build(req.body, buildOptions{chunks: s.cfg.StreamChunks, fill: s.cfg.FillMaxTokens})
 	now := s.now()
 	adm := s.lim.admit(now, ans.cost)
 	if !s.cfg.NoRateLimitHeaders {
