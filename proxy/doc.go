@@ -103,7 +103,9 @@
 // calls by how they ended and each attempt's latency; per lane (package
 // lane), what the lane counts, and the tokens each successful answer
 // reports in its usage (package usage: a JSON answer once read, gzip or
-// deflate decoded; an event stream as it passes, without holding it).
+// deflate decoded; an event stream as it passes, without holding it: a
+// call that asks for a stream goes upstream with Accept-Encoding:
+// identity, so that its events can be read).
 // Config.AccessLog, when set, gets one line per call.
 //
 // # fasthttp

@@ -180,6 +180,14 @@ func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *
 		}
 	}
 	out.Header.SetHost(up.host)
+	if asksForStream(in.Body()) {
+		// Governor reads a stream's events as they pass (usage, an
+		// overload that ends it, a cut) and leaves its bytes as they
+		// are: compressed, they could not be read. Identity is always
+		// acceptable to the client (RFC 9110 §12.5.3), and a stream of
+		// small events gains little from compression.
+		out.Header.Set(fasthttp.HeaderAcceptEncoding, "identity")
+	}
 
 	uri := out.URI()
 	uri.SetScheme(up.scheme)
@@ -194,6 +202,24 @@ func buildUpstreamRequest(in *fasthttp.Request, up *upstream, path []byte, out *
 	uri.SetPathBytes(full)
 	uri.SetQueryStringBytes(in.URI().QueryString())
 	out.SetBody(in.Body())
+}
+
+// asksForStream reports whether a JSON request body asks for a streamed
+// answer: it holds a key "stream" whose value is true, as OpenAI's and
+// Anthropic's APIs take it. The key is matched at any depth; a body that
+// merely mentions it (in a prompt, its quotes are escaped) does not match.
+func asksForStream(body []byte) bool {
+	key := []byte(`"stream"`)
+	for {
+		i := bytes.Index(body, key)
+		if i < 0 {
+			return false
+		}
+		body = bytes.TrimLeft(body[i+len(key):], " \t\r\n")
+		if v, ok := bytes.CutPrefix(body, []byte{':'}); ok && bytes.HasPrefix(bytes.TrimLeft(v, " \t\r\n"), []byte("true")) {
+			return true
+		}
+	}
 }
 
 // upstreamStripped are the request headers never sent upstream: the

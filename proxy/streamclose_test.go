@@ -1,13 +1,17 @@
 package proxy
 
 import (
+	"compress/gzip"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -58,5 +62,111 @@ func TestStreamEndedByTheCloseBeforeItsLastEventIsCut(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond, tc.name)
 		assert.Equal(t, tc.end, logs.Lines(t, "call")[0]["stream_end"], tc.name)
+	}
+}
+
+// gzippingProvider streams events gzip-compressed to a request that
+// accepts gzip (or names no encoding: then any is acceptable), flushed
+// event by event, and as they are otherwise; it sends each accepted
+// encoding it was asked for on asked.
+func gzippingProvider(t *testing.T, events ...string) (url string, asked <-chan string) {
+	t.Helper()
+	got := make(chan string, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		ae := r.Header.Get("Accept-Encoding")
+		got <- ae
+		w.Header().Set("Content-Type", "text/event-stream")
+		var out io.Writer = w
+		var flush func()
+		if ae == "" || strings.Contains(ae, "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			gz := gzip.NewWriter(w)
+			defer gz.Close()
+			out, flush = gz, func() { gz.Flush(); w.(http.Flusher).Flush() }
+		} else {
+			flush = w.(http.Flusher).Flush
+		}
+		for _, e := range events {
+			io.WriteString(out, e)
+			flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, got
+}
+
+// A streamed call goes upstream asking for no compression, whatever the
+// client accepts: Governor reads its events as they pass (usage, an
+// overload that ends it), which it could not do compressed, and passes
+// them on as they came. An answer that is not a stream keeps the client's
+// Accept-Encoding (a JSON answer is read decompressed).
+func TestStreamsAreAskedForUncompressed(t *testing.T) {
+	checkLeaks(t)
+	const (
+		chunk = `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"delta":{"content":"Hi"}}]}` + "\n\n"
+		usage = `data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":11,"total_tokens":18}}` + "\n\n"
+		start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n"
+		over  = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	)
+	for _, tc := range []struct {
+		name, path, body, end string
+		events                []string
+		tokens                int
+	}{
+		{"OpenAI, usage at the end", "/v1/chat/completions", `{"model":"gpt-a","stream": true,"stream_options":{"include_usage":true}}`,
+			"done", []string{chunk, usage, "data: [DONE]\n\n"}, 11},
+		{"Anthropic, ended by an overload", "/anthropic/v1/messages", `{"model":"claude","stream":true,"max_tokens":9}`,
+			"overloaded_error", []string{start, over}, 1},
+	} {
+		up, asked := gzippingProvider(t, tc.events...)
+		set := metrics.NewSet()
+		var logs logtest.Buffer
+		_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), Metrics: set,
+			Routes:    []Route{{Name: "anthropic", URL: mustURL(t, up)}},
+			AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
+		req, err := http.NewRequest("POST", base+tc.path, strings.NewReader(tc.body))
+		require.NoError(t, err)
+		req.Header.Set("Accept-Encoding", "gzip, deflate, br") // as the SDKs send it
+		resp, err := client(t).Do(req)
+		require.NoError(t, err, tc.name)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err, tc.name)
+		assert.Equal(t, "identity", <-asked, tc.name)
+		assert.Empty(t, resp.Header.Get("Content-Encoding"), tc.name)
+		assert.Equal(t, strings.Join(tc.events, ""), string(body), "%s: the events as sent", tc.name)
+		require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond, tc.name)
+		assert.Equal(t, tc.end, logs.Lines(t, "call")[0]["stream_end"], tc.name)
+		assert.Equal(t, tc.tokens, tokensOf(set, "completion"), "%s: its usage is counted", tc.name)
+	}
+
+	// Not a stream: the client's Accept-Encoding goes upstream.
+	up, asked := gzippingProvider(t, `{"id":"x"}`)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":false,"messages":[{"content":"say \"stream\": true"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := client(t).Do(req)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "gzip", <-asked)
+	assert.Equal(t, "gzip", resp.Header.Get("Content-Encoding"))
+}
+
+func TestAsksForStream(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"stream":true}`:                           true,
+		`{"model":"m", "stream" : true ,"x":1}`:     true,
+		"{\"stream\":\n\ttrue}":                     true,
+		`{"stream":false}`:                          false,
+		`{"stream_options":{"include_usage":true}}`: false,
+		`{"content":"say \"stream\": true"}`:        false,
+		`{"role":"stream","stream":false}`:          false,
+		`{}`:                                        false,
+		`"stream"`:                                  false,
+	} {
+		assert.Equal(t, want, asksForStream([]byte(body)), body)
 	}
 }
