@@ -182,19 +182,6 @@ func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched,
 	}
 }
 
-// ObserveStreamOverload accounts for an attempt whose answer began as a
-// success, and was observed as Answered then, but that the provider ended
-// with an overload error (Anthropic's overloaded_error event in a stream
-// it began with a 200): the controller hears it as it hears a 529, for
-// the call sent latency before now, its slot granted at dispatched (zero:
-// when it was sent), as Observe takes them. The attempt is not counted
-// again. Call it with the attempt's slot still held.
-func (l *Lane) ObserveStreamOverload(latency time.Duration, dispatched, now time.Time) {
-	l.lastUsed.Store(now.UnixNano())
-	l.m.overloaded.Inc()
-	l.control(RateLimited, CauseOverloaded, latency, dispatched, now)
-}
-
 // countAttempt counts an attempt that came to o and reports whether the
 // controller is to hear of it.
 func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) bool {

@@ -40,8 +40,9 @@
 // wait are kept small enough not to grow (see forward). The answer is
 // classified: success; rate-limited (429 and 529, with any retry-after-ms /
 // retry-after hint; and a streamed success that the provider ends with an
-// overloaded_error event, which the controller hears when the stream ends,
-// the call passed on as it is); quota exhausted (a final 429); server error
+// overloaded_error event, the call passed on as it is: an event stream
+// passed on is one attempt, whose one outcome, how it ended, the
+// controller hears when it ends, as for an answer read whole); quota exhausted (a final 429); server error
 // (500/502/503/504); timeout; connection error (an attempt whose request
 // never reached a connection to the upstream before its deadline too: the
 // provider never saw it); or final (other 4xx, passed straight back). What a retry can fix is retried ahead of fresh calls,

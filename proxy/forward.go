@@ -321,11 +321,16 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	body.watchOverload = streamCountsTokens(resp)
 	body.done = func() {
 		if ln != nil {
-			if body.overload.seen {
-				// The attempt was heard as answered when it began;
-				// its end is an overload, heard as a 529 is.
+			if body.watchOverload {
+				// The attempt's one outcome, as for an answer read
+				// whole: how the stream ended, from its hand-over to
+				// its end.
 				now := p.cfg.Now()
-				ln.ObserveStreamOverload(now.Sub(sent), granted, now)
+				if oc := body.outcome(); oc == lane.RateLimited {
+					ln.ObserveRefusal(lane.RefusedOverloaded, now.Sub(sent), granted, now)
+				} else {
+					ln.Observe(oc, now.Sub(sent), granted, now)
+				}
 			}
 			ln.Done(at)
 			ln.Queue().ReleaseTenant(tenant)

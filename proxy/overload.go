@@ -191,3 +191,24 @@ func (w *overloadWatch) outcome() (o lane.Outcome, why string) {
 	}
 	return lane.Answered, ""
 }
+
+// outcome is the outcome of a stream passed on to its client, once it has
+// ended (closed): RateLimited when an overload error passed; ClientGone
+// when the client left or stopped reading first; ConnError when the
+// upstream broke it off, fell silent for the idle timeout, or stopped it
+// before its last event (or its first); ServerError when a server error
+// ended it; else Answered (an error a retry cannot fix included), as for a
+// stream read whole (see overloadWatch.outcome).
+func (b *streamBody) outcome() lane.Outcome {
+	if b.overload.seen {
+		return lane.RateLimited
+	}
+	switch b.end() {
+	case "client_gone":
+		return lane.ClientGone
+	case "silent", "cut":
+		return lane.ConnError
+	}
+	o, _ := b.overload.outcome()
+	return o
+}

@@ -106,6 +106,74 @@ func TestStreamOverloadLowersTheLimit(t *testing.T) {
 	}
 }
 
+// A stream passed on to its client is one attempt with one outcome, which
+// the lane's controller hears when the stream ends, as it hears an answer
+// read whole: a stream ended by an overloaded_error is a 529 and nothing
+// else (no success heard first), and one that ends well is a success
+// whose latency runs to its end. The provider takes 1 s (on Governor's
+// clock) to the stream's first event, and 5 s more to its last.
+func TestStreamIsHeardOnceWhenItEnds(t *testing.T) {
+	checkLeaks(t)
+	for _, overloaded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("overloaded=%v", overloaded), func(t *testing.T) {
+			clock := newManualClock()
+			more := make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				clock.Advance(time.Second) // to the stream's first byte
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n")
+				w.(http.Flusher).Flush()
+				<-more
+				if overloaded {
+					_, _ = io.WriteString(w, anthropicOverloadEvent)
+				} else {
+					_, _ = io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+				}
+			}))
+			defer up.Close()
+			set := newSet()
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Metrics: set, Now: clock.Now}))
+			c := client(t)
+			req, err := http.NewRequest("POST", base+"/v1/messages", strings.NewReader(`{"model":"claude-test","stream":true}`))
+			require.NoError(t, err)
+			resp, err := c.Do(req)
+			require.NoError(t, err)
+			first := make([]byte, len("event: message_start\n"))
+			_, err = io.ReadFull(resp.Body, first)
+			require.NoError(t, err, "the stream's first event reached the client")
+			clock.Advance(5 * time.Second)
+			close(more)
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				l := lanesOf(t, c, base)
+				return len(l) == 1 && l[0].InFlight == 0
+			}, 10*time.Second, time.Millisecond, "the stream ended")
+
+			l := lanesOf(t, c, base)[0]
+			text := promText(set)
+			attempts := func(outcome string) string {
+				return sampleOf(text, fmt.Sprintf(`governor_attempts_total{lane=%q,outcome=%q}`, l.ID, outcome))
+			}
+			if overloaded {
+				assert.Equal(t, "0", attempts("answered"), "no success counted")
+				assert.Equal(t, "1", attempts("rate_limited"), "one overload counted")
+				assert.Zero(t, l.LatencyEWMAMs, "the controller heard no success: %+v", l)
+				assert.Equal(t, "rate_limited", l.LastDecreaseReason)
+				assert.EqualValues(t, 1, l.Overloaded)
+			} else {
+				assert.Equal(t, "1", attempts("answered"))
+				assert.Equal(t, "0", attempts("rate_limited"))
+				assert.InDelta(t, 6000, l.LatencyEWMAMs, 1, "the success is heard at the stream's end: %+v", l)
+				assert.Zero(t, l.Decreases+l.Collapses)
+			}
+		})
+	}
+}
+
 // A streamed answer that Do reads whole (a batch item's) is read inside
 // its attempt: a stream the provider ended with an error event (Anthropic's
 // overloaded_error, OpenAI's server_error) is a failed attempt, retried

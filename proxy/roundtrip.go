@@ -469,6 +469,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	switch {
 	case emptyBudget:
 		l.ObserveEmptyBudget(c.seq, exchange, c.granted, now)
+	case err == nil && resp.BodyStream() != nil && streamCountsTokens(resp):
+		// An event stream passed on as it arrives: how it ends is its
+		// outcome, heard once it has (see streamBody.outcome).
 	case oc != lane.RateLimited:
 		l.Observe(oc, exchange, c.granted, now)
 	case err == nil && (resp.StatusCode() == statusOverloaded || streamWhy != ""):
