@@ -2,6 +2,20 @@
 // application's LLM calls to their provider under governance, and the
 // governed round trip that the batch API shares.
 //
+// # Use
+//
+// New returns a Proxy for a Config, each of whose fields says what its
+// zero value means; its metrics go on Config.Metrics. Register Governor's
+// own endpoints with HandleAPI and HandlePublic, then call Serve for each
+// listener: it returns once Shutdown has been called. Do sends a call made
+// by Governor itself (a batch item) through the same lanes, queues,
+// controllers and retries as a forwarded call. Shutdown drains: it stops
+// accepting, lets the calls in progress and the calls of Do end until its
+// context does, answers those still waiting then with Governor's draining
+// error, and stops what the Proxy runs in the background. Apart from
+// HandleAPI and HandlePublic, which must come before Serve, the methods of
+// a Proxy are safe for concurrent use.
+//
 // # Why a proxy
 //
 // Every process of a pod that calls a provider carries its own retry loop
@@ -128,7 +142,7 @@
 //
 // Paths under /governor/ are Governor's, not forwarded: GET /governor/lanes
 // here, the batch API through HandleAPI and Do, the live page's static files
-// through HandlePublic. GOVERNOR_API_TOKEN guards all but those public files
+// through HandlePublic. Config.APIToken guards all but those public files
 // with a header of their own, X-Governor-Token, so that provider
 // credentials in Authorization pass through untouched.
 package proxy
