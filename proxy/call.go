@@ -46,6 +46,10 @@ type Call struct {
 	// queue_full is then not counted in governor_errors_total nor logged
 	// as a refusal, since nobody is answered with it.
 	Requeue bool
+	// OnAttempt, if set, is called with n (1 for the first attempt) each
+	// time an attempt is about to be sent upstream, from the goroutine of
+	// Do. It must return quickly: the attempt holds its lane's slot.
+	OnAttempt func(n int)
 }
 
 // Result is the answer to a Call. Exactly one of Err or StatusCode is set.
@@ -133,7 +137,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	up, path := p.router.resolve(in.URI().Path())
 
 	opts := callOptions{urgency: min(max(c.Urgency, 0), 7), maxRetries: c.MaxRetries, attemptTimeout: c.AttemptTimeout, tenant: c.Tenant,
-		maxResponse: int64(c.MaxResponseBytes), wholeStreams: true}
+		maxResponse: int64(c.MaxResponseBytes), wholeStreams: true, onAttempt: c.OnAttempt}
 	if opts.maxResponse <= 0 {
 		opts.maxResponse = int64(p.cfg.MaxResponseBytes)
 	}

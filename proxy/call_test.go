@@ -193,3 +193,20 @@ func TestCutOfACallWaitsForItsContextsCause(t *testing.T) {
 		assert.ErrorIs(t, why, errStopped)
 	})
 }
+
+// A Call's OnAttempt hears of each attempt before it is sent, numbered
+// from 1, as many times as the provider received the call.
+func TestCallOnAttemptHearsEachSend(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	mock, url := startMock(t, mockllm.Config{})
+	p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, url)}))
+	var heard []int
+	res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"model":"gpt-test"}`), MaxRetries: 3,
+		Header:    map[string]string{mockllm.HeaderFault: "500,500,ok", "X-Request-Id": "hook"},
+		OnAttempt: func(n int) { heard = append(heard, n) }})
+	require.Nil(t, res.Err)
+	assert.Equal(t, StatusCompletedWithRetries, res.Details.Status)
+	assert.Equal(t, []int{1, 2, 3}, heard)
+	assert.Equal(t, int64(3), mock.Stats().ByRequestID["hook"])
+}

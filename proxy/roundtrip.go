@@ -38,6 +38,9 @@ type callOptions struct {
 	// attempt in flight; nil for calls with no connection of their own
 	// (a Call of Do, whose watch follows its context: see Proxy.Do).
 	client net.Conn
+	// onAttempt, if set, is told of each attempt before it is sent (see
+	// Call.OnAttempt).
+	onAttempt func(attempt int)
 }
 
 // callResult is what a governed round trip came to: an upstream answer to
@@ -356,6 +359,9 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	resp := fasthttp.AcquireResponse()
 	if c.watched != nil {
 		c.watched.carryBody(out, resp)
+	}
+	if o.onAttempt != nil {
+		o.onAttempt(attempt)
 	}
 	at := l.Dispatch()
 	start := p.cfg.Now()
