@@ -10,11 +10,16 @@
 // crash mid-write leaves at most a cut record at the end. A write the disk
 // refuses (full, or past a file size limit) is cut off again and reported
 // as a *WriteError: the journal stays whole, and the record can be put
-// again once there is room. Cancel and Finish append records of their
-// own; Finish also removes the secret.
+// again once there is room. Sent notes an attempt of an item as it is
+// sent (in a file apart, without waiting for the disk), so that after a
+// restart Load counts the attempts of the items whose result was never
+// recorded.
+// Cancel and Finish append records of their own; Finish also removes the
+// secret.
 //
 // Load, after a restart, returns every job with its recorded results (meta
-// only) and never fails on damage: a journal that ends in a cut or
+// only) and the attempts sent of the items without one, and never fails
+// on damage: a journal that ends in a cut or
 // corrupt record keeps every whole record before it and is cut back to
 // them; a job whose header (or, unfinished, input or secret) is unreadable
 // is moved to the directory's "damaged" folder and reported lost. Each

@@ -46,6 +46,10 @@ type Job struct {
 	offsets  []int64  // of item i's result record, -1 if none
 	finished bool
 	broken   error // a write that could not be undone: nothing more is written
+	// The sent file (see Sent), opened at the first attempt noted.
+	sent       *os.File
+	sentSize   int64 // bytes of whole records in it
+	sentBroken error // a write to it that could not be undone
 
 	syncMu sync.Mutex // one fsync at a time
 	synced int64      // journal bytes known to be on disk
@@ -91,14 +95,19 @@ func (j *Job) Cancel() error {
 }
 
 // Finish records that the job has finished, with the caller's payload, and
-// removes its secret. Nothing more can be recorded.
+// removes its secret and its notes of attempts sent. Nothing more can be recorded.
 func (j *Job) Finish(payload []byte) error {
 	if err := j.append(nil, []byte{kindFinish}, payload); err != nil {
 		return err
 	}
 	j.mu.Lock()
 	j.finished = true
+	j.closeSentLocked()
 	j.mu.Unlock()
+	// Its results count every attempt: the notes of those sent go too.
+	if err := os.Remove(filepath.Join(j.path, sentFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("job %s: remove sent: %w", j.id, err)
+	}
 	if err := os.Remove(filepath.Join(j.path, secretFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("job %s: remove secret: %w", j.id, err)
 	}
@@ -207,6 +216,7 @@ func (j *Job) close() {
 		_ = j.f.Close()
 		j.f = nil
 	}
+	j.closeSentLocked()
 }
 
 // offset returns where item i's result record starts, or -1.

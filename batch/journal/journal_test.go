@@ -324,3 +324,56 @@ func TestLoadEachReadsOneJobAtATime(t *testing.T) {
 	assert.Empty(t, damage)
 	assert.Equal(t, []string{"a:2", "b:0"}, got)
 }
+
+// Attempts noted as sent count, after a restart, for the items whose
+// result was not recorded, and only for them; a sent file cut at any byte
+// keeps the counts of the whole records before the cut, and takes new ones
+// after them.
+func TestSentCountsAttemptsOfItemsWithoutAResult(t *testing.T) {
+	src := t.TempDir()
+	d, err := Open(src)
+	require.NoError(t, err)
+	j, err := d.Create("j", 3, []byte("h"), []byte("in"), []byte("s"))
+	require.NoError(t, err)
+	for _, i := range []int{0, 1, 0} {
+		require.NoError(t, j.Sent(i))
+	}
+	require.NoError(t, j.Put(0, []byte("m"), small(0))) // item 0's result counts its attempts
+	for _, i := range []int{1, 2} {
+		require.NoError(t, j.Sent(i))
+	}
+	assert.Error(t, j.Sent(3), "out of range")
+	require.NoError(t, d.Close())
+	sentPath := filepath.Join(src, jobsName, "j", sentFile)
+	sent, err := os.ReadFile(sentPath)
+	require.NoError(t, err)
+	require.Len(t, sent, 5*sentRecord)
+	// Whole records kept at each cut, and the counts they give.
+	wants := []map[int]int{nil, nil, {1: 1}, {1: 1}, {1: 2}, {1: 2, 2: 1}}
+
+	for cut := range int64(len(sent)) + 1 {
+		path := t.TempDir()
+		require.NoError(t, os.CopyFS(path, os.DirFS(src)))
+		p := filepath.Join(path, jobsName, "j", sentFile)
+		require.NoError(t, os.Truncate(p, cut))
+		jobs, damage := load(t, path)
+		require.Len(t, jobs, 1, "cut at %d", cut)
+		assert.Empty(t, damage, "cut at %d: a count of attempts is not worth reporting", cut)
+		want := wants[cut/sentRecord]
+		if want == nil {
+			assert.Empty(t, jobs[0].Sent, "cut at %d", cut)
+		} else {
+			assert.Equal(t, want, jobs[0].Sent, "cut at %d", cut)
+		}
+		// New notes follow the whole records.
+		require.NoError(t, jobs[0].Job.Sent(2))
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		assert.Equal(t, (cut/sentRecord+1)*sentRecord, st.Size(), "cut at %d", cut)
+	}
+
+	// Finished, the job's results count every attempt: the notes go.
+	jobs, _ := load(t, src)
+	require.NoError(t, jobs[0].Job.Finish([]byte("end")))
+	assert.NoFileExists(t, sentPath)
+}

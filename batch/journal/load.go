@@ -21,6 +21,10 @@ type Loaded struct {
 	Input, Secret []byte
 	// Results are the recorded results, meta only, in recording order.
 	Results []Result
+	// Sent counts, for each item of an unfinished job without a recorded
+	// result, the attempts noted as sent (see Job.Sent): those of runs
+	// that a crash or a shutdown ended before its result was recorded.
+	Sent map[int]int
 	// Cancelled reports that the job's cancellation was recorded.
 	Cancelled bool
 	// Finished is the payload given to Finish; nil if the job has not
@@ -118,12 +122,20 @@ func (d *Dir) loadJob(id string) (*Loaded, *Damage) {
 		return lost(journalFile, err)
 	}
 	l := &Loaded{Header: header, Results: sc.results, Cancelled: sc.cancelled, Finished: sc.finished}
+	var sentSize int64
 	if l.Finished != nil {
 		// A crash between Finish's record and its removal of the secret.
 		if err := os.Remove(filepath.Join(path, secretFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return lost(secretFile, err)
 		}
+		_ = os.Remove(filepath.Join(path, sentFile))
 	} else {
+		recorded := func(i int) bool { _, ok := sc.offsets[i]; return ok }
+		// Damage here costs counts of attempts, never the job.
+		if l.Sent, sentSize, err = scanSent(filepath.Join(path, sentFile), total, recorded); err != nil {
+			l.Sent, sentSize = nil, 0
+			_ = os.Remove(filepath.Join(path, sentFile))
+		}
 		if l.Input, err = readFileFrame(filepath.Join(path, inputFile)); err != nil {
 			return lost(inputFile, err)
 		}
@@ -143,6 +155,7 @@ func (d *Dir) loadJob(id string) (*Loaded, *Damage) {
 		return lost(journalFile, err)
 	}
 	j.finished = l.Finished != nil
+	j.sentSize = sentSize
 	for _, r := range sc.results {
 		j.offsets[r.Index] = sc.offsets[r.Index]
 	}
