@@ -37,7 +37,8 @@
 //     items finish and read back from there; after a restart on the same
 //     directory, unfinished jobs resume by themselves, and an item whose
 //     result was recorded is never sent again (one still in flight at
-//     the stop is). A directory that refuses a result (a full disk)
+//     the stop is, its details counting the attempts sent before the
+//     restart too). A directory that refuses a result (a full disk)
 //     pauses the job, its status saying so, until it takes results
 //     again.
 //

@@ -39,6 +39,7 @@ type rowMeta struct {
 	CustomID    string       `json:"custom_id,omitempty"`
 	Status      proxy.Status `json:"status"`
 	Attempts    int          `json:"attempts"`
+	Before      int          `json:"attempts_before_restart,omitempty"`
 	Errors      []string     `json:"errors,omitempty"`
 	Queue       int64        `json:"queue_ns"`
 	Execution   int64        `json:"execution_ns"`
@@ -50,13 +51,13 @@ type rowMeta struct {
 }
 
 func metaOf(r *Row, customID string) rowMeta {
-	return rowMeta{CustomID: customID, Status: r.Status, Attempts: r.Attempts, Errors: r.Errors,
+	return rowMeta{CustomID: customID, Status: r.Status, Attempts: r.Attempts, Before: r.AttemptsBeforeRestart, Errors: r.Errors,
 		Queue: int64(r.Queue), Execution: int64(r.Execution), StatusCode: r.StatusCode,
 		ContentType: r.ContentType, RequestID: r.RequestID, Err: r.Err, Lane: r.Lane}
 }
 
 func (m *rowMeta) row() Row {
-	return Row{Status: m.Status, Attempts: m.Attempts, Errors: m.Errors,
+	return Row{Status: m.Status, Attempts: m.Attempts, AttemptsBeforeRestart: m.Before, Errors: m.Errors,
 		Queue: time.Duration(m.Queue), Execution: time.Duration(m.Execution), StatusCode: m.StatusCode,
 		ContentType: m.ContentType, RequestID: m.RequestID, Err: m.Err, Lane: m.Lane}
 }
@@ -111,6 +112,7 @@ const (
 // ctx ends otherwise (the job was cancelled), or the journal cannot be
 // written at all any more, the row is kept in memory as record does.
 func (s *Server) store(ctx context.Context, e *execution, i int, r Row) bool {
+	e.withPrior(i, &r)
 	d, ok := e.rows.(*diskRows)
 	if !ok {
 		e.record(i, r)
@@ -360,6 +362,7 @@ func (s *Server) restoreJob(l journal.Loaded) error {
 			maps.Copy(e.items[i].Header, h)
 		}
 		e.customIDs = customIDs(e.items)
+		e.prior = l.Sent
 	}
 	var ids []string
 	for _, r := range l.Results {

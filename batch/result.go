@@ -16,10 +16,13 @@ const StatusPending proxy.Status = "PENDING"
 
 // Row is how one item ended.
 type Row struct {
-	Status           proxy.Status
-	Attempts         int
-	Errors           []string // one short string per failed attempt
-	Queue, Execution time.Duration
+	Status   proxy.Status
+	Attempts int
+	// AttemptsBeforeRestart are those of Attempts made in runs that a
+	// crash or a shutdown ended before the row was recorded.
+	AttemptsBeforeRestart int
+	Errors                []string // one short string per failed attempt
+	Queue, Execution      time.Duration
 	// Lane is the lane the item went through, empty when it got none.
 	Lane string
 
@@ -55,11 +58,15 @@ type Output struct {
 
 // Detail is an item's execution details, in Phoenix's ExecutionDetails terms.
 type Detail struct {
-	Status           proxy.Status `json:"status"`
-	Attempts         int          `json:"attempts"`
-	Errors           []string     `json:"errors"`
-	QueueSeconds     float64      `json:"queue_seconds"`
-	ExecutionSeconds float64      `json:"execution_seconds"`
+	Status   proxy.Status `json:"status"`
+	Attempts int          `json:"attempts"`
+	// AttemptsBeforeRestart counts those of Attempts sent before
+	// Governor restarted (a job kept in a batch directory whose item was
+	// in flight at a crash or at the end of a drain); omitted when none.
+	AttemptsBeforeRestart int      `json:"attempts_before_restart,omitempty"`
+	Errors                []string `json:"errors"`
+	QueueSeconds          float64  `json:"queue_seconds"`
+	ExecutionSeconds      float64  `json:"execution_seconds"`
 	// StatusCode is the provider's last status, 0 (omitted) when it
 	// never answered.
 	StatusCode int `json:"status_code,omitempty"`
@@ -119,13 +126,14 @@ func (r *Row) detail() Detail {
 		errs = []string{}
 	}
 	return Detail{
-		Status:           r.Status,
-		Attempts:         r.Attempts,
-		Errors:           errs,
-		QueueSeconds:     round3(r.Queue.Seconds()),
-		ExecutionSeconds: round3(r.Execution.Seconds()),
-		StatusCode:       r.StatusCode,
-		Response:         r.failedAnswer(),
+		Status:                r.Status,
+		Attempts:              r.Attempts,
+		AttemptsBeforeRestart: r.AttemptsBeforeRestart,
+		Errors:                errs,
+		QueueSeconds:          round3(r.Queue.Seconds()),
+		ExecutionSeconds:      round3(r.Execution.Seconds()),
+		StatusCode:            r.StatusCode,
+		Response:              r.failedAnswer(),
 	}
 }
 

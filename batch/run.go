@@ -42,6 +42,10 @@ type execution struct {
 	// resumable reports rows kept on disk: a run stopped by Governor's
 	// shutdown is resumed after a restart rather than finished.
 	resumable bool
+	// prior counts, for an item of a resumed job whose row was never
+	// recorded, the attempts sent in the runs before (read-only once the
+	// job runs; see withPrior).
+	prior map[int]int
 	// onRow, if set, is called once per row as it is recorded, from the
 	// goroutine that recorded it, without locks held.
 	onRow func(i int, r *Row)
@@ -272,13 +276,41 @@ func (e *execution) allDone() bool {
 func (e *execution) finish(stopped string, now time.Time) {
 	for i := range e.total {
 		if !e.isDone(i) {
-			e.record(i, Row{Status: proxy.StatusDidNotRun})
+			r := Row{Status: proxy.StatusDidNotRun}
+			e.withPrior(i, &r)
+			e.record(i, r)
 		}
 	}
 	e.mu.Lock()
 	e.finished = now
 	e.summary.Stopped = stopped
 	e.mu.Unlock()
+}
+
+// errSentBeforeRestart is the error of an attempt sent in a run that a
+// crash or a shutdown ended before the item's row was recorded.
+const errSentBeforeRestart = "sent before a restart: its answer was not recorded"
+
+// withPrior adds to row i the attempts that its item made in the runs of
+// the job before a restart, which a crash or a shutdown ended before the
+// row was recorded: they count in Attempts (so a row tells every send the
+// provider may bill), one error each, and a row COMPLETED in this run is
+// COMPLETED_WITH_RETRIES.
+func (e *execution) withPrior(i int, r *Row) {
+	n := e.prior[i]
+	if n == 0 {
+		return
+	}
+	r.Attempts += n
+	r.AttemptsBeforeRestart = n
+	errs := make([]string, n, n+len(r.Errors))
+	for k := range errs {
+		errs[k] = errSentBeforeRestart
+	}
+	r.Errors = append(errs, r.Errors...)
+	if r.Status == proxy.StatusCompleted {
+		r.Status = proxy.StatusCompletedWithRetries
+	}
 }
 
 // stopReason names why ctx ended.
@@ -367,6 +399,7 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		Tenant:           o.Tenant,
 		MaxResponseBytes: s.cfg.MaxResponseBytes,
 		Requeue:          true, // see runQueued
+		OnAttempt:        e.sentHook(i),
 	})
 	d := res.Details
 	r := Row{Status: d.Status, Attempts: d.Attempts, Errors: d.Errors, Queue: d.Queue, Execution: d.Execution}
@@ -399,6 +432,19 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 	r.RequestID = res.RequestID
 	r.Body = res.Body
 	return r
+}
+
+// sentHook returns what records, in e's journal, each attempt of item i
+// before it is sent, so that a restart counts it (see withPrior); nil
+// for an execution without one.
+func (e *execution) sentHook(i int) func(int) {
+	d, ok := e.rows.(*diskRows)
+	if !ok {
+		return nil
+	}
+	// A write the disk refuses only leaves the attempt uncounted, should
+	// the process stop before the item's row is recorded.
+	return func(int) { _ = d.j.Sent(i) }
 }
 
 // itemHeader is the header of one item's request: JSON content, the batch
