@@ -81,6 +81,9 @@ func bufferAnswer(resp *fasthttp.Response, limit int64, budget *bodyBudget) (hel
 			if cutChunked(resp) {
 				return fail(fmt.Errorf("read upstream body: %w", errCutChunked))
 			}
+			if cutAtClose(resp, body) {
+				return fail(fmt.Errorf("read upstream body: %w", errCutAtClose))
+			}
 			if err := resp.CloseBodyStream(); err != nil {
 				budget.give(held)
 				return 0, nil, false, fmt.Errorf("read upstream body: %w", err)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"compress/gzip"
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -169,4 +170,53 @@ func TestAsksForStream(t *testing.T) {
 	} {
 		assert.Equal(t, want, asksForStream([]byte(body)), body)
 	}
+}
+
+// A JSON answer framed by its connection's close alone (no Content-Length,
+// not chunked: an HTTP/1.0 server, Python's http.server) that the provider
+// closes before the JSON's end is cut, as a chunked one cut short is: it
+// is retried, never passed on as a complete 200; whole, or of another
+// type, it is taken as it came.
+func TestJSONAnswerEndedByTheCloseIsRetriedWhenCut(t *testing.T) {
+	checkSockets(t)
+	checkLeaks(t)
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+	closeCut := func(c *net.TCPConn) { io.WriteString(c, head+`{"id":"x`) }
+	closeWhole := func(c *net.TCPConn) { io.WriteString(c, head+`{"id":"xyz1"}`) }
+
+	up := cuttingUpstream(t, func(c *net.TCPConn, n int) {
+		if n%2 == 1 {
+			closeCut(c)
+			return
+		}
+		closeWhole(c)
+	})
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	resp, body := chat(t, client(t), base, nil)
+	assert.Equal(t, 200, resp.StatusCode, body)
+	assert.Equal(t, `{"id":"xyz1"}`, body, "the retried answer, whole")
+	assert.Equal(t, string(StatusCompletedWithRetries), resp.Header.Get(HeaderStatus))
+	assert.Equal(t, "2", resp.Header.Get(HeaderAttempts))
+	// A batch item's answer, read whole by Do, the same way.
+	res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"model":"m"}`),
+		Header: map[string]string{"Content-Type": "application/json"}, MaxRetries: -1})
+	require.Nil(t, res.Err)
+	assert.Equal(t, `{"id":"xyz1"}`, string(res.Body))
+	assert.Equal(t, 2, res.Details.Attempts)
+
+	always := cuttingUpstream(t, func(c *net.TCPConn, _ int) { closeCut(c) })
+	_, base = startProxy(t, fastRetries(Config{Upstream: mustURL(t, always), MaxRetries: 2}))
+	resp, body = chat(t, client(t), base, nil)
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+	assert.Equal(t, "3", resp.Header.Get(HeaderAttempts))
+	assert.Contains(t, body, "before the end of a JSON answer")
+
+	text := cuttingUpstream(t, func(c *net.TCPConn, _ int) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n{\"id\":\"x")
+	})
+	_, base = startProxy(t, fastRetries(Config{Upstream: mustURL(t, text)}))
+	resp, body = chat(t, client(t), base, nil)
+	assert.Equal(t, 200, resp.StatusCode, body)
+	assert.Equal(t, `{"id":"x`, body, "not JSON: as it came")
+	assert.Equal(t, "1", resp.Header.Get(HeaderAttempts))
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -325,6 +326,19 @@ func cutChunked(resp *fasthttp.Response) bool {
 	return c != nil && c.peerClosed
 }
 
+// errCutAtClose reports a JSON answer framed by its connection's close
+// alone that the upstream closed before the JSON's end.
+var errCutAtClose = errors.New("upstream closed the connection before the end of a JSON answer")
+
+// cutAtClose reports whether body, an answer read until the upstream
+// closed the connection (no Content-Length, not chunked), was cut: its
+// framing cannot say, so a JSON answer that is not whole JSON was.
+// Answers of other types, or compressed, are taken as they came.
+func cutAtClose(resp *fasthttp.Response, body []byte) bool {
+	return resp.Header.ContentLength() == -2 && identityEncoded(resp) &&
+		mediaTypeIs(resp.Header.ContentType(), "application/json") && !json.Valid(body)
+}
+
 // errStaleConn refuses an exchange on an idle connection the upstream has
 // closed (see trackedConn.SetWriteDeadline).
 var errStaleConn = errors.New("upstream closed the idle connection")
@@ -538,6 +552,8 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 				err = rerr
 			case cutChunked(resp):
 				err = errCutChunked
+			case cutAtClose(resp, body):
+				err = errCutAtClose
 			}
 			break
 		}
