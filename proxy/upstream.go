@@ -497,6 +497,17 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b 
 // bufferResponseBytes is not kept.
 var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
+// growToward returns body with room for n more bytes, its capacity doubled
+// but no more than size, the length the body announced, once it holds
+// them.
+func growToward(body []byte, n int, size int64) []byte {
+	c := max(2*cap(body), len(body)+n, 16<<10)
+	if int64(c) > size && int64(len(body)+n) <= size {
+		c = int(size)
+	}
+	return append(make([]byte, 0, c), body...)
+}
+
 // errResponseTooLarge reports an upstream answer larger than Governor buffers.
 var errResponseTooLarge = errors.New("upstream response too large")
 
@@ -519,7 +530,18 @@ func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration) erro
 // the stream is closed: AppendBody (and SetBody) close the stream first,
 // which, for a body not read to its end, closes the connection, and the
 // next read fails.
+//
+// A body of announced length grows toward that length as its bytes arrive
+// (doubling, never past it): an upstream that announces more than it sends
+// gets no more room than about twice what it sent.
 func bufferBody(resp *fasthttp.Response, limit int64) error {
+	return readBody(resp, limit, 0)
+}
+
+// readBody is bufferBody for a caller that holds room for reserved bytes
+// (from a budget): a body announcing at most that many is read into one
+// buffer of its announced size at once.
+func readBody(resp *fasthttp.Response, limit, reserved int64) error {
 	stream := resp.BodyStream()
 	if stream == nil {
 		return nil
@@ -532,8 +554,9 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 	}
 	bufp, bodyp := copyBufs.Get().(*[]byte), bodyBufs.Get().(*[]byte)
 	buf, body := *bufp, (*bodyp)[:0]
-	if size > int64(cap(body)) {
-		// Of known length: one buffer of that size, not a doubling one.
+	if size > int64(cap(body)) && size <= reserved {
+		// Of known length, and room held for it: one buffer of that
+		// size, not a doubling one.
 		body = make([]byte, 0, size)
 	}
 	var err error
@@ -541,6 +564,9 @@ func bufferBody(resp *fasthttp.Response, limit int64) error {
 		// Not io.CopyBuffer with an io.LimitReader: that costs an
 		// allocation per call.
 		n, rerr := stream.Read(buf)
+		if len(body)+n > cap(body) && size > 0 {
+			body = growToward(body, n, size)
+		}
 		body = append(body, buf[:n]...)
 		if int64(len(body)) > limit {
 			err = errResponseTooLarge
