@@ -352,7 +352,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	_ = body.moveDeadlines(time.Now())
 	size := resp.Header.ContentLength()
 	if size < 0 {
-		if !ctx.Request.Header.IsHTTP11() {
+		if !ctx.Request.Header.IsHTTP11() && !ctx.IsHead() {
 			writeUntilClose(ctx, body)
 			return
 		}
@@ -361,24 +361,28 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	ctx.Response.SetBodyStream(body, size)
 }
 
-// writeUntilClose writes the answer of ctx, whose body b is of unknown
-// length, to a client that spoke HTTP/1.0, and closes the connection: the
-// close ends the body. HTTP/1.0 has no chunked coding (RFC 9112 §6.1 has
-// it sent only to HTTP/1.1 clients), and fasthttp's server frames every
-// body stream of unknown length with it, so the answer is written here,
-// within the handler (a drain waits for it as for any other), and fasthttp
-// is told to write nothing and close the connection. The answers before it
-// on the connection are already out: with ReduceMemoryUsage fasthttp
-// flushes each one as it is written.
-func writeUntilClose(ctx *fasthttp.RequestCtx, b *streamBody) {
+// writeUntilClose writes the answer of ctx, whose body is of unknown
+// length, to a client that spoke HTTP/1.0, closes body if it is an
+// io.Closer, and closes the connection: the close ends the body. HTTP/1.0
+// has no chunked coding (RFC 9112 §6.1 has it sent only to HTTP/1.1
+// clients), and fasthttp's server frames every body stream of unknown
+// length with it, so the answer is written here, within the handler (a
+// drain waits for it as for any other), and fasthttp is told to write
+// nothing and close the connection. The answers before it on the
+// connection are already out: with ReduceMemoryUsage fasthttp flushes
+// each one as it is written.
+func writeUntilClose(ctx *fasthttp.RequestCtx, body io.Reader) {
 	h := &ctx.Response.Header
 	h.Del(fasthttp.HeaderTransferEncoding)
 	h.SetContentLength(-2) // no Content-Length, and Connection: close
 	conn := ctx.Conn()
 	if _, err := conn.Write(h.Header()); err == nil {
-		_, _ = b.WriteTo(conn) // its end, a cut included, is b's to tell
+		// A streamBody's end, a cut included, is its own to tell.
+		_, _ = io.Copy(conn, body)
 	}
-	_ = b.Close()
+	if c, ok := body.(io.Closer); ok {
+		_ = c.Close()
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(net.Conn) {}) // fasthttp then closes the connection
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llmgovernor/governor/internal/logtest"
 	"github.com/llmgovernor/governor/mockllm"
@@ -197,4 +200,37 @@ func TestHeadsWithBareLFAreRefusedAtOnce(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 400, resp.StatusCode)
 	assert.Empty(t, lines, "nothing else reached the provider")
+}
+
+// Governor's own streams (a batch's progress lines and results) reach a
+// client in HTTP/1.0 framed by the close too, never chunked.
+func TestHTTP10ClientsGetGovernorsStreamsEndedByTheClose(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	p, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Metrics: metrics.NewSet()})
+	require.NoError(t, err)
+	p.HandleAPI(APIPrefix+"lines", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/x-ndjson")
+		ctx.Response.SetBodyStream(io.NopCloser(strings.NewReader("{\"a\":1}\n{\"b\":2}\n")), -1)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, p.Shutdown(ctx))
+		assert.NoError(t, <-done)
+	})
+	out := rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.0\r\n\r\n")
+	head, body, ok := strings.Cut(out, "\r\n\r\n")
+	require.True(t, ok, "%q", out)
+	assert.Contains(t, head, " 200 OK")
+	assert.NotContains(t, strings.ToLower(head), "transfer-encoding", head)
+	assert.Contains(t, head, "\r\nConnection: close", head)
+	assert.Equal(t, "{\"a\":1}\n{\"b\":2}\n", body)
+
+	out = rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	assert.Contains(t, out, "\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 keeps its chunks")
 }

@@ -353,6 +353,12 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 		p.serveAPI(ctx, path)
+		if s := ctx.Response.BodyStream(); s != nil && ctx.Response.Header.ContentLength() < 0 &&
+			!ctx.Request.Header.IsHTTP11() && !ctx.IsHead() {
+			// A batch's progress lines or results, to a client in
+			// HTTP/1.0.
+			writeUntilClose(ctx, s)
+		}
 		p.metrics.countRequest(apiRoute, ctx.Response.StatusCode())
 		return
 	}
