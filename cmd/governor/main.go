@@ -120,6 +120,10 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigc)
+	// A log reader that goes away (stderr piped to a process that exits)
+	// costs the log lines, not the calls in progress: without this, the
+	// next line written to the broken pipe ends the process (SIGPIPE).
+	signal.Ignore(syscall.SIGPIPE)
 
 	if demo {
 		stop, err := startDemo(cfg)
