@@ -118,7 +118,9 @@ type Server struct {
 	// paused is closed at Shutdown: resumable jobs start no more items.
 	paused chan struct{}
 	pause  func()
-	wg     sync.WaitGroup // background runs: async jobs and progress streams
+	// closeDir lets the batch directory go, once.
+	closeDir func() error
+	wg       sync.WaitGroup // background runs: async jobs and progress streams
 }
 
 // Paths of the batch API.
@@ -162,6 +164,12 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.paused = make(chan struct{})
 	s.pause = sync.OnceFunc(func() { close(s.paused) })
+	s.closeDir = sync.OnceValue(func() error {
+		if s.dir == nil {
+			return nil
+		}
+		return s.dir.Close()
+	})
 	s.dirOpen = make(chan struct{})
 	var busy error // the directory is locked by another process
 	if cfg.Dir != "" {
@@ -357,8 +365,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		t.Stop()
 	}
 	s.reportLost()
-	if err == nil && s.dir != nil {
-		return s.dir.Close()
+	if err == nil {
+		return s.closeDir()
 	}
 	return err
 }

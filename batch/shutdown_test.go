@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgovernor/governor/batch"
 	"github.com/llmgovernor/governor/internal/logtest"
+	"github.com/llmgovernor/governor/mockllm"
 )
 
 // An async job held in memory (no batch directory) when Governor shuts
@@ -80,4 +81,54 @@ func TestMemoryJobItemsCutAtTheDrainsEnd(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, out)
 	assert.Contains(t, out, `"error":{"code":"did_not_run"`)
 	assert.Equal(t, int64(2), e.mock.Stats().Received, "no item started after Shutdown")
+}
+
+// A job DELETEd while Governor drains ends cancelled, its items in flight
+// cut; kept in a batch directory, it stays cancelled after a restart and
+// sends nothing more.
+func TestJobCancelledDuringTheDrainStaysCancelled(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "batch directory"}[durable], func(t *testing.T) {
+			mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+			require.NoError(t, err)
+			t.Cleanup(stopMock)
+			dir := t.TempDir()
+			opts := envOptions{upstream: mock, mockURL: mockURL}
+			if durable {
+				opts.batch = func(c *batch.Config) { c.Dir = dir }
+			}
+			e := newEnv(t, opts)
+			st := e.createJSONLJob(t, jsonlJob(6, "1h"))
+			require.Eventually(t, func() bool { return mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
+
+			drained := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				drained <- e.batches.Shutdown(ctx)
+			}()
+			// The drain waits for the items in flight; the job is
+			// cancelled meanwhile.
+			require.Eventually(t, func() bool {
+				resp, _ := e.do(t, "DELETE", batch.PathBatches+"/"+st.ID, "", "")
+				return resp.StatusCode == 202
+			}, 10*time.Second, time.Millisecond)
+			require.NoError(t, <-drained, "the cancel ends the drain's wait")
+			require.Eventually(t, func() bool { return mock.Stats().ClientGone == 2 }, 10*time.Second, time.Millisecond,
+				"the items in flight are cut")
+			st = e.jobStatus(t, st.ID)
+			assert.Equal(t, batch.JobCancelled, st.Status)
+			assert.Equal(t, "cancelled", st.Stopped)
+			assert.Equal(t, map[string]int{"DID_NOT_RUN": 6}, nonZero(st.Counts))
+			if !durable {
+				return
+			}
+			e.stop()
+			e2 := newEnv(t, opts)
+			st = e2.waitJob(t, st.ID)
+			assert.Equal(t, batch.JobCancelled, st.Status, "never resumed")
+			assert.Equal(t, map[string]int{"DID_NOT_RUN": 6}, nonZero(st.Counts))
+			assert.Equal(t, int64(2), mock.Stats().Received, "nothing more sent")
+		})
+	}
 }

@@ -94,7 +94,8 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 	assert.Less(t, recorded, n)
 	assert.LessOrEqual(t, mock.Stats().Received, int64(recorded+window),
 		"only the items under way when the directory filled up were sent")
-	assert.Contains(t, g.logs(), "batch job stalled")
+	// Logged once the status says so.
+	assert.Eventually(t, func() bool { return strings.Contains(g.logs(), "batch job stalled") }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		return strings.Contains(c.stderrText(), "job "+id+" is stalled: results cannot be written")
 	},
@@ -136,7 +137,6 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 		30*time.Second, 10*time.Millisecond, "the job resumes and completes")
 	st = fullJobState(t, g, other)
 	assert.Equal(t, "completed", st.Status)
-	assert.Equal(t, n, st.Counts["COMPLETED"])
 	after := mock.Stats().ByRequestID
 	resent := 0
 	for i := range n {
@@ -147,6 +147,48 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 		}
 	}
 	assert.LessOrEqual(t, resent, window, "only the answers that waited for the disk are asked again")
+	// An item asked again counts its send before the restart: completed
+	// with retries.
+	assert.Equal(t, resent, st.Counts["COMPLETED_WITH_RETRIES"])
+	assert.Equal(t, n-resent, st.Counts["COMPLETED"])
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
+}
+
+// A job DELETEd while its batch directory is full (its cancellation cannot
+// be written to the journal either) stays cancelled: after a restart on
+// the directory, with room again, it is not resumed and sends nothing more.
+func TestJobCancelledOnAFullBatchDirectoryStaysCancelled(t *testing.T) {
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 2 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	dir := t.TempDir()
+	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=4", "GOVERNOR_DRAIN_TIMEOUT=30s"}
+	const n = 150
+
+	g := startGovernor(t, env...)
+	limitFileSize(t, g, 48<<10)
+	id := submitJob(t, g, durableJob(n))
+	st := waitStalled(t, g, id)
+	require.Equal(t, "running", st.Status, "stopped: %q", st.Stopped)
+
+	req, err := http.NewRequest(http.MethodDelete, "http://"+g.base+"/governor/batches/"+id, nil)
+	require.NoError(t, err)
+	resp, err := oneShot.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.Eventually(t, func() bool { return fullJobState(t, g, id).Status == "cancelled" }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, g.exitCode(t, 10*time.Second))
+	sent := mock.Stats().Received
+
+	g = startGovernor(t, env...)
+	require.Eventually(t, func() bool { st = fullJobState(t, g, id); return st.Status != "running" },
+		10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, "cancelled", st.Status, "a cancelled job is never resumed")
+	assert.Positive(t, st.Counts["DID_NOT_RUN"])
+	assert.Equal(t, sent, mock.Stats().Received, "nothing more sent for it")
 	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))
 }
