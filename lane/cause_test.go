@@ -164,3 +164,29 @@ func TestBudgetsAreGauges(t *testing.T) {
 	assert.EqualValues(t, -1, promValue(t, set, series(families[0], "output_tokens")),
 		"a budget the provider did not report has no series")
 }
+
+// A failed attempt's log line says what went wrong, when the caller says
+// it; the summary line that follows shows the last one's.
+func TestFailureLinesSayWhy(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 8}, Metrics: metrics.NewSet(), Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	require.NoError(t, err)
+	defer r.Close()
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+
+	refused := "connection error: dial tcp 127.0.0.1:1: connect: connection refused"
+	l.ObserveFailure(lane.ConnError, refused, time.Millisecond, now, now)
+	l.ObserveFailure(lane.ConnError, "connection error: EOF", time.Millisecond, now, now)
+	now = now.Add(lane.SummaryInterval)
+	l.ObserveFailure(lane.ServerError, "503 Service Unavailable", time.Millisecond, now, now)
+	l.Observe(lane.Answered, time.Millisecond, now, now)
+	lines := logLines(t, &buf, "upstream attempt failed")
+	require.Len(t, lines, 3, buf.String())
+	assert.Equal(t, refused, lines[0]["error"])
+	assert.Equal(t, "503 Service Unavailable", lines[1]["error"])
+	assert.Equal(t, "connection error: EOF", lines[2]["error"], "the summary shows the last of those it counts")
+	assert.NotContains(t, lines[2], "more", "it was the only one counted")
+}

@@ -134,7 +134,17 @@ func (l *Lane) CountRetry(o Outcome) {
 // A coordinated lane's controller holds the limit shared by every Governor
 // on the lane, and its queue this Governor's share of it (see adopt).
 func (l *Lane) Observe(o Outcome, latency time.Duration, dispatched, now time.Time) {
-	if l.countAttempt(o, latency, now) {
+	l.ObserveFailure(o, "", latency, dispatched, now)
+}
+
+// ObserveFailure accounts, as Observe does, for an attempt that came to o,
+// a failure (a server error, a timeout, no answer, an exhausted quota),
+// and why says what went wrong ("connection error: dial tcp …: connection
+// refused", "503 Service Unavailable"): the lane's "upstream attempt
+// failed" log line shows it, so that an operator reads why a provider
+// fails without turning on the access log. why must carry no credential.
+func (l *Lane) ObserveFailure(o Outcome, why string, latency time.Duration, dispatched, now time.Time) {
+	if l.countAttempt(o, why, latency, now) {
 		l.control(o, CauseRateLimited, latency, dispatched, now)
 	}
 }
@@ -149,7 +159,7 @@ func (l *Lane) ObserveRefusal(why Refusal, latency time.Duration, dispatched, no
 	if why == RefusedOverloaded {
 		l.m.overloaded.Inc()
 	}
-	if l.countAttempt(RateLimited, latency, now) {
+	if l.countAttempt(RateLimited, "", latency, now) {
 		l.control(RateLimited, refusalCause(why), latency, dispatched, now)
 	}
 }
@@ -174,21 +184,25 @@ func (l *Lane) ObserveRefusal(why Refusal, latency time.Duration, dispatched, no
 func (l *Lane) ObserveEmptyBudget(seq uint64, latency time.Duration, dispatched, now time.Time) {
 	l.pace.refused(seq, now.Add(-latency), now)
 	if l.pace.blind(seq) && l.ctrl.Config().Preset != aimd.Phoenix {
-		l.countAttempt(RateLimited, latency, now)
+		l.countAttempt(RateLimited, "", latency, now)
 		return
 	}
-	if l.countAttempt(RateLimited, latency, now) {
+	if l.countAttempt(RateLimited, "", latency, now) {
 		l.control(RateLimited, CauseRequestBudget, latency, dispatched, now)
 	}
 }
 
-// countAttempt counts an attempt that came to o and reports whether the
-// controller is to hear of it.
-func (l *Lane) countAttempt(o Outcome, latency time.Duration, now time.Time) bool {
+// countAttempt counts an attempt that came to o (why, if a failure) and
+// reports whether the controller is to hear of it.
+func (l *Lane) countAttempt(o Outcome, why string, latency time.Duration, now time.Time) bool {
 	l.lastUsed.Store(now.UnixNano())
 	l.m.attempts[o].Inc()
 	if k, ok := failedEvent(o); ok {
-		l.events.event(k, now, "outcome", o.String())
+		if why != "" {
+			l.events.event(k, now, "outcome", o.String(), "error", why)
+		} else {
+			l.events.event(k, now, "outcome", o.String())
+		}
 	}
 	if o == ClientGone {
 		// The provider did nothing wrong: the controller does not hear

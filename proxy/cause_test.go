@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/logtest"
 )
 
 // A lane's decrease is counted under what the refusal that brought it was
@@ -61,4 +64,21 @@ func TestDecreaseCauseFollowsTheRefusal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An operator whose provider is down reads why in the lane's warning,
+// without the access log: the attempt's error, as a batch item's details
+// have it.
+func TestFailedAttemptLineSaysWhy(t *testing.T) {
+	checkLeaks(t)
+	var logs logtest.Buffer
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://127.0.0.1:1"),
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
+	status, err := postOnce(client(t), base, "down", 10)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadGateway, status)
+	lines := logs.Lines(t, "upstream attempt failed")
+	require.NotEmpty(t, lines, logs.String())
+	assert.Equal(t, "connection_error", lines[0]["outcome"])
+	assert.Contains(t, lines[0]["error"], "connection refused")
 }

@@ -478,8 +478,15 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	case err == nil && resp.BodyStream() != nil && streamCountsTokens(resp):
 		// An event stream passed on as it arrives: how it ends is its
 		// outcome, heard once it has (see streamBody.outcome).
-	case oc != lane.RateLimited:
+	case oc == lane.Answered:
 		l.Observe(oc, exchange, c.granted, now)
+	case oc != lane.RateLimited:
+		// A failure: the lane's log line says what went wrong.
+		why := attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout)
+		if streamWhy != "" {
+			why = strconv.Itoa(resp.StatusCode()) + " " + streamWhy
+		}
+		l.ObserveFailure(oc, why, exchange, c.granted, now)
 	case err == nil && (resp.StatusCode() == statusOverloaded || streamWhy != ""):
 		// A 529, or a stream read whole that overloaded_error ended.
 		l.ObserveRefusal(lane.RefusedOverloaded, exchange, c.granted, now)
