@@ -65,5 +65,10 @@ func (p *Proxy) logAccess(rec *accessRecord, bytesOut int64) {
 	if rec.streamEnd != "" {
 		a = append(a, slog.String("stream_end", rec.streamEnd))
 	}
+	if len(d.Errors) > 0 {
+		// What went wrong at each failed attempt, the last one's being
+		// why a FAILED call failed.
+		a = append(a, slog.Any("errors", d.Errors))
+	}
 	p.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "call", a...)
 }

@@ -53,6 +53,7 @@ func TestAccessLogOneLinePerCall(t *testing.T) {
 	line = logs.Lines(t, "call")[1]
 	assert.Equal(t, "COMPLETED_WITH_RETRIES", line["status"])
 	assert.EqualValues(t, 2, line["attempts"])
+	assert.Equal(t, []any{"429 rate_limit_exceeded"}, line["errors"], "what the failed attempt got")
 
 	const stream = `{"model":"gpt-a","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hello"}]}`
 	resp, body = post(t, c, base+"/v1/chat/completions", stream)
@@ -63,6 +64,7 @@ func TestAccessLogOneLinePerCall(t *testing.T) {
 	assert.Equal(t, "COMPLETED", line["status"])
 	assert.Equal(t, "done", line["stream_end"])
 	assert.NotContains(t, logs.Lines(t, "call")[0], "stream_end", "an answer written whole has none")
+	assert.NotContains(t, logs.Lines(t, "call")[0], "errors", "a call whose attempts all succeeded has none")
 
 	resp, _ = chat(t, c, base, map[string]string{HeaderMaxRetries: "many", "X-Request-Id": "req-refused"})
 	require.Equal(t, 400, resp.StatusCode)

@@ -72,7 +72,7 @@ type config struct {
 	APIToken                string        `env:"GOVERNOR_API_TOKEN" secret:"true" help:"if set, /governor/* requires the header X-Governor-Token: <token> (set it when GOVERNOR_LISTEN is not loopback); the live page /governor/ui asks for it"`
 	LogLevel                string        `env:"GOVERNOR_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat               string        `env:"GOVERNOR_LOG_FORMAT" envDefault:"auto" help:"auto, json or text (to stderr); auto = text on a terminal, JSON otherwise"`
-	AccessLog               bool          `env:"GOVERNOR_ACCESS_LOG" envDefault:"false" help:"one line per call and per batch item (method, path, lane, code, status, attempts, queue_ms, upstream_ms, bytes_in, bytes_out, request_id; a stream's stream_end), at info level whatever GOVERNOR_LOG_LEVEL"`
+	AccessLog               bool          `env:"GOVERNOR_ACCESS_LOG" envDefault:"false" help:"one line per call and per batch item (method, path, lane, code, status, attempts, queue_ms, upstream_ms, bytes_in, bytes_out, request_id; a call's errors of failed attempts; a stream's stream_end), at info level whatever GOVERNOR_LOG_LEVEL"`
 }
 
 // parsed is config turned into the values the packages take.
