@@ -49,7 +49,7 @@ func TestStreamEndedByTheCloseBeforeItsLastEventIsCut(t *testing.T) {
 	} {
 		up := cuttingUpstream(t, func(c *net.TCPConn, _ int) { io.WriteString(c, head+tc.events) })
 		var logs logtest.Buffer
-		_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
+		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
 		resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
 		require.NoError(t, err, tc.name)
 		body, err := io.ReadAll(resp.Body)
@@ -63,6 +63,14 @@ func TestStreamEndedByTheCloseBeforeItsLastEventIsCut(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond, tc.name)
 		assert.Equal(t, tc.end, logs.Lines(t, "call")[0]["stream_end"], tc.name)
+
+		// A batch item's stream, read whole, fails its attempt the same way.
+		res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"stream":true}`), MaxRetries: 0})
+		if tc.end == "cut" {
+			assert.Equal(t, []string{"200 stream cut before its last event"}, res.Details.Errors, tc.name)
+		} else if tc.end == "done" {
+			assert.Empty(t, res.Details.Errors, tc.name)
+		}
 	}
 }
 
