@@ -227,7 +227,16 @@ func (b *bodyBudget) hold(reserved, n int64) bool {
 // answers with buffersFull (a chunked body beyond the room it was given
 // too). The server's ReadTimeout bounds reading the head and the body, so
 // the reservation's deadline is that far from now.
+//
+// A request that asked for 100 Continue (Expect: 100-continue) and whose
+// body is refused here, or over MaxBodyBytes, gets the refusal instead,
+// before it sends its body (RFC 9110 §10.1.1 lets a server answer such a
+// request with its final status); one in HTTP/1.0 gets no 100 Continue, a
+// 1xx that HTTP/1.0 does not have, and is read as any other.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if !h.IsHTTP11() {
+		h.Del(fasthttp.HeaderExpect) // ignored in HTTP/1.0 (RFC 9110 §10.1.1)
+	}
 	n := int64(h.ContentLength())
 	chunked := n == -1
 	if chunked {
@@ -235,6 +244,9 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 	}
 	if n <= 0 || n > int64(p.cfg.MaxBodyBytes) {
 		p.budget.cancel(h)
+		if n > 0 {
+			h.Del(fasthttp.HeaderExpect) // fasthttp then refuses it unread
+		}
 		return fasthttp.RequestConfig{}
 	}
 	conn, _ := requestCtxOf(h).Conn().(*clientConn)
@@ -252,6 +264,7 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 		return fasthttp.RequestConfig{MaxRequestBodySize: int(free)}
 	}
 	p.budget.refuse(h, deadline)
+	h.Del(fasthttp.HeaderExpect)
 	return fasthttp.RequestConfig{MaxRequestBodySize: 1}
 }
 

@@ -234,3 +234,48 @@ func TestHTTP10ClientsGetGovernorsStreamsEndedByTheClose(t *testing.T) {
 	out = rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	assert.Contains(t, out, "\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 keeps its chunks")
 }
+
+// A client that asks for 100 Continue and whose body would be refused (too
+// large, or no room for it) gets the refusal before it sends the body,
+// not an invitation to send it for nothing (RFC 9110 §10.1.1); a client
+// in HTTP/1.0 never gets a 100 Continue, a 1xx HTTP/1.0 does not have,
+// and its call is served once its body arrives.
+func TestExpectContinueIsAnsweredWithTheRefusal(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	upAddr, lines := rawUpstream(t)
+	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://"+upAddr), MaxBodyBytes: 1 << 20,
+		MaxBufferedBytes: 3 << 19, ReadTimeout: time.Hour}))
+	addr := strings.TrimPrefix(base, "http://")
+	firstLine := func(conn net.Conn) string {
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // far short of the read timeout
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		require.NoError(t, err)
+		return strings.TrimSpace(line)
+	}
+	dial := func(head string) net.Conn {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		_, err = io.WriteString(conn, head)
+		require.NoError(t, err)
+		return conn
+	}
+	const ask = "POST /v1/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+	assert.Equal(t, "HTTP/1.1 413 Request Entity Too Large", firstLine(dial(fmt.Sprintf(ask, 2<<20))), "over MaxBodyBytes")
+
+	// A body of 1 MiB of the 1.5 holds its room (its client sends a byte).
+	holder := dial(fmt.Sprintf("POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", 1<<20))
+	require.Eventually(t, func() bool { return p.budget.held.Load() == 1<<20 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, "HTTP/1.1 503 Service Unavailable", firstLine(dial(fmt.Sprintf(ask, 1<<20))), "no room for it")
+	holder.Close()
+	// With room, the client is invited to send its body.
+	require.Eventually(t, func() bool { return p.budget.held.Load() == 0 }, 5*time.Second, time.Millisecond, "held %d", p.budget.held.Load())
+	assert.Equal(t, "HTTP/1.1 100 Continue", firstLine(dial(fmt.Sprintf(ask, 2))))
+
+	conn := dial("POST /v1/x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+	io.WriteString(conn, "{}")
+	assert.Equal(t, "HTTP/1.1 200 OK", firstLine(conn), "HTTP/1.0: no 100 Continue, the answer")
+	assert.Equal(t, "POST /v1/x HTTP/1.1", <-lines)
+	assert.Empty(t, lines)
+}
