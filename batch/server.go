@@ -518,6 +518,16 @@ func (s *Server) serveBatches(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
+	if s.pausing() {
+		// A job accepted now would start no item: held in memory, it
+		// would end at once with none run; kept on disk, it would wait
+		// for the next start. The client asks again, and reaches the
+		// Governor that takes over.
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+		writeError(ctx, fasthttp.StatusServiceUnavailable, proxy.CodeDraining,
+			"Governor is shutting down and takes no new batch job: submit it again in a moment")
+		return
+	}
 	b, ok := s.parse(ctx)
 	if !ok {
 		return

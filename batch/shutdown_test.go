@@ -3,6 +3,7 @@ package batch_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
@@ -129,6 +130,44 @@ func TestJobCancelledDuringTheDrainStaysCancelled(t *testing.T) {
 			assert.Equal(t, batch.JobCancelled, st.Status, "never resumed")
 			assert.Equal(t, map[string]int{"DID_NOT_RUN": 6}, nonZero(st.Counts))
 			assert.Equal(t, int64(2), mock.Stats().Received, "nothing more sent")
+		})
+	}
+}
+
+// A job submitted once Governor has begun to shut down is refused with
+// 503 draining and Retry-After, rather than accepted and ended at once
+// with nothing run (its results, held in memory, gone with the process).
+func TestJobSubmittedDuringTheDrainIsRefused(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "batch directory"}[durable], func(t *testing.T) {
+			opts := envOptions{}
+			if durable {
+				dir := t.TempDir()
+				opts.batch = func(c *batch.Config) { c.Dir = dir }
+			}
+			e := newEnv(t, opts)
+			e.createJSONLJob(t, jsonlJob(1, "300ms"))
+			require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+			drained := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				drained <- e.batches.Shutdown(ctx)
+			}()
+			// Shutdown waits for the item in flight meanwhile.
+			var resp *http.Response
+			var out string
+			require.Eventually(t, func() bool {
+				resp, out = e.post(t, batch.PathBatches, "application/jsonl", jsonlJob(2, "0s"))
+				return resp.StatusCode != http.StatusAccepted
+			}, 10*time.Second, time.Millisecond)
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, out)
+			assert.Contains(t, out, `"code":"draining"`)
+			assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+			require.NoError(t, <-drained)
+			jobs, _ := e.listed(t)
+			assert.Len(t, jobs, 1, "only the first job is held")
+			assert.Equal(t, int64(1), e.mock.Stats().Received)
 		})
 	}
 }
