@@ -20,6 +20,25 @@ const (
 	RefusedTokenBudget
 )
 
+// A Turnaway is why Governor turned a call of a lane away before it reached
+// the provider, for want of room in the lane (see Lane.CountRefused).
+type Turnaway uint8
+
+const (
+	// RefusedQueueFull: the lane's queue held Config.QueueCapacity calls.
+	RefusedQueueFull Turnaway = iota
+	// RefusedQueueTimeout: the call waited in the queue longer than it
+	// may.
+	RefusedQueueTimeout
+	numTurnaways
+)
+
+var turnawayNames = [numTurnaways]string{"queue_full", "queue_timeout"}
+
+// String returns the name governor_lane_refused_total labels it with, the
+// code of Governor's error.
+func (t Turnaway) String() string { return turnawayNames[t] }
+
 // A Cause is what lowered a lane's limit: the label of
 // governor_lane_decreases_by_cause_total, and the cause a decrease's log
 // line names.

@@ -25,7 +25,9 @@ type laneMetrics struct {
 	// byCause counts the cuts of the lane's limit by what made them:
 	// the controller's decreases and collapses, its yields, and the
 	// cuts taken from other Governors.
-	byCause   [numCauses]*metrics.Counter
+	byCause [numCauses]*metrics.Counter
+	// refused counts the calls turned away from the lane's queue.
+	refused   [numTurnaways]*metrics.Counter
 	collapses *metrics.Counter
 	pauses    *metrics.Counter
 	queueWait *metrics.PrometheusHistogram
@@ -50,6 +52,9 @@ func newLaneMetrics(r *Registry, l *Lane) *laneMetrics {
 	}
 	m.overloaded = set.NewCounter(name("governor_lane_overloaded_total{%s}", lbl))
 	m.decreases = set.NewCounter(name("governor_lane_decreases_total{%s}", lbl))
+	for w := range numTurnaways {
+		m.refused[w] = set.NewCounter(name("governor_lane_refused_total{%s,code=%q}", lbl, w))
+	}
 	for c := range numCauses {
 		m.byCause[c] = set.NewCounter(name("governor_lane_decreases_by_cause_total{%s,cause=%q}", lbl, c))
 	}

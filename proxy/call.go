@@ -173,7 +173,7 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	if res.err != nil {
 		e := res.err
 		if !(c.Requeue && e.Code == CodeQueueFull && res.details.Attempts == 0) {
-			p.countError(e.Code)
+			p.countCallError(l, e.Code)
 		}
 		return Result{Err: &Error{Status: e.Status, Code: e.Code, Message: e.Message}, Details: res.details, Lane: l.ID()}
 	}

@@ -59,7 +59,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	up, path := p.router.resolve(ctx.Path())
 	anthropic = up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
 	refuse := func(e apiError) (bool, bool) {
-		p.writeCallError(ctx, anthropic, e, &Details{Status: StatusFailed})
+		p.writeCallError(ctx, anthropic, nil, e, &Details{Status: StatusFailed})
 		p.finish(up, ctx, "", &Details{Status: StatusFailed})
 		return anthropic, false
 	}
@@ -100,7 +100,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, c *governedCall, anthropic bool
 		// An earlier answer on this keep-alive connection may have left
 		// its write deadline.
 		_ = ctx.Conn().SetWriteDeadline(time.Time{})
-		p.writeCallError(ctx, anthropic, *res.err, &res.details)
+		p.writeCallError(ctx, anthropic, c.l, *res.err, &res.details)
 		p.finish(up, ctx, c.l.ID(), &res.details)
 		return
 	}
@@ -436,12 +436,18 @@ func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, anthropic bool, e apiError)
 	reply.WriteError(ctx, anthropic, e)
 }
 
-// writeCallError answers a forwarded call with Governor's own error e and
-// the call's details d. x-should-retry: false goes only with a final
-// error: one with a Retry-After (queue full, draining, too many lanes)
-// asks the client to come back, which the official SDKs do after it.
-func (p *Proxy) writeCallError(ctx *fasthttp.RequestCtx, anthropic bool, e apiError, d *Details) {
-	p.writeError(ctx, anthropic, e)
+// writeCallError answers a forwarded call of lane l (nil: refused before
+// it had one) with Governor's own error e and the call's details d, and
+// counts it. x-should-retry: false goes only with a final error: one with
+// a Retry-After (queue full, draining, too many lanes) asks the client to
+// come back, which the official SDKs do after it.
+func (p *Proxy) writeCallError(ctx *fasthttp.RequestCtx, anthropic bool, l *lane.Lane, e apiError, d *Details) {
+	if l == nil {
+		p.writeError(ctx, anthropic, e)
+	} else {
+		p.countCallError(l, e.Code)
+		reply.WriteError(ctx, anthropic, e)
+	}
 	setDetailHeaders(&ctx.Response.Header, d)
 	if !e.Final {
 		ctx.Response.Header.Del(HeaderShouldRetry)

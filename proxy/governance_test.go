@@ -402,6 +402,7 @@ func TestQueueFullAnswers503(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ra >= 1 && ra <= 60)
 	assert.Equal(t, 1.0, counterOf(t, set, `governor_errors_total{code="queue_full"}`))
+	assert.Equal(t, 1.0, counterOf(t, set, `governor_lane_refused_total{lane="`+li.ID+`",code="queue_full"}`), "the lane whose queue is full")
 	close(rec.release)
 	wg.Wait()
 	assert.Equal(t, []string{"block", "waiting"}, rec.seen())
@@ -411,7 +412,8 @@ func TestQueueTimeoutAnswers504(t *testing.T) {
 	t.Parallel()
 	checkLeaks(t)
 	rec, up := newRecorder(t)
-	cfg := limitOne(Config{Upstream: mustURL(t, up)})
+	set := newSet()
+	cfg := limitOne(Config{Upstream: mustURL(t, up), Metrics: set})
 	cfg.QueueTimeout = 50 * time.Millisecond
 	_, base := startProxy(t, cfg)
 	c := client(t)
@@ -421,6 +423,8 @@ func TestQueueTimeoutAnswers504(t *testing.T) {
 	resp, body := chat(t, c, base, map[string]string{"X-Request-Id": "late"})
 	assert.Equal(t, 504, resp.StatusCode)
 	assert.Contains(t, body, CodeQueueTimeout)
+	li := lanesOf(t, c, base)[0]
+	assert.Equal(t, 1.0, counterOf(t, set, `governor_lane_refused_total{lane="`+li.ID+`",code="queue_timeout"}`))
 	close(rec.release)
 	wg.Wait()
 	assert.Equal(t, []string{"block"}, rec.seen())

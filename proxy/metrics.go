@@ -120,5 +120,19 @@ func (m *proxyMetrics) countError(code string) {
 // away for want of room.
 func (p *Proxy) countError(code string) {
 	p.metrics.countError(code)
-	p.refusals.refused(code)
+	p.refusals.refused(code, "")
+}
+
+// countCallError counts, as countError does, an error of Governor's own
+// with code that ended a call of lane l, and counts it in the lane's
+// refusals (queue_full, queue_timeout) too; its log line names the lane.
+func (p *Proxy) countCallError(l *lane.Lane, code string) {
+	p.metrics.countError(code)
+	p.refusals.refused(code, l.ID())
+	switch code {
+	case CodeQueueFull:
+		l.CountRefused(lane.RefusedQueueFull)
+	case CodeQueueTimeout:
+		l.CountRefused(lane.RefusedQueueTimeout)
+	}
 }

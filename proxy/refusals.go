@@ -44,9 +44,11 @@ func newRefusalLog(log *slog.Logger, now func() time.Time) *refusalLog {
 	return r
 }
 
-// refused logs, or counts, an error of Governor's own with code; codes
-// that do not turn a call away for want of room are ignored.
-func (r *refusalLog) refused(code string) {
+// refused logs, or counts, an error of Governor's own with code, answered
+// to a call of the lane laneID (empty: before it had one); codes that do
+// not turn a call away for want of room are ignored. A line names the lane
+// of the refusal it is written for.
+func (r *refusalLog) refused(code, laneID string) {
 	s := r.byCode[code]
 	if s == nil {
 		return
@@ -62,6 +64,9 @@ func (r *refusalLog) refused(code string) {
 	s.lineAt, s.more = now, 0
 	r.mu.Unlock()
 	args := []any{"code", code, "why", refusalReasons[code]}
+	if laneID != "" {
+		args = append(args, "lane", laneID)
+	}
 	if more > 0 {
 		args = append(args, "more", more, "in", now.Sub(since).Round(time.Millisecond).String())
 	}

@@ -22,10 +22,10 @@ func TestRefusalsAreLoggedInSummary(t *testing.T) {
 	r := newRefusalLog(slog.New(slog.NewJSONHandler(&buf, nil)), func() time.Time { return now })
 	for i := range 150 { // 100 ms apart: 15 s
 		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		r.refused(CodeQueueFull)
-		r.refused(CodeBadRequest)
+		r.refused(CodeQueueFull, "default/m/abc")
+		r.refused(CodeBadRequest, "default/m/abc")
 	}
-	r.refused(CodeBuffersFull)
+	r.refused(CodeBuffersFull, "")
 	var lines []map[string]any
 	for l := range strings.Lines(buf.String()) {
 		var m map[string]any
@@ -39,9 +39,11 @@ func TestRefusalsAreLoggedInSummary(t *testing.T) {
 	}
 	assert.Equal(t, CodeQueueFull, lines[0]["code"])
 	assert.Contains(t, lines[0]["why"], "GOVERNOR_QUEUE_CAPACITY")
+	assert.Equal(t, "default/m/abc", lines[0]["lane"], "the lane whose queue is full")
 	assert.NotContains(t, lines[0], "more")
 	assert.Equal(t, CodeQueueFull, lines[1]["code"])
 	assert.EqualValues(t, 99, lines[1]["more"], "the line at 10 s counts the 99 since the first")
 	assert.Equal(t, "10s", lines[1]["in"])
 	assert.Equal(t, CodeBuffersFull, lines[2]["code"], "each code has its own first line")
+	assert.NotContains(t, lines[2], "lane", "refused before it had a lane")
 }

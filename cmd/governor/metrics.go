@@ -44,6 +44,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_overloaded_total", "counter", "The lane's attempts refused as overloaded (529, or a stream ended by overloaded_error): the provider is short of capacity, not the account of budget. governor_attempts_total counts them as rate_limited."},
 	{"governor_lane_decreases_total", "counter", "Times the lane's controller lowered its target."},
 	{"governor_lane_decreases_by_cause_total", "counter", "Cuts of the lane's limit by cause: rate_limited (a 429 naming no exhausted budget), overloaded (529), request_budget, token_budget (a 429 whose report showed that budget exhausted), timeout, latency (calls slowed as the limit rose), yield (room given back to other clients of the provider), other_governor (another Governor's decrease of a coordinated lane). Collapses are counted under their cause too."},
+	{"governor_lane_refused_total", "counter", "Calls of the lane Governor turned away before they reached the provider, by code: queue_full (its queue held GOVERNOR_QUEUE_CAPACITY calls), queue_timeout (they waited past GOVERNOR_QUEUE_TIMEOUT); governor_errors_total counts them too."},
 	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
 	{"governor_lane_pauses_total", "counter", "Times a provider's Retry-After paused the lane."},
 	{"governor_lane_budget_per_minute", "gauge", "A provider budget the lane knows, by kind (requests, tokens, input_tokens, output_tokens), per minute as last reported; no series until the provider reports it."},
