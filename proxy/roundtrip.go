@@ -482,9 +482,11 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		l.Observe(oc, exchange, c.granted, now)
 	case oc != lane.RateLimited:
 		// A failure: the lane's log line says what went wrong.
-		why := attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout)
-		if streamWhy != "" {
+		var why string
+		if streamWhy != "" { // a stream read whole: err is nil
 			why = strconv.Itoa(resp.StatusCode()) + " " + streamWhy
+		} else {
+			why = attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout)
 		}
 		l.ObserveFailure(oc, why, exchange, c.granted, now)
 	case err == nil && (resp.StatusCode() == statusOverloaded || streamWhy != ""):
