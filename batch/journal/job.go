@@ -46,10 +46,14 @@ type Job struct {
 	offsets  []int64  // of item i's result record, -1 if none
 	finished bool
 	broken   error // a write that could not be undone: nothing more is written
-	// The sent file (see Sent), opened at the first attempt noted.
-	sent       *os.File
-	sentSize   int64 // bytes of whole records in it
-	sentBroken error // a write to it that could not be undone
+
+	// sentMu guards the sent file (see Sent), apart from mu so that an
+	// attempt never waits for a large result being written.
+	sentMu     sync.Mutex
+	sent       *os.File // opened at the first attempt noted
+	sentSize   int64    // bytes of whole records in it
+	sentDone   bool     // the job has finished or is closed
+	sentBroken error    // a write to it that could not be undone
 
 	syncMu sync.Mutex // one fsync at a time
 	synced int64      // journal bytes known to be on disk
@@ -102,8 +106,8 @@ func (j *Job) Finish(payload []byte) error {
 	}
 	j.mu.Lock()
 	j.finished = true
-	j.closeSentLocked()
 	j.mu.Unlock()
+	j.closeSent()
 	// Its results count every attempt: the notes of those sent go too.
 	if err := os.Remove(filepath.Join(j.path, sentFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("job %s: remove sent: %w", j.id, err)
@@ -216,7 +220,7 @@ func (j *Job) close() {
 		_ = j.f.Close()
 		j.f = nil
 	}
-	j.closeSentLocked()
+	j.closeSent()
 }
 
 // offset returns where item i's result record starts, or -1.

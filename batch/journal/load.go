@@ -155,7 +155,7 @@ func (d *Dir) loadJob(id string) (*Loaded, *Damage) {
 		return lost(journalFile, err)
 	}
 	j.finished = l.Finished != nil
-	j.sentSize = sentSize
+	j.sentSize, j.sentDone = sentSize, j.finished
 	for _, r := range sc.results {
 		j.offsets[r.Index] = sc.offsets[r.Index]
 	}

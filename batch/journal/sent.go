@@ -32,10 +32,10 @@ func (j *Job) Sent(i int) error {
 	}
 	idx := binary.LittleEndian.AppendUint32(nil, uint32(i))
 	rec := append(frameHead(idx), idx...)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if err := j.writableLocked(); err != nil {
-		return err
+	j.sentMu.Lock()
+	defer j.sentMu.Unlock()
+	if j.sentDone {
+		return fmt.Errorf("job %s: finished or closed", j.id)
 	}
 	if j.sentBroken != nil {
 		return j.sentBroken
@@ -58,9 +58,11 @@ func (j *Job) Sent(i int) error {
 	return nil
 }
 
-// closeSentLocked closes the sent file, if open. It requires j.mu to be
-// held.
-func (j *Job) closeSentLocked() {
+// closeSent closes the sent file, if open: no attempt is noted any more.
+func (j *Job) closeSent() {
+	j.sentMu.Lock()
+	defer j.sentMu.Unlock()
+	j.sentDone = true
 	if j.sent != nil {
 		_ = j.sent.Close()
 		j.sent = nil
