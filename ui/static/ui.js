@@ -488,7 +488,6 @@
     // A running job whose batch directory does not take its results (a
     // full disk) waits, and goes on by itself once they can be written.
     const stalled = running && b.stalled;
-    entry.row.classList.toggle('stalled', Boolean(stalled));
     if (stalled) {
       c.status.append(' ', badge('stalled', 'warn', b.stalled), el('span', 'sub why', 'batch directory full: waiting for room'));
     }
