@@ -5,9 +5,7 @@
 //   GOVERNOR_BIN, MOCKLLM_BIN  prebuilt binaries; unset, they are built with
 //                              `go build` into a temporary directory.
 import { spawn, execFile } from 'node:child_process';
-import { once } from 'node:events';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -59,17 +57,6 @@ export async function binaries() {
     return { governor, mockllm };
   })();
   return built;
-}
-
-// freePort asks the kernel for a free loopback port.
-export async function freePort() {
-  const srv = net.createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, 'close');
-  return port;
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -152,54 +139,70 @@ export async function startMock(flags = []) {
 // startGovernor starts governor in front of upstream (the default upstream
 // and the route "anthropic") and resolves once its /readyz answers 200.
 // env adds or overrides GOVERNOR_* variables.
+//
+// Governor binds ports of its own choosing (127.0.0.1:0) and reports them
+// in its start-up line: ports picked free here and released could be
+// taken by another process before governor binds them, and the test would
+// then talk to that one.
 export async function startGovernor(upstream, env = {}) {
   const { governor } = await binaries();
-  let lastErr;
-  for (let tries = 0; tries < 3; tries++) {
-    const port = await freePort();
-    const adminPort = await freePort();
-    const child = spawn(governor, [], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        ...process.env,
-        GOVERNOR_LISTEN: `127.0.0.1:${port}`,
-        GOVERNOR_ADMIN_LISTEN: `127.0.0.1:${adminPort}`,
-        GOVERNOR_UPSTREAM: upstream,
-        GOVERNOR_ROUTES: `anthropic=${upstream}`,
-        GOVERNOR_DRAIN_TIMEOUT: '2s',
-        GOVERNOR_LOG_LEVEL: 'info',
-        ...env,
-      },
-    });
-    const proc = new Proc('governor', child);
-    const admin = `http://127.0.0.1:${adminPort}`;
-    const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline && !proc.exited) {
+  const child = spawn(governor, [], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: {
+      ...process.env,
+      GOVERNOR_LISTEN: '127.0.0.1:0',
+      GOVERNOR_ADMIN_LISTEN: '127.0.0.1:0',
+      GOVERNOR_UPSTREAM: upstream,
+      GOVERNOR_ROUTES: `anthropic=${upstream}`,
+      GOVERNOR_DRAIN_TIMEOUT: '2s',
+      GOVERNOR_LOG_LEVEL: 'info',
+      GOVERNOR_LOG_FORMAT: 'json',
+      ...env,
+    },
+  });
+  const proc = new Proc('governor', child);
+  const deadline = Date.now() + 15_000;
+  let addrs;
+  while (Date.now() < deadline && !proc.exited) {
+    addrs ??= startedAddrs(proc.output);
+    if (addrs) {
       try {
-        const r = await fetch(`${admin}/readyz`);
+        const r = await fetch(`http://${addrs.admin}/readyz`);
         await r.arrayBuffer();
         if (r.status === 200) {
-          const url = `http://127.0.0.1:${port}`;
+          const url = `http://${addrs.listen}`;
           return {
             proc,
             url,
-            admin,
+            admin: `http://${addrs.admin}`,
             openaiBaseURL: `${url}/v1`,
             anthropicBaseURL: `${url}/anthropic`,
             stop: () => proc.stop(),
           };
         }
       } catch {
-        // not listening yet
+        // not serving yet
       }
-      await sleep(25);
     }
-    lastErr = new Error(`governor did not become ready (exit ${proc.exitCode}):\n${proc.tail()}`);
-    await proc.stop();
-    // A port taken between freePort and the bind: try other ports.
-    if (!/address already in use/i.test(proc.output)) break;
+    await sleep(25);
   }
-  throw lastErr;
+  await proc.stop();
+  throw new Error(`governor did not become ready (exit ${proc.exitCode}):\n${proc.tail()}`);
+}
+
+// startedAddrs returns the listeners' addresses from governor's start-up
+// line ("governor started", JSON at info), or undefined before it.
+function startedAddrs(output) {
+  for (const line of output.split('\n')) {
+    if (!line.includes('"governor started"')) continue;
+    try {
+      const m = JSON.parse(line);
+      if (m.msg === 'governor started') return { listen: m.listen, admin: m.admin_listen };
+    } catch {
+      // a line cut by the tail kept
+    }
+  }
+  return undefined;
 }
 
 // header reads a response header from a Headers object or a plain record.
