@@ -16,6 +16,9 @@ const (
 	CodeQueueTimeout        = "queue_timeout"
 	CodeDraining            = "draining"
 	CodeUnauthorized        = "unauthorized"
+	// CodeCrossOrigin refuses a request to Governor's API that a web page
+	// of another origin had a browser send.
+	CodeCrossOrigin = "cross_origin"
 	// CodeExceedsTokenBudget refuses a call that costs more tokens than
 	// a whole token budget its provider reported: it could never run.
 	CodeExceedsTokenBudget = "exceeds_token_budget"

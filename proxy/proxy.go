@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -478,6 +479,11 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 		h(ctx)
 		return
 	}
+	if crossOriginWrite(&ctx.Request.Header) {
+		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeCrossOrigin,
+			Message: "Governor's API takes no request that changes something from a web page of another origin"})
+		return
+	}
 	if p.cfg.APIToken != "" &&
 		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(HeaderToken), []byte(p.cfg.APIToken)) != 1 {
 		p.writeError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
@@ -496,6 +502,41 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 	}
 	p.writeError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
 		Message: fmt.Sprintf("no Governor endpoint %s", path)})
+}
+
+// crossOriginWrite reports whether h is a browser's request that may
+// change something (any method but GET and HEAD) sent by a page of another
+// origin than Governor's. A page can have a browser send a POST with a
+// form's Content-Type without asking first (no CORS preflight), so without
+// this any page a user visited could start batches on a Governor on their
+// machine. Clients other than browsers send neither header read here.
+//
+// Sec-Fetch-Site, which a page cannot set, decides when present: only
+// "same-origin" and "none" (the user's own action) pass. Without it (older
+// browsers), the Origin must name the host and port the request was sent
+// to ("null", a sandboxed page or a file, names none).
+func crossOriginWrite(h *fasthttp.RequestHeader) bool {
+	if h.IsGet() || h.IsHead() {
+		return false
+	}
+	if site := h.Peek("Sec-Fetch-Site"); len(site) > 0 {
+		return !bytes.EqualFold(site, []byte("same-origin")) && !bytes.EqualFold(site, []byte("none"))
+	}
+	origin := h.Peek("Origin")
+	if len(origin) == 0 {
+		return false
+	}
+	u, err := url.Parse(string(origin))
+	if err != nil || u.Host == "" {
+		return true
+	}
+	host := string(h.Host())
+	if strings.EqualFold(u.Host, host) {
+		return false
+	}
+	// An origin leaves its scheme's default port out; a Host may not.
+	port := map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	return u.Port() != "" || port == "" || !strings.EqualFold(u.Host+":"+port, host)
 }
 
 // serverError answers requests fasthttp could not read.

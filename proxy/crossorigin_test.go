@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+)
+
+// A web page the user visits can send their browser's requests to a
+// Governor on their machine (loopback, no token by default): a POST with
+// a form's Content-Type needs no preflight, so the page could start
+// batches there though it could read none of the answers. Governor's API
+// refuses a request that changes something when a browser marks it as
+// coming from another origin (Origin, Sec-Fetch-Site), and runs nothing;
+// requests without those headers (curl, SDKs, the governor batch command)
+// and the live page's own requests pass.
+func TestAPIRefusesCrossOriginWrites(t *testing.T) {
+	checkLeaks(t)
+	_, up := newRecorder(t)
+	p, err := New(fastRetries(Config{Upstream: mustURL(t, up), Metrics: metrics.NewSet()}))
+	require.NoError(t, err)
+	var ran atomic.Int32
+	p.HandleAPI("/governor/batches", func(ctx *fasthttp.RequestCtx) { ran.Add(1) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, p.Shutdown(ctx))
+		assert.NoError(t, <-done)
+	}()
+	host := ln.Addr().String()
+	base := "http://" + host
+	c := client(t)
+
+	send := func(method string, headers map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, base+"/governor/batches", strings.NewReader(`{"requests":[]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	for name, h := range map[string]map[string]string{
+		"another site":          {"Origin": "https://evil.example"},
+		"another port":          {"Origin": "http://127.0.0.1:1"},
+		"an opaque origin":      {"Origin": "null"},
+		"cross-site, no Origin": {"Sec-Fetch-Site": "cross-site"},
+		"another site's page":   {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+		"a same-site page":      {"Origin": "http://localhost:3000", "Sec-Fetch-Site": "same-site"},
+	} {
+		for _, method := range []string{"POST", "DELETE"} {
+			assert.Equal(t, http.StatusForbidden, send(method, h), "%s %s", method, name)
+		}
+	}
+	assert.Zero(t, ran.Load(), "a refused request runs nothing")
+
+	for name, h := range map[string]map[string]string{
+		"no browser":         nil,
+		"the same origin":    {"Origin": base, "Sec-Fetch-Site": "same-origin"},
+		"typed in by a user": {"Sec-Fetch-Site": "none"},
+		// A reverse proxy in front may have rewritten Host: the
+		// browser's word decides.
+		"the live page behind a proxy": {"Origin": "https://governor.example.com", "Sec-Fetch-Site": "same-origin"},
+	} {
+		assert.Equal(t, http.StatusOK, send("POST", h), name)
+	}
+	assert.Equal(t, int32(4), ran.Load())
+	// Reading is not refused: without CORS headers, a page of another
+	// origin cannot read the answer.
+	assert.Equal(t, http.StatusOK, send("GET", map[string]string{"Origin": "https://evil.example"}))
+}
