@@ -1,0 +1,228 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/internal/reply"
+	"github.com/llmgovernor/governor/proxy"
+)
+
+// The async job endpoints, /governor/batches: submit a job, list the
+// jobs, follow one, read its results, cancel or forget it.
+
+// serveBatches answers POST /governor/batches (start an async job) and GET
+// /governor/batches (list the jobs held; with ?sync=true, also the sync
+// batches under way).
+func (s *Server) serveBatches(ctx *fasthttp.RequestCtx) {
+	if !s.dirReady() {
+		s.dirBusy(ctx)
+		return
+	}
+	switch {
+	case ctx.IsPost():
+		s.createJob(ctx)
+	case ctx.IsGet():
+		withSync, err := boolQuery(ctx, "sync")
+		if err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, err.Error())
+			return
+		}
+		now := s.cfg.Now()
+		out := struct {
+			Batches []JobStatus  `json:"batches"`
+			Sync    *[]JobStatus `json:"sync,omitempty"`
+		}{Batches: []JobStatus{}}
+		if withSync {
+			live := s.live.statuses(now)
+			out.Sync = &live
+		}
+		for _, j := range s.jobs.list(now) {
+			out.Batches = append(out.Batches, j.status(now, s.cfg.TTL))
+		}
+		reply.WriteJSON(ctx, fasthttp.StatusOK, out)
+	default:
+		methodNotAllowed(ctx, "GET, POST")
+	}
+}
+
+func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
+	if s.pausing() {
+		// A job accepted now would start no item: held in memory, it
+		// would end at once with none run; kept on disk, it would wait
+		// for the next start. The client asks again, and reaches the
+		// Governor that takes over.
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+		writeError(ctx, fasthttp.StatusServiceUnavailable, proxy.CodeDraining,
+			"Governor is shutting down and takes no new batch job: submit it again in a moment")
+		return
+	}
+	b, ok := s.parse(ctx)
+	if !ok {
+		return
+	}
+	now := s.cfg.Now()
+	jctx, cancel := context.WithCancelCause(s.ctx)
+	id := newID()
+	if b.Options.Tenant == "" {
+		b.Options.Tenant = id // a job of its own: it shares lanes fairly with the others
+	}
+	j := &job{exec: newExecution(id, b, credentials(&ctx.Request.Header)), created: now,
+		cancel: cancel, done: make(chan struct{}), held: b.bodyBytes()}
+	j.exec.job = true
+	// The items outlive this request: their bodies count against the
+	// proxy's budget until the job stops running.
+	if !s.p.HoldBodies(j.held) {
+		cancel(nil)
+		e := s.p.BuffersFullError()
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+		writeError(ctx, e.Status, e.Code, e.Message)
+		return
+	}
+	started := false
+	defer func() {
+		if !started {
+			s.p.ReleaseBodies(j.held)
+		}
+	}()
+	// A job starts as it is created; a job resumed after a restart keeps
+	// that instant (its header's).
+	j.exec.started = now
+	err := s.jobs.add(j, now)
+	for errors.Is(err, errTooManyJobs) && s.makeRoomForJob() {
+		err = s.jobs.add(j, now)
+	}
+	if err != nil {
+		cancel(nil)
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
+			fmt.Sprintf("%d batch jobs are held (GOVERNOR_BATCH_MAX_JOBS): running, or finished with results not yet read; read the results of finished ones (GET %s/{id}/results) or DELETE them, or retry once they expire (GOVERNOR_BATCH_TTL, %s)", s.cfg.MaxJobs, PathBatches, s.cfg.TTL))
+		return
+	}
+	if s.dir == nil {
+		if s.budget.full() {
+			cancel(nil)
+			s.jobs.remove(j.exec.id)
+			s.resultsFull(ctx)
+			return
+		}
+		j.exec.rows = newMemRows(j.exec.total, s.budget)
+	} else {
+		if err := s.persist(j, b); err != nil {
+			cancel(nil)
+			s.jobs.remove(j.exec.id)
+			s.cfg.Logger.Error("batch job not stored", "err", err)
+			writeError(ctx, fasthttp.StatusInternalServerError, codeStoreError, "the job could not be stored in the batch directory: "+err.Error())
+			return
+		}
+	}
+	s.m.batches["async"].Inc()
+	s.cfg.Logger.Info("batch job created", "batch", j.exec.id, "items", len(b.Items))
+	started = true
+	s.run(jctx, j)
+	ctx.Response.Header.Set(fasthttp.HeaderLocation, PathBatches+"/"+j.exec.id)
+	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
+}
+
+// run runs job j in the background.
+func (s *Server) run(ctx context.Context, j *job) {
+	s.wg.Go(func() {
+		defer j.cancel(nil)
+		defer s.p.ReleaseBodies(j.held)
+		if !s.execute(ctx, j.exec) {
+			return // stopped by shutdown: it resumes after a restart
+		}
+		if j.journal != nil {
+			s.finishJournal(j)
+		}
+		// The items (and the credentials they inherited) are no longer
+		// needed; the rows stay until the job expires.
+		j.exec.items, j.exec.creds = nil, nil
+		close(j.done)
+		s.finished(j.exec, "async")
+	})
+}
+
+// serveJob answers /governor/batches/{id} and /governor/batches/{id}/results.
+func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
+	if !s.dirReady() {
+		s.dirBusy(ctx)
+		return
+	}
+	rest := strings.TrimPrefix(string(ctx.Path()), PathBatches+"/")
+	id, sub, _ := strings.Cut(rest, "/")
+	now := s.cfg.Now()
+	j := s.jobs.get(id, now)
+	if j == nil || (sub != "" && sub != "results") {
+		early := "" // jobs kept on disk are not forgotten for memory
+		if s.dir == nil {
+			early = ", or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES"
+		}
+		msg := fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish%s)", id, s.cfg.TTL, early)
+		if why, ok := s.lost[id]; ok && j == nil {
+			msg = fmt.Sprintf("batch job %q was lost: %s", id, why)
+		}
+		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound, msg)
+		return
+	}
+	switch {
+	case sub == "results" && ctx.IsGet():
+		s.serveJobResults(ctx, j)
+	case sub == "" && ctx.IsGet():
+		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(now, s.cfg.TTL))
+	case sub == "" && ctx.IsDelete():
+		s.deleteJob(ctx, j)
+	case sub == "results":
+		methodNotAllowed(ctx, "GET")
+	default:
+		methodNotAllowed(ctx, "GET, DELETE")
+	}
+}
+
+func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
+	partial, err := boolQuery(ctx, "partial")
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, proxy.CodeBadRequest, err.Error())
+		return
+	}
+	if !j.finished() && !partial {
+		writeError(ctx, fasthttp.StatusConflict, codeRunning,
+			"the batch is still running: poll "+PathBatches+"/"+j.exec.id+", or add ?partial=true for the items finished so far")
+		return
+	}
+	var whole func()
+	if j.finished() {
+		// Every row is recorded: a client that reads this answer to
+		// its end has the job's results, so the job may make room.
+		whole = func() { j.read.Store(true) }
+	}
+	if rs := s.writeResults(ctx, j.exec, fasthttp.StatusOK, nil); rs != nil {
+		rs.onEnd = whole
+	}
+}
+
+// deleteJob cancels a running job (what has not started becomes
+// DID_NOT_RUN, what is in flight is cut) or forgets a finished one.
+func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
+	if j.finished() {
+		s.jobs.remove(j.exec.id)
+		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(s.cfg.Now(), s.cfg.TTL))
+		return
+	}
+	j.mu.Lock()
+	j.cancelled = true
+	j.mu.Unlock()
+	if j.journal != nil {
+		if err := j.journal.Cancel(); err != nil {
+			s.cfg.Logger.Error("batch job: cancellation not stored on disk", "batch", j.exec.id, "err", err)
+		}
+	}
+	j.cancel(errCancelled)
+	// Items in the queue leave it at once; those in flight are cut.
+	// Answer without waiting for them.
+	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(s.cfg.Now(), s.cfg.TTL))
+}
