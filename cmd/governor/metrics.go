@@ -48,7 +48,7 @@ var metricFamilies = []metricFamily{
 	{"governor_lane_collapses_total", "counter", "Times the lane's controller collapsed its target to 1."},
 	{"governor_lane_pauses_total", "counter", "Times a provider's Retry-After paused the lane."},
 	{"governor_lane_budget_per_minute", "gauge", "A provider budget the lane knows, by kind (requests, tokens, input_tokens, output_tokens), per minute as last reported; no series until the provider reports it."},
-	{"governor_lane_budget_remaining", "gauge", "Governor's estimate of what is left now of the lane's share of that budget, by kind; calls wait in their slots (governor_lane_held) when a call's cost exceeds it."},
+	{"governor_lane_budget_remaining", "gauge", "Governor's estimate of what is left now of the lane's share of that budget, by kind; calls wait in their slots (governor_lane_held) when a call's cost exceeds it; below 0 it counts the calls booked ahead of the refill."},
 	{"governor_lane_budget_share", "gauge", "The share of that budget the lane takes as its own, by kind: 1 unless its calls were refused for want of it (others spend the same budget) or other Governors share the lane."},
 	{"governor_lane_tokens_total", "counter", "Tokens the provider reported in usage, by lane and kind (prompt, completion); streams included."},
 	{"governor_lanes_evicted_total", "counter", "Lanes removed (their key refused, or idle), with their series, to make room past GOVERNOR_MAX_LANES."},
