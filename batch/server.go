@@ -110,7 +110,7 @@ type Server struct {
 	// a batch directory, at the end of its ctx with one.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// paused is closed at Shutdown: resumable jobs start no more items.
+	// paused is closed at Shutdown: async jobs start no more items.
 	paused chan struct{}
 	pause  func()
 	// closeDir lets the batch directory go, once.
@@ -379,14 +379,15 @@ func (s *Server) stopJobs() {
 // maxLostItems bounds the items a lost job's log line names.
 const maxLostItems = 20
 
-// reportLost logs, at shutdown, every job held in memory whose results
-// were not read to their end: they go with the process.
+// reportLost logs, at shutdown, every job held in memory whose client is
+// not done with it (results read to their end, or deleted while it ran):
+// its results go with the process.
 func (s *Server) reportLost() {
 	if s.dir != nil {
 		return
 	}
 	for _, j := range s.jobs.list(s.cfg.Now()) {
-		if j.read.Load() {
+		if j.doneWith() {
 			continue
 		}
 		st := j.status(s.cfg.Now(), s.cfg.TTL)

@@ -15,6 +15,10 @@ import (
 	"github.com/llmgovernor/governor/mockllm"
 )
 
+// lostMsg is the warning for a job held in memory whose results go with
+// the process.
+const lostMsg = "batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)"
+
 // An async job held in memory (no batch directory) when Governor shuts
 // down starts no more items, lets those in flight finish within the
 // drain, and ends with every row: the answers of the items that finished,
@@ -52,7 +56,7 @@ func TestMemoryJobFinishesItsItemsInFlightAtShutdown(t *testing.T) {
 		assert.Equal(t, "did_not_run", l["error"].(map[string]any)["code"], "item %d", i)
 	}
 
-	lost := logs.Lines(t, "batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)")
+	lost := logs.Lines(t, lostMsg)
 	require.Len(t, lost, 1)
 	assert.Equal(t, st.ID, lost[0]["batch"])
 	assert.EqualValues(t, 2, lost[0]["completed"])
@@ -94,10 +98,13 @@ func TestJobCancelledDuringTheDrainStaysCancelled(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(stopMock)
 			dir := t.TempDir()
-			opts := envOptions{upstream: mock, mockURL: mockURL}
-			if durable {
-				opts.batch = func(c *batch.Config) { c.Dir = dir }
-			}
+			var logs logtest.Buffer
+			opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) {
+				c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+				if durable {
+					c.Dir = dir
+				}
+			}}
 			e := newEnv(t, opts)
 			st := e.createJSONLJob(t, jsonlJob(6, "1h"))
 			require.Eventually(t, func() bool { return mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
@@ -122,6 +129,7 @@ func TestJobCancelledDuringTheDrainStaysCancelled(t *testing.T) {
 			assert.Equal(t, "cancelled", st.Stopped)
 			assert.Equal(t, map[string]int{"DID_NOT_RUN": 6}, nonZero(st.Counts))
 			if !durable {
+				assert.Empty(t, logs.Lines(t, lostMsg), "a job its client deleted is not reported lost")
 				return
 			}
 			e.stop()
