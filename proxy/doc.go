@@ -95,7 +95,8 @@
 // that runs out of file descriptors pauses its accepts until some close,
 // instead of failing. A request that is not HTTP/1.0 or 1.1 gets 400, one
 // whose method is not GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS
-// (TRACE, CONNECT, PRI) 405; one framed by both Content-Length and
+// (TRACE, CONNECT, PRI) 405, and OPTIONS * is answered by Governor; one
+// framed by both Content-Length and
 // Transfer-Encoding is served, and its connection closed after the answer.
 // A head with a line that ends in a bare LF gets 400 at once (see headScan).
 // Calls go upstream in HTTP/1.1 whatever version the client spoke; a

@@ -52,6 +52,15 @@ func TestMethodsNoLLMAPIUsesAreRefused(t *testing.T) {
 		assert.Contains(t, out, "\r\nConnection: close\r\n", method)
 		assert.NotContains(t, out, "sk-canary", method)
 	}
+	// The asterisk form asks about Governor itself: OPTIONS * is answered
+	// here, another method with it refused; neither reaches the provider.
+	out := rawExchange(t, addr, "OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	assert.True(t, strings.HasPrefix(out, "HTTP/1.1 204 "), "%.300q", out)
+	assert.Contains(t, out, "\r\nAllow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n")
+	out = rawExchange(t, addr, "GET * HTTP/1.1\r\nHost: x\r\n\r\n")
+	assert.True(t, strings.HasPrefix(out, "HTTP/1.1 400 "), "%.300q", out)
+	assert.Contains(t, out, "only for OPTIONS")
+
 	// The methods LLM APIs use still pass.
 	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 		out := rawExchange(t, addr, m+" /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")

@@ -382,6 +382,16 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
 		return refuse(fasthttp.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("Governor does not serve %.16s requests", m))
 	}
+	if string(h.RequestURI()) == "*" {
+		// The asterisk form asks about Governor itself, never about a
+		// provider's path (fasthttp reads it as the path "/*").
+		if !h.IsOptions() {
+			return refuse(fasthttp.StatusBadRequest, CodeBadRequest, "the request target * is only for OPTIONS (RFC 9112 §3.2.4)")
+		}
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return false
+	}
 	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
 	}
