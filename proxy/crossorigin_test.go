@@ -87,3 +87,40 @@ func TestAPIRefusesCrossOriginWrites(t *testing.T) {
 	// origin cannot read the answer.
 	assert.Equal(t, http.StatusOK, send("GET", map[string]string{"Origin": "https://evil.example"}))
 }
+
+// A page whose name an attacker made resolve to 127.0.0.1 (DNS rebinding)
+// is same-origin in the browser's eyes: it could read batch results and
+// lanes from a Governor on loopback without a token. On a loopback
+// connection, Governor's API answers only requests for localhost or an IP
+// address, unless a token guards it; forwarded calls are not concerned.
+func TestAPIOnLoopbackRefusesOtherHostNames(t *testing.T) {
+	checkLeaks(t)
+	_, up := newRecorder(t)
+	status := func(base, host string, headers ...string) string {
+		t.Helper()
+		raw := "GET /governor/lanes HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n"
+		for _, h := range headers {
+			raw += h + "\r\n"
+		}
+		out := rawExchange(t, strings.TrimPrefix(base, "http://"), raw+"\r\n")
+		line, _, _ := strings.Cut(out, "\r\n")
+		return line
+	}
+
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	port := base[strings.LastIndexByte(base, ':'):]
+	for _, host := range []string{"attacker.example" + port, "attacker.example", "127.0.0.1.nip.io" + port} {
+		assert.Equal(t, "HTTP/1.1 403 Forbidden", status(base, host), host)
+	}
+	for _, host := range []string{"localhost" + port, "LOCALHOST", "127.0.0.1" + port, "[::1]" + port, "app.localhost" + port, "10.1.2.3"} {
+		assert.Equal(t, "HTTP/1.1 200 OK", status(base, host), host)
+	}
+	out := rawExchange(t, strings.TrimPrefix(base, "http://"),
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: attacker.example\r\nContent-Length: 13\r\nConnection: close\r\n\r\n{\"model\":\"m\"}")
+	assert.True(t, strings.HasPrefix(out, "HTTP/1.1 200 "), "a forwarded call: %s", out)
+
+	// A token guards the API instead: a rebinding page cannot know it.
+	_, base = startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), APIToken: "s3cret"}))
+	assert.Equal(t, "HTTP/1.1 401 Unauthorized", status(base, "attacker.example"))
+	assert.Equal(t, "HTTP/1.1 200 OK", status(base, "governor.example.com", HeaderToken+": s3cret"))
+}

@@ -19,6 +19,10 @@ const (
 	// CodeCrossOrigin refuses a request to Governor's API that a web page
 	// of another origin had a browser send.
 	CodeCrossOrigin = "cross_origin"
+	// CodeHostNotAllowed refuses a request to Governor's API on a
+	// loopback address for a host name other than localhost (DNS
+	// rebinding).
+	CodeHostNotAllowed = "host_not_allowed"
 	// CodeExceedsTokenBudget refuses a call that costs more tokens than
 	// a whole token budget its provider reported: it could never run.
 	CodeExceedsTokenBudget = "exceeds_token_budget"

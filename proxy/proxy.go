@@ -489,6 +489,11 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 		h(ctx)
 		return
 	}
+	if p.cfg.APIToken == "" && reboundHost(ctx) {
+		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeHostNotAllowed,
+			Message: "Governor's API on a loopback address answers only requests to localhost or an IP address, unless GOVERNOR_API_TOKEN is set"})
+		return
+	}
 	if crossOriginWrite(&ctx.Request.Header) {
 		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeCrossOrigin,
 			Message: "Governor's API takes no request that changes something from a web page of another origin"})
@@ -547,6 +552,25 @@ func crossOriginWrite(h *fasthttp.RequestHeader) bool {
 	// An origin leaves its scheme's default port out; a Host may not.
 	port := map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	return u.Port() != "" || port == "" || !strings.EqualFold(u.Host+":"+port, host)
+}
+
+// reboundHost reports whether ctx came on a loopback connection for a
+// host name other than localhost: what a browser sends when a page's name
+// was made to resolve to 127.0.0.1 (DNS rebinding), so that the page,
+// same-origin in the browser's eyes, could read Governor's API (batch
+// results, lanes) and write to it. An IP address as the host, localhost
+// and names under .localhost pass; so does any host on a connection that
+// did not come over loopback.
+func reboundHost(ctx *fasthttp.RequestCtx) bool {
+	if ip := ctx.LocalIP(); ip == nil || !ip.IsLoopback() {
+		return false
+	}
+	host := string(ctx.Request.Header.Host())
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	return net.ParseIP(host) == nil && host != "localhost" && !strings.HasSuffix(host, ".localhost")
 }
 
 // serverError answers requests fasthttp could not read.
