@@ -9,13 +9,15 @@ import (
 )
 
 // Token budgets. Providers limit the tokens an account may use per minute
-// as well as its requests: OpenAI's TPM (prompt plus max_tokens, counted
-// when a call arrives), Anthropic's input and output tokens per minute. A
-// lane learns each budget from what the provider reports (TokenReport,
-// from its headers or from the numbers of a 429) and spends it by each
-// call's estimated cost (Cost), so that the budget is met by waiting in
-// Governor rather than by collecting 429s. It spends a budget at its
-// refill rate (limit/60 a second), keeping tokenSlack of it unspent. Its
+// (or per day, or per second) as well as its requests: OpenAI's TPM
+// (prompt plus max_tokens, counted when a call arrives), Anthropic's input
+// and output tokens per minute. A lane learns each budget from what the
+// provider reports (TokenReport, from its headers or from the numbers of
+// a 429) and spends it by each call's estimated cost (Cost), so that the
+// budget is met by waiting in Governor rather than by collecting 429s. It
+// spends a budget at its refill rate, keeping tokenSlack of it unspent:
+// limit/60 a second, as for a per-minute budget, unless the resets the
+// reports give say otherwise (see tokenBucket.learnRefill). Its
 // estimate is its own count of the refill and of the calls it booked;
 // each report bounds it by what the budget can be, the provider having
 // counted the call at some instant between its dispatch and its answer
@@ -57,45 +59,58 @@ func (c Cost) of(k TokenKind) float64 {
 	return float64(c.Prompt + c.Output)
 }
 
-// TokenReport is what an answer says of one token budget: Limit tokens per
-// minute, Remaining of them left after the call that got it.
+// TokenReport is what an answer says of one token budget: a bucket of
+// Limit tokens, Remaining of them left after the call that got it (up to
+// RemainingError more: what the provider's rounding hides), full again
+// Reset later, give or take ResetError (0: not reported). A budget whose
+// reset is not reported is taken as one per minute.
 type TokenReport struct {
-	Kind      TokenKind
-	Limit     float64
-	Remaining float64
+	Kind           TokenKind
+	Limit          float64
+	Remaining      float64
+	RemainingError float64
+	Reset          time.Duration
+	ResetError     time.Duration
 }
 
 // Valid reports whether r holds numbers a budget can have.
 func (r TokenReport) Valid() bool {
-	return r.Kind < numTokenKinds && r.Limit > 0 && !math.IsInf(r.Limit, 0) && r.Remaining >= 0
+	return r.Kind < numTokenKinds && r.Limit > 0 && !math.IsInf(r.Limit, 0) && r.Remaining >= 0 &&
+		r.RemainingError >= 0 && !math.IsInf(r.RemainingError, 0) && r.Reset >= 0 && r.ResetError >= 0
 }
 
 // ErrCostExceedsBudget is the error of a call that costs more tokens than
 // a whole budget of its lane: no wait can make it fit.
 var ErrCostExceedsBudget = errors.New("lane: call costs more tokens than the whole budget")
 
-// TokenBudgetInfo is one token budget as GET /governor/lanes shows it: the
-// budget per minute, the share of it the lane takes as its own (1 unless
-// its calls were refused for want of it, as when other Governors spend
-// the same budget, see TokensRefused, or it is coordinated with other
-// Governors, see Coordinator), and the estimate of what is left of that
-// share now.
+// TokenBudgetInfo is one token budget as GET /governor/lanes shows it: its
+// refill a minute (the budget itself for a per-minute one, 1/1440 of it
+// for a daily one), its size (Limit), the share of both the lane takes as
+// its own (1 unless its calls were refused for want of it, as when other
+// Governors spend the same budget, see TokensRefused, or it is coordinated
+// with other Governors, see Coordinator), and the estimate of what is left
+// of that share now.
 type TokenBudgetInfo struct {
 	Kind      string  `json:"kind"`
 	PerMinute float64 `json:"per_minute"`
+	Limit     float64 `json:"limit"`
 	Share     float64 `json:"share"`
 	Remaining float64 `json:"remaining"`
 }
 
 // tokenBucket is one token budget: the lane's count of its share of it,
-// whose capacity is share of the budget per minute and whose rate a
-// sixtieth of that (per-minute limits are buckets that refill
-// continuously).
+// whose capacity is share of the budget and whose rate share of its refill
+// rate (providers' budgets are buckets that refill continuously).
 type tokenBucket struct {
 	bucket
-	limit float64 // the budget per minute, as last reported; 0 = unknown
-	share share   // its bookings are spent
-	spent float64 // every cost booked so far, for TokenMark
+	limit float64 // the budget's size, as last reported; 0 = unknown
+	// refill is the whole budget's refill a minute (see learnRefill);
+	// lows and ups keep the largest lower bound and the smallest upper
+	// bound on it that the reports' resets set lately.
+	refill    float64
+	lows, ups extreme
+	share     share   // its bookings are spent
+	spent     float64 // every cost booked so far, for TokenMark
 	// blindTo is spent when the budget became known: the calls booked
 	// up to it were not booked on it.
 	blindTo float64
@@ -104,7 +119,44 @@ type tokenBucket struct {
 // resize sets the count's capacity and rate to its share of the budget,
 // at now, the count so far refilled at the old ones.
 func (b *tokenBucket) resize(now time.Time) {
-	b.bucket.resize(b.share.of*b.limit, b.share.of*b.limit/60, now)
+	b.bucket.resize(b.share.of*b.limit, b.share.of*b.refill/60, now)
+}
+
+// learnRefill sets the budget's refill rate from report r at now. A
+// report that says when the budget is full again bounds the rate: what it
+// used, limit less remaining, refills in reset, both within the report's
+// rounding. The rate is the limit a minute, as for the per-minute budgets
+// that providers mostly set, unless the bounds reported lately exclude it:
+// then the lower bound (the upper while there is none below it), which
+// errs on the side of fewer 429s. So a per-minute budget is paced as one
+// whatever its resets' rounding, a daily one refills in a day and a
+// per-second one in a second, once a report's reset is precise enough to
+// tell (a budget that is full says nothing of its rate). Bounds that cross
+// (the budget changed) give the lower rate.
+func (b *tokenBucket) learnRefill(r TokenReport, now time.Time) {
+	if r.Reset > 0 {
+		used := r.Limit - min(r.Remaining, r.Limit)
+		if lo := (used - r.RemainingError) / (r.Reset + r.ResetError).Minutes(); lo > 0 {
+			b.lows.add(lo, now, math.Max)
+		}
+		if d := r.Reset - r.ResetError; d > 0 && used > 0 {
+			b.ups.add(used/d.Minutes(), now, math.Min)
+		}
+	}
+	rate := r.Limit
+	lo, up := b.lows.get(now, math.Max), b.ups.get(now, math.Min)
+	switch {
+	case up > 0 && rate > up:
+		// Slower than a minute: the lower bound, which errs on the side
+		// of fewer 429s, once there is one below the upper.
+		rate = up
+		if lo > 0 && lo < up {
+			rate = lo
+		}
+	case lo > 0 && rate < lo:
+		rate = lo
+	}
+	b.refill = rate
 }
 
 // TokenMark is where a call's booking stands among the lane's bookings:
@@ -149,8 +201,13 @@ const fastestMemory = 10 * time.Second
 // of prompt tokens err by a few percent too. The slack costs the first
 // minute that share of its budget, and nothing after: once the lane waits
 // for the refill it spends the refill rate. BENCHMARKS.md has the figures
-// behind the 1%.
+// behind the 1%. Of a budget that refills more slowly than in a minute (a
+// daily one) the slack is that share of a minute's refill: what errs by a
+// call or two is not the budget's size.
 const tokenSlack = 0.01
+
+// slack returns the tokens the pacer leaves unspent in b (see tokenSlack).
+func (b *tokenBucket) slack() float64 { return tokenSlack * min(b.capacity, b.share.of*b.refill) }
 
 // defaultBytesPerToken is the usual rule of thumb: about four bytes a
 // token of English text (a body's JSON around the prompt adds some).
@@ -193,15 +250,16 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 		}
 		c := cost.of(TokenKind(k))
 		if c > b.limit {
-			return 0, mark, fmt.Errorf("%w: about %.0f %s, the budget is %.0f a minute", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
+			return 0, mark, fmt.Errorf("%w: about %.0f %s, the whole budget is %.0f", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
 		}
 		// Spend at the refill rate, keeping tokenSlack of the budget
 		// unspent (see there). Unlike the request pacer's, the rate is
-		// not an estimate (the limit is per minute), and a call that
+		// no guess at the rounding of a count (it is the limit's
+		// sixtieth, or what resets say), and a call that
 		// reaches the provider later than planned finds more tokens,
 		// not fewer: spending less than the rate would only lose it. (A
 		// call that costs more than the lane's share waits maxWait.)
-		lvl := b.level(now) - tokenSlack*b.capacity
+		lvl := b.level(now) - b.slack()
 		if lvl < c {
 			w := time.Duration((c - lvl) / b.rate * float64(time.Second))
 			wait = max(wait, min(w, maxWait))
@@ -242,7 +300,7 @@ func (p *tokenPacer) behind(mark TokenMark, booked, now time.Time, maxWait time.
 		if !b.known() || mark[k] <= b.blindTo {
 			continue
 		}
-		missing := tokenSlack*b.capacity - (b.level(now) + max(0, b.spent-mark[k]))
+		missing := b.slack() - (b.level(now) + max(0, b.spent-mark[k]))
 		if missing > 0 {
 			wait = max(wait, time.Duration(missing/b.rate*float64(time.Second)))
 		}
@@ -269,18 +327,20 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 	remaining := math.Min(r.Remaining, r.Limit)
 	if !b.known() {
 		b.limit = r.Limit
+		b.learnRefill(r, answered)
 		b.share.start(answered)
 		b.share.scale(1 / float64(max(1, p.spenders)))
 		// The calls booked so far went out blind: their refusals
 		// cut nothing, as those of calls sent before a cut.
 		b.blindTo = b.spent
-		b.bucket = bucket{capacity: b.share.of * r.Limit, rate: b.share.of * r.Limit / 60, tokens: b.share.of*remaining - since, at: counted}
+		b.bucket = bucket{capacity: b.share.of * r.Limit, rate: b.share.of * b.refill / 60, tokens: b.share.of*remaining - since, at: counted}
 		return
 	}
-	// The count so far refilled at the share it had; the report is read
-	// with the share it has now.
+	// The count so far refilled at the share and rate it had; the report
+	// is read with the share and rate it has now.
 	b.limit = r.Limit
-	b.share.grow(answered, remaining > tokenSlack*r.Limit)
+	b.learnRefill(r, answered)
+	b.share.grow(answered, remaining > tokenSlack*min(r.Limit, b.refill))
 	b.resize(answered)
 	b.bound(b.share.of*remaining-since, counted, answered, b.capacity, b.rate)
 }
@@ -445,7 +505,7 @@ func (p *tokenPacer) info(now time.Time) []TokenBudgetInfo {
 	var out []TokenBudgetInfo
 	for k := range p.buckets {
 		if b := &p.buckets[k]; b.known() {
-			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.limit, Share: b.share.of, Remaining: math.Floor(b.level(now))})
+			out = append(out, TokenBudgetInfo{Kind: TokenKind(k).String(), PerMinute: b.refill, Limit: b.limit, Share: b.share.of, Remaining: math.Floor(b.level(now))})
 		}
 	}
 	return out

@@ -33,7 +33,7 @@ func TestTokenPacerSpendsReportedBudget(t *testing.T) {
 	// Refill: 10 s later, 1000 tokens have come back.
 	info := p.info(t0.Add(10 * time.Second))
 	require.Len(t, info, 1)
-	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Share: 1, Remaining: 400 + slack}, info[0])
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Limit: 6000, Share: 1, Remaining: 400 + slack}, info[0])
 }
 
 func TestTokenReportCountsCallsBookedSince(t *testing.T) {
@@ -55,7 +55,7 @@ func TestCallLargerThanBudgetFailsAtOnce(t *testing.T) {
 	p.observe(TokenReport{Kind: OutputTokens, Limit: 8000, Remaining: 8000}, TokenMark{}, t0, t0)
 	_, _, err := p.reserve(Cost{Prompt: 100, Output: 10000}, t0, time.Minute)
 	require.ErrorIs(t, err, ErrCostExceedsBudget)
-	assert.Contains(t, err.Error(), "10000 output_tokens, the budget is 8000 a minute")
+	assert.Contains(t, err.Error(), "10000 output_tokens, the whole budget is 8000")
 	_, _, err = p.reserve(Cost{Prompt: 100000, Output: 100}, t0, time.Minute)
 	assert.NoError(t, err, "input tokens have no known budget")
 }
@@ -71,7 +71,7 @@ func TestUsageCorrectsEstimates(t *testing.T) {
 	// The prompt was 200 tokens (2 bytes a token), the answer 50 of 500.
 	p.observeUsage(est, 400, 200, 50, t0)
 	info := p.info(t0)
-	assert.Equal(t, []TokenBudgetInfo{{"input_tokens", 6000, 1, 5800}, {"output_tokens", 6000, 1, 5950}}, info)
+	assert.Equal(t, []TokenBudgetInfo{{"input_tokens", 6000, 6000, 1, 5800}, {"output_tokens", 6000, 6000, 1, 5950}}, info)
 	assert.Equal(t, Cost{Prompt: 200, Output: 50}, p.estimate(400, 0), "learned: 2 bytes a token, 50 output tokens")
 	assert.Equal(t, Cost{Prompt: 200, Output: 64}, p.estimate(400, 64))
 }
@@ -271,12 +271,12 @@ func TestTokenBudgetSharedAmongCoordinatedGovernors(t *testing.T) {
 	var alone tokenPacer
 	alone.setSpenders(1, t0)
 	alone.observe(budget, TokenMark{}, t0, t0)
-	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Share: 1, Remaining: 6000}, alone.info(t0)[0])
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Limit: 6000, Share: 1, Remaining: 6000}, alone.info(t0)[0])
 
 	var p tokenPacer
 	p.setSpenders(4, t0)
 	p.observe(budget, TokenMark{}, t0, t0)
-	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Share: 0.25, Remaining: 1500}, p.info(t0)[0],
+	assert.Equal(t, TokenBudgetInfo{Kind: "tokens", PerMinute: 6000, Limit: 6000, Share: 0.25, Remaining: 1500}, p.info(t0)[0],
 		"a quarter of what is left")
 	// Its quarter spent, a call waits for a quarter of the refill (25
 	// tokens a second), keeping the slack of its share.
@@ -471,5 +471,60 @@ func TestTokenPacersShareOneBudget(t *testing.T) {
 			assert.GreaterOrEqual(t, total/optimum, 0.95, "of the budget's rate")
 			assert.GreaterOrEqual(t, jain(served), 0.95, "Jain's fairness index over the lanes' tokens served")
 		})
+	}
+}
+
+// A token budget refills at the rate its reports' resets say: a budget
+// that is full again in a day is not paced as one per minute, nor one
+// full again in a second. Without a reset, or with one too coarse to tell
+// (Anthropic's, to the second), a budget is taken as one per minute.
+func TestTokenBudgetRefillFollowsItsReset(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		r         TokenReport
+		perMinute float64 // the refill a minute learned
+	}{
+		{"per minute, no reset", TokenReport{Limit: 60000, Remaining: 59000}, 60000},
+		{"per minute, its reset", TokenReport{Limit: 60000, Remaining: 59000, Reset: time.Second, ResetError: ms}, 60000},
+		{"per minute, reset to the second", TokenReport{Limit: 40000, Remaining: 38500, RemainingError: 1000, Reset: 3 * time.Second, ResetError: 2 * time.Second}, 40000},
+		{"per minute, nothing used", TokenReport{Limit: 60000, Remaining: 60000}, 60000},
+		// 8,640,000 a day is 100 a second: 1,000 used refill in 10 s.
+		{"per day", TokenReport{Limit: 8_640_000, Remaining: 8_639_000, Reset: 10 * time.Second, ResetError: 10 * ms}, 6000},
+		{"per day, empty", TokenReport{Limit: 8_640_000, Remaining: 0, Reset: 24 * time.Hour, ResetError: time.Second}, 6000},
+		// 1,000 a second: 500 used refill in half a second.
+		{"per second", TokenReport{Limit: 1000, Remaining: 500, Reset: 500 * ms, ResetError: ms}, 60000},
+	} {
+		var p tokenPacer
+		p.observe(tc.r, TokenMark{}, t0, t0)
+		info := p.info(t0)
+		require.Len(t, info, 1, tc.name)
+		assert.InEpsilon(t, tc.perMinute, info[0].PerMinute, 0.01, "%s: %+v", tc.name, info[0])
+		assert.Equal(t, tc.r.Limit, info[0].Limit, tc.name)
+	}
+}
+
+// A call that finds a daily budget empty waits for the day's refill rate
+// (100 tokens a second here: 10.6 s for 1,000 tokens and the slack, a
+// hundredth of a minute's refill), not for a sixtieth of the budget a
+// second (0.6 s); one that finds a per-second budget empty waits half a
+// second for 500 tokens, not half a minute.
+func TestEmptyTokenBudgetWaitsForItsOwnRefill(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		r    TokenReport
+		cost Cost
+		wait time.Duration
+	}{
+		{"per day", TokenReport{Limit: 8_640_000, Remaining: 0, Reset: 24 * time.Hour, ResetError: time.Second}, Cost{Prompt: 1000}, 10600 * time.Millisecond},
+		{"per second", TokenReport{Limit: 1000, Remaining: 0, Reset: time.Second, ResetError: time.Millisecond}, Cost{Prompt: 500}, 510 * time.Millisecond},
+	} {
+		var p tokenPacer
+		p.observe(tc.r, TokenMark{}, t0, t0)
+		wait, _, err := p.reserve(tc.cost, t0, time.Hour)
+		require.NoError(t, err, tc.name)
+		assert.InEpsilon(t, tc.wait.Seconds(), wait.Seconds(), 0.01, "%s: waited %s", tc.name, wait)
 	}
 }

@@ -48,6 +48,13 @@ type Config struct {
 	// means no budget.
 	InputTokensPerMinute  int
 	OutputTokensPerMinute int
+	// TokenWindow is the time in which the token budgets refill whole:
+	// each of TokensPerMinute, InputTokensPerMinute and
+	// OutputTokensPerMinute is then the budget per TokenWindow, refilled
+	// continuously, and the reset headers say when it is full again (24h
+	// for a daily budget such as OpenAI's TPD, 1s for one per second).
+	// Zero means a minute.
+	TokenWindow time.Duration
 	// NoRateLimitHeaders leaves out every x-ratelimit-* and
 	// anthropic-ratelimit-* header, as providers and gateways that do not
 	// publish their budgets do; 429s keep their retry hints.
@@ -129,6 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mockllm: StreamChunks %d is outside [0, %d]", c.StreamChunks, maxStreamChunks)
 	case c.TokensPerMinute < 0 || c.InputTokensPerMinute < 0 || c.OutputTokensPerMinute < 0:
 		return errors.New("mockllm: a tokens-per-minute budget is negative")
+	case c.TokenWindow < 0:
+		return errors.New("mockllm: TokenWindow is negative")
 	case !(c.OutputTokensPerSecond >= 0) || math.IsInf(c.OutputTokensPerSecond, 0):
 		return fmt.Errorf("mockllm: OutputTokensPerSecond %v is out of range", c.OutputTokensPerSecond)
 	case c.Knee < 0:

@@ -60,7 +60,10 @@
 // Config.InputTokensPerMinute and OutputTokensPerMinute (Anthropic's ITPM
 // and OTPM, unused output tokens given back) with
 // `anthropic-ratelimit-{input-tokens,output-tokens,tokens}-{limit,remaining,reset}`,
-// the reset an RFC 3339 time. A call that does not fit gets 429 with
+// the reset an RFC 3339 time. Config.TokenWindow makes them budgets per
+// day (24h, as OpenAI's TPD) or per second instead of per minute: they
+// refill whole in that window, and the reset headers say so. A call that
+// does not fit gets 429 with
 // `retry-after-ms` and `retry-after`, and OpenAI's message stating `Limit`,
 // `Used` and `Requested`; one that costs more than a whole budget gets 429
 // without a hint ("Request too large").

@@ -57,9 +57,16 @@ func newLimiter(cfg Config, now time.Time) *limiter {
 		base:     Limits{MaxConcurrency: cfg.MaxConcurrency, Rate: cfg.Rate, Burst: cfg.Burst},
 		schedule: sortedSchedule(cfg.Schedule),
 	}
+	window := cfg.TokenWindow
+	if window == 0 {
+		window = time.Minute
+	}
 	l.budgets[budgetTokens].perMinute = cfg.TokensPerMinute
 	l.budgets[budgetInput].perMinute = cfg.InputTokensPerMinute
 	l.budgets[budgetOutput].perMinute = cfg.OutputTokensPerMinute
+	for k := range l.budgets {
+		l.budgets[k].window = window
+	}
 	l.restartLocked(now)
 	return l
 }

@@ -370,7 +370,7 @@ func (s *Server) refuse(w http.ResponseWriter, sh shape, adm admission, model st
 	case adm.tooLarge:
 		// Waiting cannot help: no retry hint.
 		st := adm.budgets[adm.refusedBy]
-		s.fail(w, sh, errTooManyTokens(adm.refusedBy, model, st.limit, adm.requested))
+		s.fail(w, sh, errTooManyTokens(adm.refusedBy, model, st, adm.requested))
 	case adm.refusedBy != budgetNone:
 		st := adm.budgets[adm.refusedBy]
 		setRetryHints(h, st.next)

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// A token budget is a bucket of tokens that holds a minute's worth and
-// refills continuously, as providers' tokens-per-minute limits do. A
+// A token budget is a bucket of tokens that holds a window's worth (a
+// minute, unless Config.TokenWindow says otherwise) and refills
+// continuously, as providers' tokens-per-minute limits do. A
 // request is charged its cost when admitted; a request that finds fewer
 // tokens than its cost is refused with 429, and one that costs more than
 // the whole budget can never run.
@@ -37,16 +38,20 @@ const (
 
 // tokenBudget is one budget's state; the limiter guards it.
 type tokenBudget struct {
-	perMinute int
+	perMinute int           // the budget per window (its name says the usual window)
+	window    time.Duration // refills whole in this
 	tokens    float64
 }
 
 func (b *tokenBudget) on() bool { return b.perMinute > 0 }
 
+// rate is the refill in tokens a second.
+func (b *tokenBudget) rate() float64 { return float64(b.perMinute) / b.window.Seconds() }
+
 // refill adds dt's worth of tokens.
 func (b *tokenBudget) refill(dt time.Duration) {
 	if b.on() {
-		b.tokens = min(float64(b.perMinute), b.tokens+float64(b.perMinute)/60*dt.Seconds())
+		b.tokens = min(float64(b.perMinute), b.tokens+b.rate()*dt.Seconds())
 	}
 }
 
@@ -58,8 +63,8 @@ func (b *tokenBudget) state(cost int) budgetState {
 	if !st.on {
 		return st
 	}
-	rate := float64(b.perMinute) / 60
-	st.limit = b.perMinute
+	rate := b.rate()
+	st.limit, st.window = b.perMinute, b.window
 	st.remaining = max(0, int(b.tokens))
 	st.full = ceilDuration((float64(b.perMinute) - b.tokens) / rate)
 	if float64(cost) > b.tokens {
@@ -72,6 +77,7 @@ func (b *tokenBudget) state(cost int) budgetState {
 type budgetState struct {
 	on        bool
 	limit     int
+	window    time.Duration // in which it refills whole
 	remaining int
 	full      time.Duration // until the budget is full again
 	next      time.Duration // until a refused cost fits
@@ -98,23 +104,31 @@ func (c tokenCost) of(k budgetKind) int {
 	return 0
 }
 
-// budgetName is how each provider's 429 names a budget.
-func budgetName(k budgetKind) (openAI, anthropic string) {
-	switch k {
-	case budgetTokens:
-		return "tokens per min (TPM)", "tokens per minute"
-	case budgetInput:
-		return "input tokens per min", "input tokens per minute"
-	case budgetOutput:
-		return "output tokens per min", "output tokens per minute"
+// budgetName is how each provider's 429 names budget k, which refills
+// whole in window: "tokens per min (TPM)" and "tokens per minute", "tokens
+// per day (TPD)" and "tokens per day".
+func budgetName(k budgetKind, window time.Duration) (openAI, anthropic string) {
+	short, long, abbr := window.String(), window.String(), ""
+	switch window {
+	case time.Minute:
+		short, long, abbr = "min", "minute", "M"
+	case 24 * time.Hour:
+		short, long, abbr = "day", "day", "D"
+	case time.Second:
+		short, long, abbr = "sec", "second", "S"
 	}
-	return "requests per min (RPM)", "requests per minute"
+	what := map[budgetKind]string{budgetTokens: "tokens", budgetInput: "input tokens", budgetOutput: "output tokens"}[k]
+	openAI, anthropic = what+" per "+short, what+" per "+long
+	if k == budgetTokens && abbr != "" {
+		openAI += " (TP" + abbr + ")"
+	}
+	return openAI, anthropic
 }
 
 // errTokens is the 429 of a request that found too few tokens in budget k:
 // OpenAI's message states the limit, the tokens used and those requested.
 func errTokens(k budgetKind, model string, st budgetState, requested int) apiError {
-	oa, an := budgetName(k)
+	oa, an := budgetName(k, st.window)
 	used := st.limit - st.remaining
 	return apiError{
 		status: http.StatusTooManyRequests, typ: "tokens", anthropicType: "rate_limit_error", code: "rate_limit_exceeded",
@@ -127,8 +141,9 @@ func errTokens(k budgetKind, model string, st budgetState, requested int) apiErr
 
 // errTooManyTokens is the answer to a request that costs more than the
 // whole budget k: it can never run.
-func errTooManyTokens(k budgetKind, model string, limit, requested int) apiError {
-	oa, an := budgetName(k)
+func errTooManyTokens(k budgetKind, model string, st budgetState, requested int) apiError {
+	oa, an := budgetName(k, st.window)
+	limit := st.limit
 	return apiError{
 		status: http.StatusTooManyRequests, typ: "tokens", anthropicType: "rate_limit_error", code: "rate_limit_exceeded",
 		message: fmt.Sprintf("Request too large for %s in organization org-mockllm on %s: Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.",

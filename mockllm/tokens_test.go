@@ -188,3 +188,34 @@ func TestTokenConfigValidation(t *testing.T) {
 	w := serve(mockllm.New(mockllm.Config{}), http.MethodPost, "/v1/chat/completions", tokenChat(0))
 	assert.Equal(t, http.StatusBadRequest, w.Code, "max_tokens 0")
 }
+
+// A budget of another window (TokenWindow) refills whole in it, and its
+// reset headers say so as providers do: OpenAI's a duration ("8m20s" for
+// a tenth of a daily budget), Anthropic's an RFC 3339 time. Its 429 names
+// the window ("tokens per day (TPD)").
+func TestTokenWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 14,400 a day is one token every 6 s; 1,000 a second.
+		daily := mockllm.New(mockllm.Config{TokensPerMinute: 14400, InputTokensPerMinute: 14400, TokenWindow: 24 * time.Hour})
+		defer daily.Close()
+		w := serve(daily, http.MethodPost, "/v1/chat/completions", tokenChat(100)) // 200 tokens
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Equal(t, "20m0s", w.Header().Get("X-Ratelimit-Reset-Tokens"), "200 tokens at 1 per 6 s")
+		w = serve(daily, http.MethodPost, "/v1/messages", tokenMessages(100), "anthropic-version", "2023-06-01") // 100 input tokens
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Equal(t, time.Now().Add(20*time.Minute).UTC().Format(time.RFC3339), w.Header().Get("Anthropic-Ratelimit-Input-Tokens-Reset"),
+			"the two calls' 200 input tokens at 1 per 6 s")
+		w = serve(daily, http.MethodPost, "/v1/chat/completions", tokenChat(20000))
+		require.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Contains(t, errorOf(t, w)["message"], "on tokens per day (TPD): Limit 14400")
+
+		perSecond := mockllm.New(mockllm.Config{TokensPerMinute: 1000, TokenWindow: time.Second})
+		defer perSecond.Close()
+		w = serve(perSecond, http.MethodPost, "/v1/chat/completions", tokenChat(100))
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Equal(t, "200ms", w.Header().Get("X-Ratelimit-Reset-Tokens"))
+		time.Sleep(200 * time.Millisecond) // synctest: the bubble's clock
+		w = serve(perSecond, http.MethodPost, "/v1/chat/completions", tokenChat(100))
+		assert.Equal(t, "800", w.Header().Get("X-Ratelimit-Remaining-Tokens"), "refilled in 200 ms")
+	})
+}

@@ -185,7 +185,7 @@ func BenchmarkAnswerBudgets(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_, _ = rateLimitHeaders(&resp.Header, now)
-				_, _ = tokenBudgets(&resp.Header)
+				_, _ = tokenBudgets(&resp.Header, now)
 			}
 		})
 	}

@@ -204,7 +204,7 @@ func TestPeekFirstIsPeekForTokenHeaders(t *testing.T) {
 		assert.Equal(t, string(h.Peek(name)), string(got[i]), name)
 	}
 	assert.Empty(t, got[0], "the first X-Ratelimit-Limit-Tokens is empty")
-	assert.Equal(t, "39000", string(got[3]))
+	assert.Equal(t, "39000", string(got[4]))
 }
 
 // A 429 whose own request budget report says the budget was empty, to a

@@ -743,7 +743,7 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	if oc == lane.RateLimited || oc == lane.Quota {
 		l.GiveBackTokens(c.cost, c.mark, now)
 	}
-	reports, n := tokenBudgets(&resp.Header)
+	reports, n := tokenBudgets(&resp.Header, now)
 	for _, r := range reports[:n] {
 		l.ObserveTokens(r, c.mark, sent, now)
 		if oc == lane.RateLimited && l.TokensRefused(r, c.cost, c.mark, sent, now) {

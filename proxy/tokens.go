@@ -5,37 +5,71 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/llmgovernor/governor/lane"
 )
 
-// tokenHeaders are the token-budget headers tokenBudgets reads, limit then
-// remaining of each: OpenAI's, then Anthropic's input, output and total.
-// (Every token budget providers report is per minute: the lane refills it
-// at limit/60 a second, so the reset headers are not needed.)
+// tokenHeaders are the token-budget headers tokenBudgets reads, limit,
+// remaining and reset of each: OpenAI's, then Anthropic's input, output
+// and total. The reset, when the budget is full again, tells the lane how
+// fast it refills (see lane.TokenReport): OpenAI's is a duration ("6m0s",
+// "1s", "20ms"), Anthropic's an RFC 3339 time.
 var tokenHeaders = [...]struct {
-	kind             lane.TokenKind
-	limit, remaining string
-	// rounded is set for Anthropic's headers, whose remaining is
-	// documented as rounded to the nearest thousand.
-	rounded bool
+	kind                    lane.TokenKind
+	limit, remaining, reset string
+	// anthropic is set for Anthropic's headers, whose remaining is
+	// documented as rounded to the nearest thousand, and whose reset is
+	// a time.
+	anthropic bool
 }{
-	{lane.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", false},
-	{lane.InputTokens, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", true},
-	{lane.OutputTokens, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", true},
-	{lane.Tokens, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", true},
+	{lane.Tokens, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", false},
+	{lane.InputTokens, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", true},
+	{lane.OutputTokens, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", true},
+	{lane.Tokens, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", true},
 }
 
-// tokenHeaderNames are the names of tokenHeaders: limit, remaining, and
-// so on, in their order.
-var tokenHeaderNames = func() (names [2 * len(tokenHeaders)]string) {
+// tokenHeaderNames are the names of tokenHeaders: limit, remaining, reset,
+// and so on, in their order.
+var tokenHeaderNames = func() (names [3 * len(tokenHeaders)]string) {
 	for i, th := range tokenHeaders {
-		names[2*i], names[2*i+1] = th.limit, th.remaining
+		names[3*i], names[3*i+1], names[3*i+2] = th.limit, th.remaining, th.reset
 	}
 	return names
 }()
+
+// A reset's precision. OpenAI's durations are written to the millisecond
+// (a long one may be rounded further: a hundredth of it is allowed for);
+// Anthropic's times to the second, and they are read against this
+// machine's clock, which may differ from the provider's.
+const (
+	durationResetError = time.Millisecond
+	timeResetError     = 2 * time.Second
+)
+
+// tokenReset reads a token budget's reset header, v, at now: how long
+// until the budget is full again and how far off that may be; 0 when v is
+// absent or malformed, or says a time already past.
+func tokenReset(v []byte, anthropic bool, now time.Time) (reset, off time.Duration) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return 0, 0
+	}
+	if anthropic {
+		t, err := time.Parse(time.RFC3339, string(v))
+		if err != nil || !t.After(now) {
+			return 0, 0
+		}
+		return t.Sub(now), timeResetError
+	}
+	d, err := time.ParseDuration(string(v))
+	if err != nil || d <= 0 {
+		return 0, 0
+	}
+	return d, max(durationResetError, d/100)
+}
 
 // roundedRemaining is what a remaining count rounded to the nearest
 // thousand can stand for at least: a multiple of 1,000 may be up to 500
@@ -48,11 +82,12 @@ func roundedRemaining(remaining float64) float64 {
 	return remaining
 }
 
-// tokenBudgets reads the token budgets an answer reports, for the lane's
-// token pacer. Anthropic's anthropic-ratelimit-tokens-* is the tightest of
-// its input and output budgets, so it counts only when neither of those
-// is reported. Malformed values are skipped.
-func tokenBudgets(h *fasthttp.ResponseHeader) (out [len(tokenHeaders)]lane.TokenReport, n int) {
+// tokenBudgets reads the token budgets an answer reports at now, for the
+// lane's token pacer. Anthropic's anthropic-ratelimit-tokens-* is the
+// tightest of its input and output budgets, so it counts only when
+// neither of those is reported. Malformed values are skipped (a malformed
+// reset leaves the budget's refill to what the lane knows).
+func tokenBudgets(h *fasthttp.ResponseHeader, now time.Time) (out [len(tokenHeaders)]lane.TokenReport, n int) {
 	var v [len(tokenHeaderNames)][]byte
 	peekFirst(h, tokenHeaderNames[:], v[:])
 	split := false // Anthropic's input or output budget was reported
@@ -60,16 +95,18 @@ func tokenBudgets(h *fasthttp.ResponseHeader) (out [len(tokenHeaders)]lane.Token
 		if th.kind == lane.Tokens && i > 0 && split {
 			continue
 		}
-		l, r := v[2*i], v[2*i+1]
+		l, r := v[3*i], v[3*i+1]
 		if len(l) == 0 || len(r) == 0 {
 			continue
 		}
 		limit, err1 := strconv.ParseFloat(string(bytes.TrimSpace(l)), 64)
 		remaining, err2 := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
-		if th.rounded {
-			remaining = roundedRemaining(remaining)
+		remainingErr := 1.0 // a count of whole tokens
+		if th.anthropic {
+			remaining, remainingErr = roundedRemaining(remaining), 1000
 		}
-		rep := lane.TokenReport{Kind: th.kind, Limit: limit, Remaining: min(remaining, limit)}
+		rep := lane.TokenReport{Kind: th.kind, Limit: limit, Remaining: min(remaining, limit), RemainingError: remainingErr}
+		rep.Reset, rep.ResetError = tokenReset(v[3*i+2], th.anthropic, now)
 		if err1 != nil || err2 != nil || !rep.Valid() {
 			continue
 		}

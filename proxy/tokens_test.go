@@ -91,7 +91,7 @@ func TestTokenBudgetFromHeadersIsSpent(t *testing.T) {
 	status, body := chatMax(t, c, base, 70000)
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Contains(t, body, CodeExceedsTokenBudget)
-	assert.Contains(t, body, "the budget is 60000 a minute")
+	assert.Contains(t, body, "the whole budget is 60000")
 	assert.Equal(t, received, mock.Stats().Received, "nothing sent")
 }
 
@@ -118,7 +118,7 @@ func TestTokenBudgetLearnedFrom429(t *testing.T) {
 	assert.Equal(t, int64(2), mock.Stats().RateLimited, "the request too large, and one for the spent budget")
 	budgets := lanesOf(t, c, base)[0].TokenBudgets
 	require.Len(t, budgets, 1)
-	assert.Equal(t, lane.TokenBudgetInfo{Kind: "tokens", PerMinute: 60000, Share: 1, Remaining: budgets[0].Remaining}, budgets[0])
+	assert.Equal(t, lane.TokenBudgetInfo{Kind: "tokens", PerMinute: 60000, Limit: 60000, Share: 1, Remaining: budgets[0].Remaining}, budgets[0])
 
 	received := mock.Stats().Received
 	status, body = chatMax(t, c, base, 70000)
@@ -150,12 +150,45 @@ func TestTokenHeadersAndMessagesParse(t *testing.T) {
 	h.Set("Anthropic-Ratelimit-Input-Tokens-Remaining", "31234")
 	h.Set("X-Ratelimit-Limit-Tokens", "30000")
 	h.Set("X-Ratelimit-Remaining-Tokens", "2000")
-	reports, n := tokenBudgets(&h)
+	reports, n := tokenBudgets(&h, time.Now())
 	assert.Equal(t, []lane.TokenReport{
-		{Kind: lane.Tokens, Limit: 30000, Remaining: 2000},
-		{Kind: lane.InputTokens, Limit: 40000, Remaining: 31234},
-		{Kind: lane.OutputTokens, Limit: 8000, Remaining: 7500},
+		{Kind: lane.Tokens, Limit: 30000, Remaining: 2000, RemainingError: 1},
+		{Kind: lane.InputTokens, Limit: 40000, Remaining: 31234, RemainingError: 1000},
+		{Kind: lane.OutputTokens, Limit: 8000, Remaining: 7500, RemainingError: 1000},
 	}, reports[:n])
+
+	// The resets: OpenAI's a duration, to the millisecond (a hundredth of
+	// a long one); Anthropic's an RFC 3339 time, to the second, read
+	// against this clock. One malformed, or past, says nothing.
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		header, value string
+		reset, off    time.Duration
+	}{
+		{"X-Ratelimit-Reset-Tokens", "6m0s", 6 * time.Minute, 3600 * time.Millisecond},
+		{"X-Ratelimit-Reset-Tokens", "1s", time.Second, 10 * time.Millisecond},
+		{"X-Ratelimit-Reset-Tokens", "20ms", 20 * time.Millisecond, time.Millisecond},
+		{"X-Ratelimit-Reset-Tokens", "soon", 0, 0},
+		{"X-Ratelimit-Reset-Tokens", "-1s", 0, 0},
+		{"Anthropic-Ratelimit-Input-Tokens-Reset", "2026-11-26T12:01:30Z", 90 * time.Second, 2 * time.Second},
+		{"Anthropic-Ratelimit-Input-Tokens-Reset", "2026-11-26T11:59:00Z", 0, 0},
+		{"Anthropic-Ratelimit-Input-Tokens-Reset", "tomorrow", 0, 0},
+	} {
+		h.Reset()
+		h.Set("X-Ratelimit-Limit-Tokens", "30000")
+		h.Set("X-Ratelimit-Remaining-Tokens", "2000")
+		h.Set("Anthropic-Ratelimit-Input-Tokens-Limit", "40000")
+		h.Set("Anthropic-Ratelimit-Input-Tokens-Remaining", "31234")
+		h.Set(tc.header, tc.value)
+		reports, n := tokenBudgets(&h, now)
+		require.Equal(t, 2, n, tc.value)
+		r := reports[0]
+		if strings.HasPrefix(tc.header, "Anthropic") {
+			r = reports[1]
+		}
+		assert.Equal(t, tc.reset, r.Reset, "%s: %s", tc.header, tc.value)
+		assert.Equal(t, tc.off, r.ResetError, "%s: %s", tc.header, tc.value)
+	}
 
 	assert.Equal(t, 64, maxTokensOf([]byte(`{"max_tokens":64}`)))
 	assert.Equal(t, 32, maxTokensOf([]byte(`{"max_tokens":64,"max_completion_tokens":32}`)))
@@ -189,7 +222,7 @@ func TestAnthropicTokenBudgetsLearned(t *testing.T) {
 	assert.Equal(t, 8000.0, budgets[1].PerMinute)
 	status, resp := post()
 	assert.Equal(t, http.StatusBadRequest, status)
-	assert.Contains(t, resp, "9000 output_tokens, the budget is 8000 a minute")
+	assert.Contains(t, resp, "9000 output_tokens, the whole budget is 8000")
 }
 
 // A streamed answer's usage, read as it passes, corrects the lane's
@@ -422,4 +455,61 @@ func TestTokenRefusalByMessageCutsTheLanesShare(t *testing.T) {
 	clock.Advance(5 * time.Second)
 	require.Equal(t, http.StatusOK, post("ok"))
 	assert.InDelta(t, 0.7+5*0.02, share(), 1e-9, "grown back by 2% of the budget a second")
+}
+
+// A token budget is paced at the refill its reset headers say: mockllm's
+// daily budget of 8,640,000 tokens refills 6,000 a minute (x-ratelimit-
+// reset-tokens "10s" after a call of 1,000 tokens), not 8,640,000 a
+// minute; a budget of 60,000 a second refills 3,600,000 a minute, not
+// 60,000. Anthropic's reset times say the same of its budgets. Each lane
+// shows the budget's size too.
+func TestTokenBudgetRefillFromResetHeaders(t *testing.T) {
+	checkLeaks(t)
+	for _, tc := range []struct {
+		name      string
+		cfg       mockllm.Config
+		anthropic bool
+		perMinute float64
+		within    float64 // relative error allowed by the resets' rounding
+	}{
+		{"openai per day", mockllm.Config{TokensPerMinute: 8_640_000, TokenWindow: 24 * time.Hour}, false, 6000, 0.02},
+		{"openai per second", mockllm.Config{TokensPerMinute: 60000, TokenWindow: time.Second}, false, 3_600_000, 0.1},
+		{"openai per minute", mockllm.Config{TokensPerMinute: 60000}, false, 60000, 0},
+		{"anthropic per day", mockllm.Config{InputTokensPerMinute: 8_640_000, TokenWindow: 24 * time.Hour}, true, 6000, 0.5},
+		{"anthropic per minute", mockllm.Config{InputTokensPerMinute: 60000}, true, 60000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, up := startMock(t, tc.cfg)
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+			c := client(t)
+			for range 3 {
+				var status int
+				if tc.anthropic {
+					// 4,000 bytes of prompt: about 1,000 input tokens.
+					body := fmt.Sprintf(`{"model":"claude-test","max_tokens":10,"messages":[{"role":"user","content":%q}]}`, strings.Repeat("abcd", 1000))
+					req, err := http.NewRequest(http.MethodPost, base+"/v1/messages", strings.NewReader(body))
+					require.NoError(t, err)
+					req.Header.Set("Anthropic-Version", "2023-06-01")
+					resp, err := c.Do(req)
+					require.NoError(t, err)
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					status = resp.StatusCode
+				} else {
+					status, _ = chatMax(t, c, base, 1000)
+				}
+				require.Equal(t, http.StatusOK, status)
+			}
+			budgets := lanesOf(t, c, base)[0].TokenBudgets
+			require.Len(t, budgets, 1, "%+v", budgets)
+			b := budgets[0]
+			limit := float64(tc.cfg.TokensPerMinute + tc.cfg.InputTokensPerMinute)
+			assert.Equal(t, limit, b.Limit, "%+v", b)
+			if tc.within == 0 {
+				assert.Equal(t, tc.perMinute, b.PerMinute, "%+v", b)
+			} else {
+				assert.InEpsilon(t, tc.perMinute, b.PerMinute, tc.within, "%+v", b)
+			}
+		})
+	}
 }

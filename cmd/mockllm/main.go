@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.TokensPerMinute, "tpm", 0, "tokens-per-minute budget (OpenAI's TPM): prompt + max_tokens per request, x-ratelimit-*-tokens headers (0 = none)")
 	fs.IntVar(&cfg.InputTokensPerMinute, "itpm", 0, "input-tokens-per-minute budget (Anthropic's ITPM), anthropic-ratelimit-input-tokens-* headers (0 = none)")
 	fs.IntVar(&cfg.OutputTokensPerMinute, "otpm", 0, "output-tokens-per-minute budget (Anthropic's OTPM): max_tokens, unused ones given back (0 = none)")
+	fs.DurationVar(&cfg.TokenWindow, "token-window", time.Minute, "time in which the token budgets refill whole: -tpm, -itpm and -otpm are then budgets per this\n(24h for a daily budget such as OpenAI's TPD, 1s for one per second); the reset headers follow it")
 	fs.BoolVar(&cfg.NoRateLimitHeaders, "no-ratelimit-headers", false, "publish no x-ratelimit-* / anthropic-ratelimit-* headers (429s keep their retry hints)")
 	fs.BoolVar(&cfg.FillMaxTokens, "fill-max-tokens", false, "make every answer exactly max_tokens long instead of a short echo")
 	fs.Float64Var(&cfg.OutputTokensPerSecond, "tokens-per-second", 0, "output speed: an answer of n tokens takes n/this after its first byte (0 = at once)")
