@@ -288,3 +288,30 @@ func TestExpectContinueIsAnsweredWithTheRefusal(t *testing.T) {
 	assert.Equal(t, "POST /v1/x HTTP/1.1", <-lines)
 	assert.Empty(t, lines)
 }
+
+// The fields of a chunked request body's trailer are dropped, never read
+// as header fields nor forwarded as such: a proxy in front that vets
+// header fields (x-api-key, X-Governor-Tenant) and passes trailers on
+// would otherwise be bypassed (RFC 9110 §6.5.1).
+func TestTrailerFieldsAreNotHeaderFields(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	rec, up := newRecorder(t)
+	got := make(chan http.Header, 4)
+	rec.answer = func(w http.ResponseWriter, r *http.Request, _ int) {
+		got <- r.Header.Clone()
+		io.WriteString(w, "{}")
+	}
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up)}))
+	addr := strings.TrimPrefix(base, "http://")
+	out := rawExchange(t, addr, "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Head: kept\r\n"+
+		"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nd\r\n{\"model\":\"m\"}\r\n0\r\n"+
+		"X-Api-Key: sk-trailer\r\nX-Governor-Tenant: other\r\nX-Injected: yes\r\n\r\n")
+	assert.True(t, strings.HasPrefix(out, "HTTP/1.1 200 "), "%.300q", out)
+	h := <-got
+	assert.Equal(t, "kept", h.Get("X-Head"))
+	assert.Equal(t, "13", h.Get("Content-Length"))
+	for _, name := range []string{"X-Api-Key", "X-Governor-Tenant", "X-Injected"} {
+		assert.Empty(t, h.Values(name), name)
+	}
+}

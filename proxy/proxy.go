@@ -340,6 +340,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		}
 		defer p.budget.give(n)
 	}
+	dropTrailerFields(&ctx.Request.Header)
 	if framedTwice(ctx.Request.Header.RawHeaders()) {
 		// Framed by both Content-Length and Transfer-Encoding: chunked
 		// won, but a party on the way may have framed it the other way,
@@ -479,6 +480,32 @@ func framedTwice(raw []byte) bool {
 		te = te || bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding))
 	}
 	return length && te
+}
+
+// dropTrailerFields removes from a request read whole the fields that came
+// in the trailer of its chunked body: fasthttp adds them to the header
+// section, where Governor would read them (x-api-key, X-Governor-Tenant,
+// Priority) and forward them as header fields to the provider, past a
+// proxy in front that vets header fields and passes trailers on. RFC 9110
+// §6.5.1 has a trailer field merged into the header section only when its
+// definition allows it; Governor sends the body with its length and no
+// trailer, so they are dropped, as nginx drops them. A trailer field is
+// one the head's raw block does not name (fasthttp adds Content-Length
+// itself once the body is read).
+func dropTrailerFields(h *fasthttp.RequestHeader) {
+	raw := h.RawHeaders()
+	if !rawHeaderNamed(raw, []string{fasthttp.HeaderTransferEncoding}) {
+		return // not chunked: no trailer
+	}
+	var drop [][]byte
+	for k := range h.All() {
+		if !bytes.EqualFold(k, []byte(fasthttp.HeaderContentLength)) && !rawHeaderNamed(raw, []string{string(k)}) {
+			drop = append(drop, bytes.Clone(k))
+		}
+	}
+	for _, k := range drop {
+		h.DelBytes(k)
+	}
 }
 
 // HeaderToken carries GOVERNOR_API_TOKEN on calls to Governor's own API.
