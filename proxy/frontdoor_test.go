@@ -232,7 +232,7 @@ func TestHTTP10ClientsGetGovernorsStreamsEndedByTheClose(t *testing.T) {
 		assert.NoError(t, p.Shutdown(ctx))
 		assert.NoError(t, <-done)
 	})
-	out := rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.0\r\n\r\n")
+	out := rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.0\r\nHost: localhost\r\n\r\n")
 	head, body, ok := strings.Cut(out, "\r\n\r\n")
 	require.True(t, ok, "%q", out)
 	assert.Contains(t, head, " 200 OK")
@@ -240,7 +240,7 @@ func TestHTTP10ClientsGetGovernorsStreamsEndedByTheClose(t *testing.T) {
 	assert.Contains(t, head, "\r\nConnection: close", head)
 	assert.Equal(t, "{\"a\":1}\n{\"b\":2}\n", body)
 
-	out = rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	out = rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
 	assert.Contains(t, out, "\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 keeps its chunks")
 }
 
