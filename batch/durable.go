@@ -82,6 +82,19 @@ func (d *diskRows) put(i int, r *Row) error {
 	return nil
 }
 
+// putLater is put without waiting for the disk (see laterRows).
+func (d *diskRows) putLater(i int, r *Row) error {
+	meta, err := json.Marshal(metaOf(r, d.customIDs(i)))
+	if err == nil {
+		err = d.j.PutAsync(i, meta, r.Body)
+	}
+	if err != nil {
+		_ = d.fallback.put(i, r)
+		return fmt.Errorf("item %d kept in memory: %w", i, err)
+	}
+	return nil
+}
+
 // write records row i in the journal, with no fallback.
 func (d *diskRows) write(i int, r *Row) error {
 	meta, err := json.Marshal(metaOf(r, d.customIDs(i)))

@@ -103,6 +103,27 @@ func (e *execution) record(i int, r Row) {
 	e.recorded(i, r)
 }
 
+// laterRows is a rowStore that can store a row without waiting for the
+// disk: the next row stored with put, or the job's end, makes it durable.
+type laterRows interface {
+	putLater(i int, r *Row) error
+}
+
+// recordLater is record for a row that need not be on disk before the
+// next: those of the items a stopped job never ran, written one after the
+// other, with one sync for all of them at the job's end.
+func (e *execution) recordLater(i int, r Row) {
+	lr, ok := e.rows.(laterRows)
+	if !ok {
+		e.record(i, r)
+		return
+	}
+	if err := lr.putLater(i, &r); err != nil && e.onStoreError != nil {
+		e.onStoreError(err)
+	}
+	e.recorded(i, r)
+}
+
 // recorded accounts for row i, stored.
 func (e *execution) recorded(i int, r Row) {
 	e.mu.Lock()
@@ -278,7 +299,7 @@ func (e *execution) finish(stopped string, now time.Time) {
 		if !e.isDone(i) {
 			r := Row{Status: proxy.StatusDidNotRun}
 			e.withPrior(i, &r)
-			e.record(i, r)
+			e.recordLater(i, r)
 		}
 	}
 	e.mu.Lock()

@@ -377,3 +377,33 @@ func TestSentCountsAttemptsOfItemsWithoutAResult(t *testing.T) {
 	require.NoError(t, jobs[0].Job.Finish([]byte("end")))
 	assert.NoFileExists(t, sentPath)
 }
+
+// Results put without waiting for the disk read back like the others, at
+// once and after a restart, and a later Put or Finish makes them durable
+// with its own sync.
+func TestPutAsyncReadsBackLikePut(t *testing.T) {
+	path := t.TempDir()
+	d := open(t, path)
+	j, err := d.Create("j", 3, []byte("h"), []byte("in"), []byte("s"))
+	require.NoError(t, err)
+	require.NoError(t, j.PutAsync(0, []byte("m0"), small(0)))
+	require.NoError(t, j.PutAsync(2, []byte("m2"), small(2)))
+	assert.Less(t, j.synced, j.size, "not synced yet")
+	r, err := j.Open()
+	require.NoError(t, err)
+	meta, b, ok, err := r.Get(2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, []byte("m2"), meta)
+	assert.Equal(t, small(2), b)
+	require.NoError(t, r.Close())
+	require.NoError(t, j.Finish([]byte("end")))
+	assert.Equal(t, j.size, j.synced, "Finish's sync covers them")
+	require.NoError(t, d.Close())
+
+	jobs, damage := load(t, path)
+	require.Empty(t, damage)
+	require.Len(t, jobs, 1)
+	assert.Equal(t, []Result{{0, []byte("m0")}, {2, []byte("m2")}}, jobs[0].Results)
+	assert.Equal(t, []byte("end"), jobs[0].Finished)
+}
