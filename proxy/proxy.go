@@ -518,7 +518,7 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 	}
 	if p.cfg.APIToken == "" && reboundHost(ctx) {
 		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeHostNotAllowed,
-			Message: "Governor's API on a loopback address answers only requests to localhost or an IP address, unless GOVERNOR_API_TOKEN is set"})
+			Message: "Governor's API on a loopback address answers no request for a domain name (DNS rebinding), unless GOVERNOR_API_TOKEN is set: use localhost or an IP address"})
 		return
 	}
 	if crossOriginWrite(&ctx.Request.Header) {
@@ -582,12 +582,13 @@ func crossOriginWrite(h *fasthttp.RequestHeader) bool {
 }
 
 // reboundHost reports whether ctx came on a loopback connection for a
-// host name other than localhost: what a browser sends when a page's name
-// was made to resolve to 127.0.0.1 (DNS rebinding), so that the page,
-// same-origin in the browser's eyes, could read Governor's API (batch
-// results, lanes) and write to it. An IP address as the host, localhost
-// and names under .localhost pass; so does any host on a connection that
-// did not come over loopback.
+// domain name: what a browser sends when a page's name was made to resolve
+// to 127.0.0.1 (DNS rebinding), so that the page, same-origin in the
+// browser's eyes, could read Governor's API (batch results, lanes) and
+// write to it. Such a name is a domain the attacker controls, so it has a
+// dot; an IP address, localhost, names under .localhost, names without a
+// dot (an /etc/hosts alias) and no Host at all (HTTP/1.0) pass, as does
+// any host on a connection that did not come over loopback.
 func reboundHost(ctx *fasthttp.RequestCtx) bool {
 	if ip := ctx.LocalIP(); ip == nil || !ip.IsLoopback() {
 		return false
@@ -597,7 +598,7 @@ func reboundHost(ctx *fasthttp.RequestCtx) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	return net.ParseIP(host) == nil && host != "localhost" && !strings.HasSuffix(host, ".localhost")
+	return strings.Contains(host, ".") && net.ParseIP(host) == nil && !strings.HasSuffix(host, ".localhost")
 }
 
 // serverError answers requests fasthttp could not read.
