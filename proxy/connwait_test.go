@@ -118,7 +118,7 @@ func TestConnectionWaitPastTheAttemptTimeoutIsNoTimeout(t *testing.T) {
 	t.Cleanup(srv.Close)
 	set := metrics.NewSet()
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, srv.URL), Metrics: set,
-		MaxConnsPerUpstream: 1, AttemptTimeout: 200 * time.Millisecond, ConnectTimeout: time.Minute}))
+		MaxConnsPerUpstream: 1, AttemptTimeout: time.Second, ConnectTimeout: time.Minute}))
 	c := client(t)
 
 	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-test","stream":true}`))

@@ -459,7 +459,7 @@ func TestTokenRefusalByMessageCutsTheLanesShare(t *testing.T) {
 
 // A token budget is paced at the refill its reset headers say: mockllm's
 // daily budget of 8,640,000 tokens refills 6,000 a minute (x-ratelimit-
-// reset-tokens "10s" after a call of 1,000 tokens), not 8,640,000 a
+// reset-tokens "50s" after a call of 5,000 tokens), not 8,640,000 a
 // minute; a budget of 60,000 a second refills 3,600,000 a minute, not
 // 60,000. Anthropic's reset times say the same of its budgets. Each lane
 // shows the budget's size too.
@@ -473,7 +473,7 @@ func TestTokenBudgetRefillFromResetHeaders(t *testing.T) {
 		within    float64 // relative error allowed by the resets' rounding
 	}{
 		{"openai per day", mockllm.Config{TokensPerMinute: 8_640_000, TokenWindow: 24 * time.Hour}, false, 6000, 0.02},
-		{"openai per second", mockllm.Config{TokensPerMinute: 60000, TokenWindow: time.Second}, false, 3_600_000, 0.1},
+		{"openai per second", mockllm.Config{TokensPerMinute: 60000, TokenWindow: time.Second}, false, 3_600_000, 0.05},
 		{"openai per minute", mockllm.Config{TokensPerMinute: 60000}, false, 60000, 0},
 		{"anthropic per day", mockllm.Config{InputTokensPerMinute: 8_640_000, TokenWindow: 24 * time.Hour}, true, 6000, 0.5},
 		{"anthropic per minute", mockllm.Config{InputTokensPerMinute: 60000}, true, 60000, 0},
@@ -496,7 +496,7 @@ func TestTokenBudgetRefillFromResetHeaders(t *testing.T) {
 					resp.Body.Close()
 					status = resp.StatusCode
 				} else {
-					status, _ = chatMax(t, c, base, 1000)
+					status, _ = chatMax(t, c, base, 5000)
 				}
 				require.Equal(t, http.StatusOK, status)
 			}
