@@ -104,7 +104,7 @@ func TestClientThatLeavesCancelsItsBatch(t *testing.T) {
 			body := mustJSON(t, map[string]any{"requests": items, "concurrency": 1, "timeout": "1h"})
 			conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
 			require.NoError(t, err)
-			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: governor\r\nContent-Type: application/json\r\nAccept: %s\r\nContent-Length: %d\r\n\r\n%s",
+			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: %s\r\nContent-Length: %d\r\n\r\n%s",
 				batch.PathBatch, accept, len(body), body)
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return e.mock.Stats().Hangs == 1 }, 10*time.Second, time.Millisecond,

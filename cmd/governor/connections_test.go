@@ -122,7 +122,7 @@ func keepAlive(t *testing.T, addr, path string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: governor\r\n\r\n", path)
+	_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path)
 	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -185,7 +185,7 @@ func TestConnectionsBeyondTheCapAreRefused(t *testing.T) {
 				return false
 			}
 			defer c.Close()
-			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: governor\r\nConnection: close\r\n\r\n", l.path)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", l.path)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			return err == nil && resp.StatusCode == 200
 		}, 10*time.Second, 20*time.Millisecond, "%s: served again once connections closed", l.name)
