@@ -56,6 +56,9 @@ var errUnaskedUpgrade = errors.New("101 Switching Protocols to a request that as
 // the bytes of an upstream head (rather than a connection's failure), an
 // error that says what was wrong without quoting them.
 func scrubHeadError(err error) error {
+	if errors.Is(err, errBareLFAnswer) {
+		return errBareLFAnswer
+	}
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) {
 		return errOversizedHead

@@ -9,7 +9,9 @@ import (
 var errBareLF = errors.New("request head line ends in a bare LF, not CR LF")
 
 // headScan watches the bytes of a request head, as a client connection
-// hands them to fasthttp, for a line that ends in a bare LF.
+// hands them to fasthttp, for a line that ends in a bare LF; and those of
+// an upstream's answer head, as an upstream connection does (see
+// trackedConn.answerHead), where fasthttp's client waits the same way.
 //
 // RFC 9112 §2.2 lets a server read a bare LF as a line's end, or not.
 // fasthttp v1.74 does both: it finds a head's end at a blank line of

@@ -3,12 +3,15 @@ package proxy
 import (
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,4 +230,56 @@ func TestJSONAnswerEndedByTheCloseIsRetriedWhenCut(t *testing.T) {
 	assert.Equal(t, 200, resp.StatusCode, body)
 	assert.Equal(t, `{"id":"x`, body, "not JSON: as it came")
 	assert.Equal(t, "1", resp.Header.Get(HeaderAttempts))
+}
+
+// An upstream whose answer head has lines that end in a bare LF gets its
+// attempt failed at once as a connection error, and retried, plain or
+// over TLS: fasthttp's client would wait for the rest of a head that has
+// ended until the attempt's deadline (10 minutes by default), and the
+// controller would hear a provider too slow to answer.
+func TestAnswerHeadWithBareLFIsRetriedAtOnce(t *testing.T) {
+	checkSockets(t)
+	checkLeaks(t)
+	const (
+		bare  = "HTTP/1.1 200 OK\nContent-Type: application/json\nContent-Length: 13\n\n{\"id\":\"bare\"}"
+		whole = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\nConnection: close\r\n\r\n{\"id\":\"xyz1\"}"
+	)
+	for _, secure := range []bool{false, true} {
+		var n atomic.Int32
+		up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			c, buf, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if n.Add(1) == 1 {
+				buf.WriteString(bare)
+				buf.Flush()
+				// Held open, as a keep-alive server would: only the
+				// attempt timeout would end the wait.
+				io.Copy(io.Discard, c)
+				return
+			}
+			buf.WriteString(whole)
+			buf.Flush()
+		}))
+		cfg := fastRetries(Config{AttemptTimeout: time.Hour})
+		if secure {
+			up.StartTLS()
+			pool := x509.NewCertPool()
+			pool.AddCert(up.Certificate())
+			cfg.TLSConfig = &tls.Config{RootCAs: pool}
+		} else {
+			up.Start()
+		}
+		cfg.Upstream = mustURL(t, up.URL)
+		_, base := startProxy(t, cfg)
+		resp, body := chat(t, client(t), base, nil)
+		assert.Equal(t, 200, resp.StatusCode, "TLS %v: %s", secure, body)
+		assert.Equal(t, `{"id":"xyz1"}`, body, "TLS %v: the retry's answer", secure)
+		assert.Equal(t, "2", resp.Header.Get(HeaderAttempts), "TLS %v", secure)
+		up.CloseClientConnections()
+		up.Close()
+	}
 }

@@ -134,6 +134,7 @@ func handshake(tc *trackedConn, c net.Conn, config *tls.Config, deadline time.Ti
 		return nil, err
 	}
 	// As fasthttp would wrap it, but seeing the TLS layer's end.
+	tc.tls = true // its answers' heads are scanned by tlsConn
 	return &tlsConn{Conn: conn, tracked: tc}, nil
 }
 
@@ -157,7 +158,11 @@ func (c *tlsConn) Read(p []byte) (int, error) {
 		c.tracked.peerClosed = true
 		return 0, io.EOF
 	}
+	if c.tracked.answerHead.bareLF {
+		return 0, errBareLFAnswer
+	}
 	n, err := c.Conn.Read(p)
+	c.tracked.answerHead.scan(p[:n])
 	if err == io.EOF {
 		if n > 0 {
 			c.ended = true
@@ -226,6 +231,13 @@ type trackedConn struct {
 	// sets and reads it; a new exchange clears it.
 	peerClosed bool
 
+	// answerHead scans the head of the exchange's answer as it is read
+	// (see headScan), from the plain bytes: tlsConn's when tls is set.
+	// Only the goroutine that reads the connection uses it; a new
+	// exchange starts it again.
+	answerHead headScan
+	tls        bool
+
 	// idle, while a stream is read whole (see bufferStream), moves the
 	// read deadline that far ahead before each read. Only the goroutine
 	// that reads the connection sets and reads it; a new exchange clears
@@ -253,12 +265,24 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
+	if c.answerHead.bareLF {
+		return 0, errBareLFAnswer
+	}
 	n, err := c.Conn.Read(p)
 	if err == io.EOF {
 		c.peerClosed = true
 	}
+	if !c.tls {
+		c.answerHead.scan(p[:n])
+	}
 	return n, err
 }
+
+// errBareLFAnswer fails the reads of an answer whose head has a line that
+// ends in a bare LF (see headScan): fasthttp would wait for the rest of a
+// head that has ended until the attempt's deadline, and the controller
+// would hear a provider too slow to answer.
+var errBareLFAnswer = errors.New("upstream answer head line ends in a bare LF, not CR LF")
 
 // Close closes the connection and forgets it.
 func (c *trackedConn) Close() error {
@@ -302,6 +326,7 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	c.used = true
 	c.peerClosed = false
 	c.idle = 0
+	c.answerHead.start()
 	if a := c.exchange.Load(); a != nil && a.handed.IsZero() {
 		a.handed = c.now()
 	}
