@@ -77,8 +77,8 @@ func scrubHeadError(err error) error {
 
 // errNoConn is the error of an attempt whose request never reached a
 // connection to its upstream: none came free, or none opened, before the
-// attempt's deadline (see unsent).
-var errNoConn = errors.New("no connection to the upstream within the attempt timeout")
+// attempt's deadline or the connect timeout (see unsent).
+var errNoConn = errors.New("no connection to the upstream in time")
 
 // unsent returns the error of an attempt that got no answer, err, saying
 // so when its request was never handed to a connection (resp tells: see

@@ -415,7 +415,7 @@ func upstreamError(up *upstream, err error) apiError {
 	var netErr net.Error
 	if errors.Is(err, errNoConn) {
 		return apiError{Status: fasthttp.StatusGatewayTimeout, Code: CodeUpstreamTimeout, Final: true,
-			Message: fmt.Sprintf("upstream %s (%s): no connection to it came free or opened within the attempt timeout; the provider never saw the call", up.name, up.url.Redacted())}
+			Message: fmt.Sprintf("upstream %s (%s): no connection to it came free or opened in time (within the attempt timeout, and the connect timeout); the provider never saw the call", up.name, up.url.Redacted())}
 	}
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout() {
 		return apiError{Status: fasthttp.StatusGatewayTimeout, Code: CodeUpstreamTimeout, Final: true,
