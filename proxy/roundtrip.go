@@ -730,7 +730,7 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	// The usage first: it corrects what the lane booked for this call,
 	// which the budget the answer reports is then weighed against.
 	if oc == lane.Answered {
-		if t, ok := answerUsage(resp, c.p.cfg.MaxResponseBytes); ok {
+		if t, ok := answerUsage(resp, c.p.cfg.MaxResponseBytes, &c.p.answers); ok {
 			l.CountTokens(t)
 			if c.costed {
 				l.ObserveUsage(c.cost, len(c.req.in.Body()), t.Prompt, t.Completion, now)

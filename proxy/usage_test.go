@@ -99,3 +99,62 @@ func TestTokensCountedInGzipAnswer(t *testing.T) {
 	assert.Equal(t, 11, tokensOf(set, "prompt"))
 	assert.Equal(t, 7, tokensOf(set, "completion"))
 }
+
+// A compressed answer is decompressed to read its usage into room taken
+// from the answers' budget (GOVERNOR_MAX_BUFFERED_BYTES): a gzip bomb, a
+// few kilobytes that decode to 24 MiB, finds no room past the budget's
+// 4 MiB, so its usage goes unread and it costs no more memory than that;
+// it still reaches the client as it came. The room comes back: the next
+// answer's usage is counted.
+func TestCompressedAnswerIsDecompressedWithinTheBudget(t *testing.T) {
+	checkLeaks(t)
+	gzipped := func(body []byte) []byte {
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, _ = zw.Write(body)
+		require.NoError(t, zw.Close())
+		return gz.Bytes()
+	}
+	bomb := gzipped([]byte(`{"choices":[],` + strings.Repeat(" ", 24<<20) + `"usage":{"prompt_tokens":5,"completion_tokens":5}}`))
+	fine := gzipped([]byte(`{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":11,"completion_tokens":7}}`))
+	require.Less(t, len(bomb), 64<<10)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		if r.Header.Get("X-Bomb") != "" {
+			_, _ = w.Write(bomb)
+			return
+		}
+		_, _ = w.Write(fine)
+	}))
+	defer up.Close()
+	set := metrics.NewSet()
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Metrics: set, MaxBufferedBytes: 4 << 20}))
+	c := client(t)
+	call := func(bomb bool) []byte {
+		req, err := http.NewRequest("POST", base+"/v1/chat/completions", bytes.NewReader([]byte(`{"model":"m"}`)))
+		require.NoError(t, err)
+		req.Header.Set("Accept-Encoding", "gzip")
+		if bomb {
+			req.Header.Set("X-Bomb", "1")
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var body bytes.Buffer
+		_, err = body.ReadFrom(resp.Body)
+		require.NoError(t, err)
+		return body.Bytes()
+	}
+
+	var got []byte
+	n := allocatedBy(func() { got = call(true) })
+	assert.Equal(t, bomb, got, "passed on as it came")
+	assert.Less(t, n, uint64(12<<20), "bytes allocated for an answer that decodes to 24 MiB, with a budget of 4 MiB")
+	assert.Zero(t, tokensOf(set, "prompt"), "no room to read its usage")
+
+	call(false)
+	assert.Equal(t, 11, tokensOf(set, "prompt"))
+	assert.Equal(t, 7, tokensOf(set, "completion"))
+}
