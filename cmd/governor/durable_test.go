@@ -158,6 +158,31 @@ func TestSIGTERMLetsJobItemsInFlightFinish(t *testing.T) {
 	const n = 6
 
 	g := startGovernor(t, env...)
+	id := drainWithTwoItemsInFlight(t, g, mock, n)
+
+	g = startGovernor(t, env...)
+	require.Eventually(t, func() bool { _, s := durableJobState(t, g, id); return s == "completed" },
+		30*time.Second, 10*time.Millisecond, "the job resumes by itself and completes")
+	lines := resultLines(t, g, id, false)
+	require.Len(t, lines, n)
+	counts := mock.Stats().ByRequestID
+	for i, l := range lines {
+		want := fmt.Sprintf("item-%d", i)
+		require.Equal(t, want, l.CustomID, "results in input order")
+		require.NotNil(t, l.Response, "%s has its answer", want)
+		assert.Equal(t, 200, l.Response.StatusCode, want)
+		assert.Equal(t, int64(1), counts[want], "%s sent once", want)
+	}
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
+}
+
+// drainWithTwoItemsInFlight submits an n-item JSONL job that runs two items
+// at a time, sends SIGTERM once its first two are at the provider, and
+// waits for Governor to exit: those two must have been answered, not cut,
+// and no other item started. It returns the job's id.
+func drainWithTwoItemsInFlight(t *testing.T, g *governorProcess, mock *mockllm.Server, n int) string {
+	t.Helper()
 	resp, err := oneShot.Post("http://"+g.base+"/governor/batches?max_retries=0&concurrency=2", "application/jsonl",
 		strings.NewReader(durableJob(n)))
 	require.NoError(t, err)
@@ -175,22 +200,7 @@ func TestSIGTERMLetsJobItemsInFlightFinish(t *testing.T) {
 	assert.Equal(t, 0, after.InFlight)
 	assert.Equal(t, int64(0), after.ClientGone, "the items in flight were not cut")
 	assert.Equal(t, int64(2), after.Answered[200], "the items in flight were answered before Governor exited")
-
-	g = startGovernor(t, env...)
-	require.Eventually(t, func() bool { _, s := durableJobState(t, g, st.ID); return s == "completed" },
-		30*time.Second, 10*time.Millisecond, "the job resumes by itself and completes")
-	lines := resultLines(t, g, st.ID, false)
-	require.Len(t, lines, n)
-	counts := mock.Stats().ByRequestID
-	for i, l := range lines {
-		want := fmt.Sprintf("item-%d", i)
-		require.Equal(t, want, l.CustomID, "results in input order")
-		require.NotNil(t, l.Response, "%s has its answer", want)
-		assert.Equal(t, 200, l.Response.StatusCode, want)
-		assert.Equal(t, int64(1), counts[want], "%s sent once", want)
-	}
-	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
-	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
+	return st.ID
 }
 
 // A Governor started on a batch directory whose files were cut at a random
