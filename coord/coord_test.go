@@ -317,6 +317,33 @@ func TestRateIsShared(t *testing.T) {
 	assert.Zero(t, sync1(t, b, Report{}).Rate, "a rate nobody has seen for a while is forgotten")
 }
 
+// Each Governor publishes a lower bound on the provider's rate, from its
+// own calls' reports: the shared rate is the largest published lately,
+// not the last, and a lower one takes over once the larger is older than
+// rateSpan (from half of it).
+func TestSharedRateIsTheLargestPublishedLately(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	clk := &clock{t: t0}
+	a, b := newCoord(t, srv, "a", clk), newCoord(t, srv, "b", clk)
+	sync1(t, a, Report{Initial: 8, Rate: 32, Burst: 33})
+	assert.Equal(t, 32.0, sync1(t, b, Report{Rate: 30, Burst: 33}).Rate, "b's lower bound is below a's")
+	clk.Add(time.Second)
+	assert.Equal(t, 32.0, sync1(t, a, Report{Rate: 31, Burst: 33}).Rate, "a's own lower bound fell back")
+	assert.Equal(t, 32.9, sync1(t, b, Report{Rate: 32.9, Burst: 33}).Rate, "b's rose above it")
+	// The provider halves its rate: the Governors' bounds follow within
+	// their own memory, the shared one within rateSpan.
+	for range 2 * int(rateSpan/time.Second) {
+		clk.Add(time.Second)
+		sync1(t, a, Report{Rate: 16, Burst: 33})
+		sync1(t, b, Report{Rate: 16.4, Burst: 33})
+	}
+	assert.Equal(t, 16.4, sync1(t, a, Report{Rate: 16, Burst: 33}).Rate)
+	// A Governor that knows no lower bound publishes none: the rate stands.
+	clk.Add(rateSpan)
+	assert.Equal(t, 16.4, sync1(t, a, Report{}).Rate, "the last rate stands until the rate memory runs out")
+}
+
 func TestReserveGCRA(t *testing.T) {
 	leakcheck.Check(t)
 	srv := redistest.Start(t)

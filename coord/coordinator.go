@@ -59,7 +59,9 @@ type Report struct {
 	// success anywhere after a pause was asked for ends it.
 	LastSuccess time.Time
 	// Rate and Burst are the pacing the provider's rate-limit headers
-	// showed (tokens per second and bucket size; zero: unknown).
+	// showed (tokens per second and bucket size; zero: unknown). Rate is
+	// a lower bound on the provider's refill rate: the shared one is the
+	// largest the Governors published lately.
 	Rate, Burst float64
 	// Latency is the lane's round-trip time here (zero: unknown): the
 	// shared record counts its holds and probes in round trips.
@@ -427,7 +429,7 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced, maximaKey(r.Lane)},
 			toRedis(now, off), co.cfg.Instance, toRedis(now.Add(co.cfg.LeaseTTL), off), demandOf(r), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds())
+			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds(), rateSpan.Milliseconds())
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
@@ -464,6 +466,11 @@ func (co *Coordinator) keyTTL() time.Duration { return max(20*co.cfg.LeaseTTL, t
 // rateMemory is how long a published pacing rate stands without being
 // published again.
 const rateMemory = time.Minute
+
+// rateSpan is how long the largest pacing rate published stands against
+// lower ones (from half of it to all of it): as long as a lane's pacer
+// keeps a bound on the rate (package lane's rateMemory).
+const rateSpan = 10 * time.Second
 
 // parseShared reads a sync script's answer to r, its instants on Redis's
 // clock (off, see toRedis).

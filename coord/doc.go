@@ -30,7 +30,7 @@
 // of the credential: never the credential) in a hash tag, so a lane's keys
 // live in one Redis Cluster slot:
 //
-//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up, born
+//	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up, born, rate_cur, rate_prev, rate_half
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
 //	governor:{<lane id>}:demand   hash: instance id -> "calls in flight + queued,calls in flight"
 //	governor:{<lane id>}:synced   hash: instance id -> its last sync (Unix ms)

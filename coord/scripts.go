@@ -14,7 +14,8 @@ import "github.com/redis/go-redis/v9"
 // for, the reporter's last success, 1 if the decrease is a collapse, the
 // reporter's round-trip time (ms, 0: unknown), the reporter's gentle
 // decrease ratio (0: unknown), the reporter's sync interval (ms; absent:
-// 0).
+// 0), the span over which the largest rate published stands (ms; absent:
+// 0, the last rate published stands).
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at, born (when
@@ -28,7 +29,7 @@ var syncScript = redis.NewScript(syncSource)
 const syncSource = `
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
-local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt', 'tried', 'up', 'born')
+local st = redis.call('HMGET', KEYS[1], 'target', 'lastdec', 'level', 'paused', 'rate', 'burst', 'rate_at', 'paused_at', 'ok_at', 'ceil', 'probes', 'probe_at', 'rtt', 'tried', 'up', 'born', 'rate_cur', 'rate_prev', 'rate_half')
 local target = tonumber(st[1]) or tonumber(ARGV[6])
 local lastdec = tonumber(st[2]) or 0
 local level = tonumber(st[3]) or 0
@@ -188,15 +189,41 @@ if tonumber(ARGV[12]) > paused then
   paused = tonumber(ARGV[12])
   paused_at = tonumber(ARGV[18])
 end
+-- The pacing rate: the largest published over the last half of the span
+-- to all of it (the current half's largest and the one before's), as a
+-- lane's pacer keeps its bounds. Each Governor publishes a lower bound on
+-- the provider's refill rate, learned from the reports of its own calls'
+-- answers, which converges on the rate from below as reports come; the
+-- largest is what one pacer reading every Governor's reports would have
+-- learned. (The last one published would be one Governor's estimate from
+-- its part of the reports: the shared bucket would refill below the
+-- provider's while those converge.) A rate the provider lowers is followed
+-- within the span. Published nowhere for the span, the last rate stands
+-- until the rate memory runs out.
+local rate_cur = tonumber(st[17]) or 0
+local rate_prev = tonumber(st[18]) or 0
+local rate_half = tonumber(st[19]) or 0
+local half = (tonumber(ARGV[24]) or 0) / 2
+if now - rate_half >= 2 * half then
+  rate_cur, rate_prev, rate_half = 0, 0, now
+elseif now - rate_half >= half then
+  rate_cur, rate_prev, rate_half = 0, rate_cur, rate_half + half
+end
 if tonumber(ARGV[13]) > 0 then
-  rate = tonumber(ARGV[13])
+  rate_cur = math.max(rate_cur, tonumber(ARGV[13]))
   burst = tonumber(ARGV[14])
   rate_at = now
+end
+if half > 0 and math.max(rate_cur, rate_prev) > 0 then
+  rate = math.max(rate_cur, rate_prev)
+elseif tonumber(ARGV[13]) > 0 then
+  rate = tonumber(ARGV[13])
 end
 redis.call('HSET', KEYS[1], 'target', tostring(target), 'lastdec', tostring(lastdec), 'level', tostring(level),
   'paused', tostring(paused), 'rate', tostring(rate), 'burst', tostring(burst), 'rate_at', tostring(rate_at), 'paused_at', tostring(paused_at), 'ok_at', tostring(ok_at),
   'ceil', tostring(ceil), 'probes', tostring(probes), 'probe_at', tostring(probe_at), 'rtt', tostring(rtt),
-  'tried', tostring(tried), 'up', tostring(up), 'born', tostring(born))
+  'tried', tostring(tried), 'up', tostring(up), 'born', tostring(born),
+  'rate_cur', tostring(rate_cur), 'rate_prev', tostring(rate_prev), 'rate_half', tostring(rate_half))
 
 local ttl = tonumber(ARGV[15])
 for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end

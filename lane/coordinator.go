@@ -207,7 +207,7 @@ type syncSnap struct {
 // report is the lane's report for a sync.
 func (l *Lane) report(maxTarget int, now time.Time, memory time.Duration) (Report, syncSnap) {
 	qs := l.q.Stats()
-	rate, burst := l.pace.learned()
+	rate, burst := l.pace.learned(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	co := l.co
@@ -420,8 +420,9 @@ func (l *Lane) sharesBucket() bool {
 // decides (no shared rate, or the Coordinator down or slow).
 //
 // The shared bucket is the count of every Governor's dispatches, so it
-// refills at the rate learned, as the local pacer's count does; the
-// learned rate converges on the provider's from below (see pacer.observe).
+// refills at the rate learned, as the local pacer's count does: the
+// largest lower bound the Governors published lately (see pacer.learned),
+// which converges on the provider's from below (see pacer.observe).
 // (The local pacer's paceMargin spaces the waits of its own calls, and
 // what that leaves goes to the calls after; a bucket booked at the margin
 // would lose it for good.)

@@ -116,3 +116,28 @@ func TestSharedBucketIsBookedAtTheLearnedRate(t *testing.T) {
 	c.l.Reserve(t.Context(), c.clock.Now())
 	assert.Equal(t, 1, fc.reserves, "the Coordinator down: the local pacer decides")
 }
+
+// A coordinated lane publishes its pacer's rate for the shared bucket only
+// while a report bounds the provider's rate from below: the Governors'
+// bucket refills at the largest rate published, and a rate known only
+// from above (a bucket nearly full: one refill in a report's reset, or
+// two) can be twice the provider's.
+func TestPublishedRateIsALowerBound(t *testing.T) {
+	var p pacer
+	seq, _ := p.reserve(t0)
+	// 9 of 10 left, full in 100 ms: at most 10 a second, at least none.
+	p.observe(Budget{Limit: 10, Remaining: 9, Reset: 100 * time.Millisecond}, seq, t0, t0)
+	rate, _ := p.learned(t0)
+	assert.Zero(t, rate, "known only from above: nothing published")
+	assert.NotNil(t, p.info(t0), "the lane paces by it all the same")
+
+	seq, _ = p.reserve(ms(100))
+	// 5 of 10 left, full in 500 ms: between 8 and 10 a second.
+	p.observe(Budget{Limit: 10, Remaining: 5, Reset: 500 * time.Millisecond}, seq, ms(100), ms(200))
+	rate, capacity := p.learned(ms(200))
+	assert.Equal(t, 8.0, rate, "the lower bound")
+	assert.Equal(t, 10.0, capacity)
+
+	rate, _ = p.learned(ms(200).Add(rateMemory))
+	assert.Zero(t, rate, "no report has bounded it for the pacer's memory")
+}

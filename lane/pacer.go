@@ -293,12 +293,15 @@ func (p *pacer) info(now time.Time) *RequestBudgetInfo {
 	return &RequestBudgetInfo{PerMinute: p.rate * 60, Burst: p.limit, Share: p.share.of, Remaining: max(0, math.Floor(p.count.level(now)))}
 }
 
-// learned returns the refill rate and bucket size the pacer has learned,
-// zero if none.
-func (p *pacer) learned() (rate, capacity float64) {
+// learned returns at now the refill rate and bucket size the pacer has
+// learned, zero if none. The rate is a lower bound on the provider's (the
+// pacer's rate, while a report lately gave one: see observe), which a
+// coordinated lane publishes: the Governors' shared bucket refills at the
+// largest of theirs.
+func (p *pacer) learned(now time.Time) (rate, capacity float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.pacing() {
+	if !p.pacing() || !(p.lows.get(now, math.Max) > 0) {
 		return 0, 0
 	}
 	return p.rate, p.limit

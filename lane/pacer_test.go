@@ -124,7 +124,7 @@ func TestPacerTable(t *testing.T) {
 				if st.budget != nil {
 					p.observe(*st.budget, st.seq, ms(st.sent), now)
 					if st.rate != 0 {
-						rate, _ := p.learned()
+						rate, _ := p.learned(now)
 						assert.InDelta(t, st.rate, rate, 1e-9, "step %d: %+v", i, st)
 					}
 					continue
@@ -447,7 +447,7 @@ func TestPacerBookingIsAPlaceInLine(t *testing.T) {
 	blind, _ := p.reserve(t0)
 	// Capacity 10, none left, full in a second: 9 to 10 a second.
 	p.observe(Budget{Limit: 10, Remaining: 0, Reset: time.Second}, blind, t0, t0)
-	rate, _ := p.learned()
+	rate, _ := p.learned(t0)
 	require.Equal(t, 9.0, rate, "the lower bound")
 	spaced := rate * paceMargin // the rate waits are spaced at
 	a, wa := p.reserve(t0)
