@@ -190,3 +190,24 @@ func TestFailureLinesSayWhy(t *testing.T) {
 	assert.Equal(t, "connection error: EOF", lines[2]["error"], "the summary shows the last of those it counts")
 	assert.NotContains(t, lines[2], "more", "it was the only one counted")
 }
+
+// A lane's budget series go with the lane when it is evicted.
+func TestBudgetSeriesGoWithTheirLane(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	set := metrics.NewSet()
+	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, MaxLanes: 1, Metrics: set, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	defer r.Close()
+	a, err := r.Get(lane.Key{Upstream: "default", Model: "m", Credential: [32]byte{1}})
+	require.NoError(t, err)
+	a.ObserveTokens(lane.TokenReport{Kind: lane.Tokens, Limit: 30000, Remaining: 20000}, lane.TokenMark{}, now, now)
+	require.Contains(t, promText(set), `governor_lane_budget_per_minute{lane="`+a.ID()+`",kind="tokens"} 30000`)
+
+	now = now.Add(r.EvictAfter() + time.Second)
+	b, err := r.Get(lane.Key{Upstream: "default", Model: "m", Credential: [32]byte{2}})
+	require.NoError(t, err)
+	require.Len(t, r.All(), 1, "the idle lane made room")
+	assert.NotContains(t, promText(set), a.ID())
+	assert.NotContains(t, promText(set), "governor_lane_budget_per_minute", "the new lane knows no budget yet")
+	assert.Contains(t, promText(set), b.ID())
+}

@@ -72,5 +72,11 @@
 //
 // A lane logs its pauses, decreases and collapses in summary (see
 // SummaryInterval): a storm of 429s costs a few lines, not one per call.
-// CountTokens adds an answer's usage to the lane's token counters.
+// Each cut of its limit is counted, and logged, with its Cause: the caller
+// says what a refusal was for (ObserveRefusal: the account's limit, the
+// provider overloaded, a token budget; ObserveEmptyBudget: the request
+// budget), and a failure what went wrong (ObserveFailure). Its metrics
+// also carry the provider budgets it knows, per kind, for as long as it
+// knows them. CountTokens adds an answer's usage to the lane's token
+// counters.
 package lane

@@ -156,7 +156,12 @@
 
   // budgetTitle says what is left of each budget and the lane's share.
   function budgetTitle(l) {
-    const left = (b) => `${count(Math.round(b.remaining))} left now, ${Math.round(b.share * 100)}% of it this lane's`;
+    const left = (b) => {
+      const share = `${Math.round(b.share * 100)}% of it this lane's`;
+      // Below 0: calls booked ahead of the refill, which wait for it.
+      if (b.remaining < 0) return `${count(Math.round(-b.remaining))} booked ahead of the refill, ${share}`;
+      return `${count(Math.round(b.remaining))} left now, ${share}`;
+    };
     const lines = (l.token_budgets || []).map((b) => `${b.kind.replace('_', ' ')}: ${count(Math.round(b.per_minute))}/min, ${left(b)}`);
     if (l.request_budget) lines.push(`requests: ${count(Math.round(l.request_budget.per_minute))}/min, ${left(l.request_budget)}`);
     return lines.join('\n');
