@@ -35,6 +35,9 @@ type Sample struct {
 	Outcome Outcome
 	// Latency is the time from dispatch to answer: the call was
 	// dispatched at now-Latency. For a Timeout it is the attempt timeout.
+	// (Package lane passes the provider's part of it: from the request's
+	// hand-over to a connection, to the answer, or for a stream passed on
+	// as it arrives, to its end, when its one sample comes.)
 	Latency time.Duration
 	// InFlight is the number of calls in flight in the lane when this
 	// answer arrived, this one included: the slots in use. The Default
