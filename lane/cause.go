@@ -21,15 +21,15 @@ const (
 )
 
 // A Turnaway is why Governor turned a call of a lane away before it reached
-// the provider, for want of room in the lane (see Lane.CountRefused).
+// the provider, for want of room in the lane (see Lane.CountTurnedAway).
 type Turnaway uint8
 
 const (
-	// RefusedQueueFull: the lane's queue held Config.QueueCapacity calls.
-	RefusedQueueFull Turnaway = iota
-	// RefusedQueueTimeout: the call waited in the queue longer than it
+	// TurnedAwayQueueFull: the lane's queue held Config.QueueCapacity calls.
+	TurnedAwayQueueFull Turnaway = iota
+	// TurnedAwayQueueTimeout: the call waited in the queue longer than it
 	// may.
-	RefusedQueueTimeout
+	TurnedAwayQueueTimeout
 	numTurnaways
 )
 

@@ -116,9 +116,9 @@ func (l *Lane) ObserveCredential(refused bool) {
 // on every answer so far, and answered at least once.
 func (l *Lane) refused() bool { return l.rejected.Load() && !l.accepted.Load() }
 
-// CountRefused counts a call of the lane that Governor turned away for
+// CountTurnedAway counts a call of the lane that Governor turned away for
 // why, before it reached the provider.
-func (l *Lane) CountRefused(why Turnaway) { l.m.refused[why].Inc() }
+func (l *Lane) CountTurnedAway(why Turnaway) { l.m.refused[why].Inc() }
 
 // CountRetry counts a retry after an attempt that came to o.
 func (l *Lane) CountRetry(o Outcome) {

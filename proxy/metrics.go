@@ -131,8 +131,8 @@ func (p *Proxy) countCallError(l *lane.Lane, code string) {
 	p.refusals.refused(code, l.ID())
 	switch code {
 	case CodeQueueFull:
-		l.CountRefused(lane.RefusedQueueFull)
+		l.CountTurnedAway(lane.TurnedAwayQueueFull)
 	case CodeQueueTimeout:
-		l.CountRefused(lane.RefusedQueueTimeout)
+		l.CountTurnedAway(lane.TurnedAwayQueueTimeout)
 	}
 }
