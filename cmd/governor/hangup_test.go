@@ -38,3 +38,18 @@ func TestSIGHUPDrainsLikeSIGTERM(t *testing.T) {
 	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
 	assert.Contains(t, g.stderr.String(), `"msg":"drained"`)
 }
+
+// Started under nohup, Governor stays deaf to hang-ups, as nohup asks: the
+// terminal closing leaves it serving. The SIGTERM sent after the SIGHUP is
+// then the only signal it hears: it drains and exits 0, where a SIGHUP
+// caught too would be a second signal, which exits 1 at once.
+func TestSIGHUPIgnoredUnderNohup(t *testing.T) {
+	g := startGovernorVia(t, []string{"nohup"})
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGHUP))
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, g.exitCode(t, 30*time.Second))
+	lines := g.logLines(t, "draining")
+	require.Len(t, lines, 1, g.logs())
+	assert.Equal(t, syscall.SIGTERM.String(), lines[0]["signal"], "the drain's signal")
+	assert.NotContains(t, g.logs(), "second signal")
+}
