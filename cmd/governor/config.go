@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"reflect"
 	"strings"
@@ -163,10 +164,52 @@ func loadConfig(environ []string) (*parsed, error) {
 	if c.Listen == "" {
 		return nil, &configError{"GOVERNOR_LISTEN", errors.New("empty address")}
 	}
+	if isOwnListener(c.Listen, p.upstream.URL) {
+		return nil, &configError{"GOVERNOR_UPSTREAM", ownListenerError(c.Listen, p.upstream.URL)}
+	}
+	for _, r := range p.routes {
+		if isOwnListener(c.Listen, r.URL) {
+			return nil, &configError{"GOVERNOR_ROUTES", fmt.Errorf("route %s: %w", r.Name, ownListenerError(c.Listen, r.URL))}
+		}
+	}
 	if c.AdminListen == "" {
 		return nil, &configError{"GOVERNOR_ADMIN_LISTEN", errors.New("empty address")}
 	}
 	return p, nil
+}
+
+// isOwnListener reports whether u, an upstream, is Governor's own main
+// listener at listen: a loopback host (or localhost) on the listener's
+// port, with the listener on loopback or on every address, or the
+// listener's very host and port. Every call sent there would come back as
+// a new call, each holding a slot of its lane, until the attempt timeout.
+func isOwnListener(listen string, u *url.URL) bool {
+	lhost, lport, err := net.SplitHostPort(listen)
+	if err != nil || lport == "0" {
+		return false
+	}
+	uport := u.Port()
+	if uport == "" {
+		uport = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if uport != lport {
+		return false
+	}
+	uhost := strings.ToLower(u.Hostname())
+	if uhost == strings.ToLower(strings.Trim(lhost, "[]")) {
+		return true
+	}
+	loopback := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "localhost" || ip != nil && ip.IsLoopback()
+	}
+	lip := net.ParseIP(lhost)
+	listensOnLoopback := lhost == "" || loopback(lhost) || lip != nil && lip.IsUnspecified()
+	return listensOnLoopback && loopback(uhost)
+}
+
+func ownListenerError(listen string, u *url.URL) error {
+	return fmt.Errorf("%s is Governor's own listener (GOVERNOR_LISTEN=%s): every call would come back to Governor; point it at the provider", u.Redacted(), listen)
 }
 
 // checkBounds reports the first number or duration out of its range.
