@@ -288,8 +288,9 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		return
 	}
 
-	if isEventStream(resp.Header.ContentType()) {
-		// Send the headers before the first event, which may be minutes away.
+	if isStream(resp.Header.ContentType()) {
+		// Send the headers before the first event, which may be minutes
+		// away (Ollama loading a model before its first NDJSON line).
 		ctx.Response.ImmediateHeaderFlush = true
 	}
 	up.metrics.countRequest(resp.StatusCode())

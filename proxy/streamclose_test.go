@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -280,6 +281,42 @@ func TestAnswerHeadWithBareLFIsRetriedAtOnce(t *testing.T) {
 		assert.Equal(t, `{"id":"xyz1"}`, body, "TLS %v: the retry's answer", secure)
 		assert.Equal(t, "2", resp.Header.Get(HeaderAttempts), "TLS %v", secure)
 		up.CloseClientConnections()
+		up.Close()
+	}
+}
+
+// The head of a stream reaches the client as soon as the provider's does,
+// before the first event, for an NDJSON stream (Ollama's native API) as
+// for an event stream: a model that takes a minute to load must not look
+// like a dead connection.
+func TestStreamHeadsArriveBeforeTheirFirstEvent(t *testing.T) {
+	checkLeaks(t)
+	for _, ct := range []string{"text/event-stream", "application/x-ndjson"} {
+		release := make(chan struct{})
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", ct)
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-release
+			io.WriteString(w, "{\"done\":true}\n")
+		}))
+		_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free) // before the proxy's shutdown, should the test end early
+		// Far longer than the head takes to come: without it, the
+		// client would wait as long as the provider holds the line.
+		tr := &http.Transport{ResponseHeaderTimeout: 30 * time.Second}
+		resp, err := (&http.Client{Transport: tr}).Post(base+"/api/chat", "application/json", strings.NewReader(`{"model":"llama3"}`))
+		require.NoError(t, err, "%s: the head comes while the provider holds the first line", ct)
+		assert.Equal(t, ct, resp.Header.Get("Content-Type"))
+		free()
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err, ct)
+		assert.Equal(t, "{\"done\":true}\n", string(body), ct)
+		tr.CloseIdleConnections()
 		up.Close()
 	}
 }
