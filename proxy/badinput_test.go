@@ -161,7 +161,7 @@ func TestRequestFramingAbuse(t *testing.T) {
 		{"two Content-Lengths", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello", "400", nil},
 		{"negative Content-Length", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\nConnection: close\r\n\r\n", "400", nil},
 		{"Content-Length beyond int64", "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\nConnection: close\r\n\r\n", "400", nil},
-		{"2000 headers", "GET /v1/x HTTP/1.1\r\nHost: x\r\n" + many.String() + "Connection: close\r\n\r\n", "400", nil},
+		{"2000 headers", "GET /v1/x HTTP/1.1\r\nHost: x\r\n" + many.String() + "Connection: close\r\n\r\n", "431", nil},
 		{"NUL in the method", "G\x00T /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "400", nil},
 		{"a folded value is unfolded and served",
 			"POST /v1/x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", "200", []string{"POST /v1/x 2"}},

@@ -315,3 +315,24 @@ func TestTrailerFieldsAreNotHeaderFields(t *testing.T) {
 		assert.Empty(t, h.Values(name), name)
 	}
 }
+
+// A request head beyond the read buffer (16 KiB) gets 431, read by the
+// client whole (the connection closes lingering, so the rest of the head
+// the client still sends does not turn the close into a reset), and
+// nothing reaches the provider.
+func TestHeadTooLargeIs431(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	upAddr, lines := rawUpstream(t)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://"+upAddr)}))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	go io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 256<<10)+"\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	out, err := io.ReadAll(conn)
+	assert.NoError(t, err, "the answer, then the close: no reset")
+	assert.True(t, strings.HasPrefix(string(out), "HTTP/1.1 431 "), "%.300q", out)
+	assert.Contains(t, string(out), "request head larger than 16384 bytes")
+	assert.Empty(t, lines)
+}

@@ -114,11 +114,11 @@ func New(cfg Config) (*Proxy, error) {
 		MaxRequestBodySize:           c.MaxBodyBytes,
 		ReadTimeout:                  c.ReadTimeout,
 		IdleTimeout:                  c.ClientIdleTimeout,
-		ReadBufferSize:               16 << 10, // bounds request headers
-		NoDefaultServerHeader:        true,     // the upstream's Server header passes through
-		NoDefaultDate:                true,     // so does its Date
-		NoDefaultContentType:         true,     // and the absence of a Content-Type
-		DisablePreParseMultipartForm: true,     // bodies are forwarded, never parsed as forms
+		ReadBufferSize:               requestHeadBufferSize,
+		NoDefaultServerHeader:        true, // the upstream's Server header passes through
+		NoDefaultDate:                true, // so does its Date
+		NoDefaultContentType:         true, // and the absence of a Content-Type
+		DisablePreParseMultipartForm: true, // bodies are forwarded, never parsed as forms
 		CloseOnShutdown:              true,
 		// A call waiting in a lane's queue holds its connection. Without
 		// this, it also holds the connection's 16 KiB read buffer, which
@@ -508,6 +508,10 @@ func dropTrailerFields(h *fasthttp.RequestHeader) {
 	}
 }
 
+// requestHeadBufferSize is the read buffer of a client connection, which
+// bounds a request's head: a larger one gets 431.
+const requestHeadBufferSize = 16 << 10
+
 // HeaderToken carries GOVERNOR_API_TOKEN on calls to Governor's own API.
 const HeaderToken = "X-Governor-Token"
 
@@ -626,6 +630,17 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		}
 		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
 			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
+		return
+	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		// The rest of the head may still be on its way: without a
+		// lingering close the client could see a reset, not this answer.
+		if c, ok := ctx.Conn().(*clientConn); ok {
+			c.lingerOnClose()
+		}
+		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestHeaderFieldsTooLarge, Code: CodeBadRequest, Final: true,
+			Message: fmt.Sprintf("request head larger than %d bytes", requestHeadBufferSize)})
 		return
 	}
 	if errors.Is(err, errBareLF) {
