@@ -61,6 +61,18 @@ func testWaitForAConnection(t *testing.T, call func(t *testing.T, c *http.Client
 	p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), Metrics: set,
 		MaxConnsPerUpstream: 1, AIMD: fixedLimit(2), Now: clock.Now}))
 	c := client(t)
+	// The provider holds its answer to waits until the test has seen the
+	// lane observe block's.
+	answerWaits := make(chan struct{})
+	releaseWaits := sync.OnceFunc(func() { close(answerWaits) })
+	t.Cleanup(releaseWaits)
+	rec.answer = func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.Header.Get("X-Request-Id") == "waits" {
+			<-answerWaits
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"`+r.Header.Get("X-Request-Id")+`"}`)
+	}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { call(t, c, base, map[string]string{"X-Request-Id": "block"}) })
@@ -71,6 +83,12 @@ func testWaitForAConnection(t *testing.T, call func(t *testing.T, c *http.Client
 		"both calls sent to the upstream, one of them waiting for its connection")
 	clock.Advance(10 * time.Second)
 	close(rec.release)
+	// The controller hears block's 10 s before waits' answer: the figures
+	// below are in that order, whichever call's observation the scheduler
+	// would have run first.
+	require.Eventually(t, func() bool { return lanesOf(t, c, base)[0].LatencyEWMAMs > 0 }, 10*time.Second, time.Millisecond,
+		"block's answer observed")
+	releaseWaits()
 	wg.Wait()
 	require.Equal(t, []string{"block", "waits"}, rec.seen())
 
