@@ -315,3 +315,41 @@ test('the live page says why a lane slowed down', { skip, timeout: 60_000 }, asy
     await Promise.allSettled([g.stop(), m.stop()]);
   }
 });
+
+// An operator asks which lane turns calls away: a lane whose queue is
+// full says, in its Waiting cell, how many calls it turned away.
+test('the live page says which lane turned calls away', { skip, timeout: 60_000 }, async () => {
+  const m = await startMock(['-latency', '20s']);
+  const g = await startGovernor(m.url, { GOVERNOR_MAX_CONCURRENCY: '1', GOVERNOR_QUEUE_CAPACITY: '1' });
+  const callers = new AbortController();
+  const call = () =>
+    fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      signal: callers.signal,
+      headers: { 'Content-Type': 'application/json', Authorization: 'Bearer sk-full' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+  const held = [call().catch((e) => e)];
+  try {
+    // One call in flight (the limit is 1), then one waiting (the queue
+    // holds 1): the next is turned away.
+    const lanes = async () => (await (await fetch(`${g.url}/governor/lanes`)).json()).lanes;
+    while (!(await lanes()).some((l) => l.in_flight === 1)) await sleep(20);
+    held.push(call().catch((e) => e));
+    while (!(await lanes()).some((l) => l.queued === 1)) await sleep(20);
+    const refused = await call();
+    assert.equal(refused.status, 503);
+    assert.equal((await refused.json()).error.code, 'queue_full');
+    assert.deepEqual((await lanes())[0].refused, { queue_full: 1, queue_timeout: 0 });
+
+    const page = await browser.newPage({ viewport: { width: 1360, height: 600 } });
+    await page.goto(`${g.url}/governor/ui`);
+    const lane = page.locator('tr[data-lane]', { hasText: MODEL });
+    await lane.locator('.sub.why', { hasText: '1 queue full' }).waitFor({ timeout: 10_000 });
+    await page.close();
+  } finally {
+    callers.abort();
+    await Promise.all(held);
+    await Promise.allSettled([g.stop(), m.stop()]);
+  }
+});

@@ -86,6 +86,10 @@ type Info struct {
 	// QueueCapacity is how many calls the lane's queue holds
 	// (Config.QueueCapacity); beyond it calls are refused queue_full.
 	QueueCapacity int `json:"queue_capacity"`
+	// Refused counts the calls Governor turned away from the lane since
+	// it was made, by code (queue_full, queue_timeout), as
+	// governor_lane_refused_total does.
+	Refused map[string]uint64 `json:"refused"`
 	// LimitedBy says what holds the lane's calls back now, when some
 	// wait: "paused" (a provider's Retry-After), "token_budget" or
 	// "request_budget" (calls held in their slots for the provider's
@@ -212,6 +216,10 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		li.PausedUntil = &t
 	}
 	li.QueueCapacity = r.cfg.QueueCapacity
+	li.Refused = make(map[string]uint64, numTurnaways)
+	for w := range numTurnaways {
+		li.Refused[w.String()] = l.m.refused[w].Get()
+	}
 	li.LimitedBy = limitedBy(&li)
 	return li
 }

@@ -403,6 +403,7 @@ func TestQueueFullAnswers503(t *testing.T) {
 	assert.True(t, ra >= 1 && ra <= 60)
 	assert.Equal(t, 1.0, counterOf(t, set, `governor_errors_total{code="queue_full"}`))
 	assert.Equal(t, 1.0, counterOf(t, set, `governor_lane_refused_total{lane="`+li.ID+`",code="queue_full"}`), "the lane whose queue is full")
+	assert.Equal(t, map[string]uint64{"queue_full": 1, "queue_timeout": 0}, lanesOf(t, c, base)[0].Refused)
 	close(rec.release)
 	wg.Wait()
 	assert.Equal(t, []string{"block", "waiting"}, rec.seen())

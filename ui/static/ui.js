@@ -225,6 +225,14 @@
     const full = l.queue_capacity > 0 && l.queued >= l.queue_capacity;
     c.waiting.classList.toggle('hot', full);
     c.waiting.title = l.queue_capacity ? `${count(l.queued)} of the ${count(l.queue_capacity)} calls the queue holds${full ? ': full, new calls get queue_full' : ''}` : '';
+    // Calls turned away since the lane was made: a full queue, or a wait
+    // past GOVERNOR_QUEUE_TIMEOUT.
+    const refused = l.refused || {};
+    const turnedAway = Object.entries(refused).filter(([, n]) => n > 0);
+    if (turnedAway.length) {
+      c.waiting.append(el('span', 'sub why', turnedAway.map(([code, n]) => `${count(n)} ${code.replace('_', ' ')}`).join(' · ')));
+      c.waiting.title += `${c.waiting.title ? '\n' : ''}Calls turned away since the lane was made: ${turnedAway.map(([code, n]) => `${count(n)} ${code}`).join(', ')}`;
+    }
 
     c.latency.textContent = latency(l.latency_ewma_ms);
     setNum(c.r429, rateLimited(l));
