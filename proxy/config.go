@@ -43,11 +43,13 @@ type Config struct {
 	// Default 256 MiB.
 	MaxBufferedBytes int64
 	// AttemptTimeout bounds one attempt from dispatch until its response
-	// headers arrive and, for a buffered answer, until its body is read.
-	// Default 10m.
+	// headers arrive and, for a buffered answer, until its body is read:
+	// a stream a Call reads whole included, however often its upstream
+	// keeps it alive. Default 10m.
 	AttemptTimeout time.Duration
 	// StreamIdleTimeout ends a streamed answer whose upstream sends nothing
-	// for this long. A stream has no overall time limit. Default 5m.
+	// for this long. A stream passed on to a client has no overall time
+	// limit. Default 5m.
 	StreamIdleTimeout time.Duration
 	// ConnectTimeout bounds dialing an upstream, its TLS handshake
 	// included, and waiting for a free connection to it. Default 10s.

@@ -376,7 +376,8 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 			c.watched.handed = l.GotConn
 		}
 	}
-	err := c.req.up.send(out, resp, start.Add(o.attemptTimeout), c.watched)
+	deadline := start.Add(o.attemptTimeout)
+	err := c.req.up.send(out, resp, deadline, c.watched)
 	if waits && (!carried || c.watched.handed != nil) {
 		// Never handed to a connection, or not carried (not told when).
 		if carried {
@@ -401,14 +402,14 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		case needsBuffering(resp):
 			err = bufferBody(resp, o.maxResponse)
 		default:
-			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout)
+			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout, deadline)
 		}
 		if err != nil {
 			oc = classifyErr(err)
 			if errors.Is(err, errResponseTooLarge) {
 				oc = lane.Answered // retrying gets the same; passed back cut as a Governor error
 			}
-			if oc == lane.Timeout && !needsBuffering(resp) {
+			if oc == lane.Timeout && !needsBuffering(resp) && !errors.Is(err, errStreamPastDeadline) {
 				// Silent once begun, not slow to answer: retried as
 				// a cut, no congestion signal, as for a stream
 				// passed on.

@@ -243,17 +243,25 @@ type trackedConn struct {
 	// that reads the connection sets and reads it; a new exchange clears
 	// it (the stream's reader cannot: reading the stream to its end puts
 	// the connection back in the pool, for another goroutine to take).
+	// by, if set, is the attempt's deadline, which no silence's deadline
+	// passes: a stream read whole ends within its attempt, however often
+	// the upstream keeps it alive.
 	idle time.Duration
+	by   time.Time
 }
 
 // Read reads from the connection, first letting a stream in progress pass
 // on what it holds: the read may block. A read of an attempt that was cut
 // fails.
 func (c *trackedConn) Read(p []byte) (int, error) {
-	if c.idle > 0 {
+	if c.idle > 0 || !c.by.IsZero() {
 		// Before the check below: a cut that comes after it sets its
 		// own deadline after this one.
-		_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+		d := c.by
+		if n := time.Now().Add(c.idle); c.idle > 0 && (d.IsZero() || n.Before(d)) {
+			d = n
+		}
+		_ = c.Conn.SetReadDeadline(d)
 	}
 	if c.severed.Load() {
 		// The cut may have come before fasthttp set the deadline for
@@ -325,7 +333,7 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	}
 	c.used = true
 	c.peerClosed = false
-	c.idle = 0
+	c.idle, c.by = 0, time.Time{}
 	c.answerHead.start()
 	if a := c.exchange.Load(); a != nil && a.handed.IsZero() {
 		a.handed = c.now()
@@ -538,15 +546,25 @@ var errResponseTooLarge = errors.New("upstream response too large")
 
 // bufferStream reads a streamed answer whole, as bufferBody does, under a
 // limit on each silence of the upstream (idle; none when not positive)
-// rather than on the whole: the attempt's deadline covered its head only.
-// The limit lasts until the connection's next exchange begins (see
-// trackedConn.SetWriteDeadline).
-func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration) error {
-	if c := connOf(resp); c != nil && idle > 0 {
-		c.idle = idle
+// and on the whole: the attempt's deadline, which the read of its head
+// did not use up. An upstream that keeps its stream open with keep-alive
+// events is never silent; the deadline ends it all the same, and the
+// error then wraps errStreamPastDeadline. The limits last until the
+// connection's next exchange begins (see trackedConn.SetWriteDeadline).
+func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration, deadline time.Time) error {
+	if c := connOf(resp); c != nil {
+		c.idle, c.by = max(idle, 0), deadline
 	}
-	return bufferBody(resp, limit)
+	err := bufferBody(resp, limit)
+	if err != nil && !time.Now().Before(deadline) {
+		return fmt.Errorf("%w: %w", errStreamPastDeadline, err)
+	}
+	return err
 }
+
+// errStreamPastDeadline reports a stream read whole that had not ended by
+// its attempt's deadline.
+var errStreamPastDeadline = errors.New("stream not ended by the attempt's deadline")
 
 // bufferBody reads a streamed response body of at most limit bytes into the
 // response and closes the stream, so the connection goes back to the pool.
