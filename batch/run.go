@@ -3,7 +3,9 @@ package batch
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -452,7 +454,19 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 	r.ContentType = res.ContentType
 	r.RequestID = res.RequestID
 	r.Body = res.Body
+	if r.StatusCode >= 300 && r.StatusCode < 400 {
+		// Governor follows no redirect (the item's credentials would go
+		// to another host), so a 3xx answers nothing the item asked: it
+		// failed, as a 4xx does, with the redirect kept as its answer.
+		r.Status = proxy.StatusFailed
+		r.Errors = append(r.Errors, redirectError(r.StatusCode))
+	}
 	return r
+}
+
+// redirectError is the error of an item answered with redirect status.
+func redirectError(status int) string {
+	return strconv.Itoa(status) + " " + http.StatusText(status) + ": redirects are not followed"
 }
 
 // sentHook returns what records, in e's journal, each attempt of item i
