@@ -32,6 +32,24 @@ func promValue(t *testing.T, set *metrics.Set, name string) float64 {
 	return -1
 }
 
+// laneOf returns a registry of cfg (a metrics set of its own unless cfg
+// has one) and its lane default/m, closed when the test ends.
+func laneOf(t *testing.T, cfg lane.Config) (*lane.Registry, *lane.Lane) {
+	t.Helper()
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewSet()
+	}
+	r, err := lane.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
+	require.NoError(t, err)
+	return r, l
+}
+
+// jsonLog returns a logger that writes JSON lines to buf.
+func jsonLog(buf *bytes.Buffer) *slog.Logger { return slog.New(slog.NewJSONHandler(buf, nil)) }
+
 // Each decrease of a lane's limit is counted by its cause, and the log
 // line of the decrease names the same cause, so that an operator can tell
 // a provider overloaded from an account's limit, a budget spent, a
@@ -40,12 +58,7 @@ func TestDecreasesAreCountedByCause(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	set := metrics.NewSet()
-	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: set, Now: func() time.Time { return now },
-		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
-	require.NoError(t, err)
-	defer r.Close()
-	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
-	require.NoError(t, err)
+	r, l := laneOf(t, lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: set, Now: func() time.Time { return now }, Logger: jsonLog(&buf)})
 	series := func(cause string) string {
 		return fmt.Sprintf(`governor_lane_decreases_by_cause_total{lane=%q,cause=%q}`, l.ID(), cause)
 	}
@@ -109,12 +122,7 @@ func TestCollapseIsCountedByCause(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	set := metrics.NewSet()
-	r, err := lane.New(lane.Config{AIMD: aimd.Config{Preset: aimd.Phoenix, Max: 64}, Metrics: set,
-		Now: func() time.Time { return now }, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
-	require.NoError(t, err)
-	defer r.Close()
-	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
-	require.NoError(t, err)
+	r, l := laneOf(t, lane.Config{AIMD: aimd.Config{Preset: aimd.Phoenix, Max: 64}, Metrics: set, Now: func() time.Time { return now }, Logger: jsonLog(&buf)})
 
 	// Phoenix collapses at its second error within 15 s.
 	for range 2 {
@@ -135,11 +143,7 @@ func TestCollapseIsCountedByCause(t *testing.T) {
 func TestBudgetsAreGauges(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	set := metrics.NewSet()
-	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: set, Now: func() time.Time { return now }})
-	require.NoError(t, err)
-	defer r.Close()
-	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
-	require.NoError(t, err)
+	r, l := laneOf(t, lane.Config{AIMD: aimd.Config{Max: 64}, Metrics: set, Now: func() time.Time { return now }})
 	families := []string{"governor_lane_budget_per_minute", "governor_lane_budget_remaining", "governor_lane_budget_share"}
 	for _, family := range families {
 		assert.NotContains(t, promText(set), family, "no budget known, no series")
@@ -170,12 +174,7 @@ func TestBudgetsAreGauges(t *testing.T) {
 func TestFailureLinesSayWhy(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r, err := lane.New(lane.Config{AIMD: aimd.Config{Max: 8}, Metrics: metrics.NewSet(), Now: func() time.Time { return now },
-		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
-	require.NoError(t, err)
-	defer r.Close()
-	l, err := r.Get(lane.Key{Upstream: "default", Model: "m"})
-	require.NoError(t, err)
+	_, l := laneOf(t, lane.Config{AIMD: aimd.Config{Max: 8}, Now: func() time.Time { return now }, Logger: jsonLog(&buf)})
 
 	refused := "connection error: dial tcp 127.0.0.1:1: connect: connection refused"
 	l.ObserveFailure(lane.ConnError, refused, time.Millisecond, now, now)
