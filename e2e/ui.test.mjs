@@ -353,3 +353,34 @@ test('the live page says which lane turned calls away', { skip, timeout: 60_000 
     await Promise.allSettled([g.stop(), m.stop()]);
   }
 });
+
+// An operator asks whether the provider is down: a lane whose attempts
+// fail (nothing listens at its upstream) shows "upstream failing", and
+// GET /governor/lanes counts the failures by outcome.
+test('the live page says a lane\'s provider fails', { skip, timeout: 60_000 }, async () => {
+  const g = await startGovernor('http://127.0.0.1:1'); // nothing listens (tcpmux)
+  try {
+    const call = () =>
+      fetch(`${g.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer sk-down', 'X-Governor-Max-Retries': '0' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    assert.equal((await call()).status, 502);
+    const page = await browser.newPage({ viewport: { width: 1360, height: 600 } });
+    await page.goto(`${g.url}/governor/ui`);
+    const lane = page.locator('tr[data-lane]', { hasText: MODEL });
+    await lane.waitFor();
+    assert.equal(await lane.locator('.badge', { hasText: 'upstream failing' }).count(), 0, 'no failure seen by the page yet');
+    // A failure while the page watches.
+    assert.equal((await call()).status, 502);
+    const b = lane.locator('.badge', { hasText: 'upstream failing' });
+    await b.waitFor({ timeout: 10_000 });
+    assert.match(await b.getAttribute('title'), /2 connection_error/);
+    const lanes = (await (await fetch(`${g.url}/governor/lanes`)).json()).lanes;
+    assert.equal(lanes[0].failures.connection_error, 2);
+    await page.close();
+  } finally {
+    await g.stop();
+  }
+});

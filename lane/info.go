@@ -86,6 +86,11 @@ type Info struct {
 	// QueueCapacity is how many calls the lane's queue holds
 	// (Config.QueueCapacity); beyond it calls are refused queue_full.
 	QueueCapacity int `json:"queue_capacity"`
+	// Failures counts the lane's attempts that got no usable answer
+	// since it was made, by outcome (server_error, timeout,
+	// connection_error, quota_exhausted), as governor_attempts_total
+	// does; the "upstream attempt failed" log lines say why.
+	Failures map[string]uint64 `json:"failures"`
 	// Refused counts the calls Governor turned away from the lane since
 	// it was made, by code (queue_full, queue_timeout), as
 	// governor_lane_refused_total does.
@@ -216,6 +221,10 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 		li.PausedUntil = &t
 	}
 	li.QueueCapacity = r.cfg.QueueCapacity
+	li.Failures = make(map[string]uint64, 4)
+	for _, o := range []Outcome{ServerError, Timeout, ConnError, Quota} {
+		li.Failures[o.String()] = l.m.attempts[o].Get()
+	}
 	li.Refused = make(map[string]uint64, numTurnaways)
 	for w := range numTurnaways {
 		li.Refused[w.String()] = l.m.refused[w].Get()

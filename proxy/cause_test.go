@@ -74,9 +74,12 @@ func TestFailedAttemptLineSaysWhy(t *testing.T) {
 	var logs logtest.Buffer
 	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, "http://127.0.0.1:1"),
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
-	status, err := postOnce(client(t), base, "down", 10)
+	c := client(t)
+	status, err := postOnce(c, base, "down", 10)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadGateway, status)
+	assert.Equal(t, map[string]uint64{"connection_error": 1, "server_error": 0, "timeout": 0, "quota_exhausted": 0},
+		lanesOf(t, c, base)[0].Failures, "the lanes view counts the failure")
 	lines := logs.Lines(t, "upstream attempt failed")
 	require.NotEmpty(t, lines, logs.String())
 	assert.Equal(t, "connection_error", lines[0]["outcome"])

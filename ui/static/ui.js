@@ -177,6 +177,10 @@
     paused: 'for Retry-After',
   };
 
+  // FAILING_MS is how long a lane shows "upstream failing" after an
+  // attempt of it failed.
+  const FAILING_MS = 10_000;
+
   function renderLane(entry, l, now) {
     const { c } = entry;
     c.model.textContent = l.model || '(no model)';
@@ -193,6 +197,16 @@
       badges.push(badge(left > 500 ? `paused ${duration(left)}` : 'paused', 'warn', `Paused until ${l.paused_until}`));
     }
     if (l.collapsed) badges.push(badge('collapsed', 'bad', 'Too many errors at once: the limit fell to 1'));
+    // Attempts that got no usable answer lately: the provider is down,
+    // hangs or fails.
+    const failures = Object.entries(l.failures || {}).filter(([, n]) => n > 0);
+    const failed = failures.reduce((sum, [, n]) => sum + n, 0);
+    if (entry.failed !== undefined && failed > entry.failed) entry.failedAt = now;
+    entry.failed = failed;
+    if (entry.failedAt && now - entry.failedAt < FAILING_MS) {
+      const title = `Attempts failed in the last ${FAILING_MS / 1000} s (since the lane was made: ${failures.map(([o, n]) => `${count(n)} ${o}`).join(', ')}); the log's "upstream attempt failed" lines say why`;
+      badges.push(badge('upstream failing', 'bad', title));
+    }
     if (l.coordinated) badges.push(badge(`shared × ${l.members}`, 'info', 'Governed with the other Governors on Redis'));
     if (l.conn_limited) {
       const title = `The upstream's ${l.upstream_max_conns} connections are all in use (${l.upstream_in_flight} calls in flight)`;
