@@ -348,36 +348,79 @@ func (c *governedCall) pace(ctx context.Context, queued time.Duration) (context.
 	return ctx, nil
 }
 
+// An upstreamAttempt is one try of a call: what was sent, when, and what came
+// back, as try's steps fill it in.
+type upstreamAttempt struct {
+	n    int                // the call's attempts so far, this one included
+	at   lane.Attempt       // the lane's record of the attempt in flight
+	resp *fasthttp.Response // the answer, or what is left of it
+	err  error              // why there is no answer, or no whole one
+
+	// oc is the outcome the lane hears; served what the answer's status
+	// says, which differs from oc for a stream read whole that an error
+	// event ended or that was cut (streamWhy then says which).
+	oc, served lane.Outcome
+	streamWhy  string
+
+	// start is the dispatch, deadline the end of the attempt's time, sent
+	// the hand-over of the request to a connection, now the end of the
+	// attempt; latency runs from start, exchange from sent (see timing).
+	start, deadline, sent, now time.Time
+	latency, exchange          time.Duration
+}
+
 // try makes one attempt with the slot held. It reports done, with c.res
 // set, when the call ends; otherwise the slot is given back and the call
 // retries after c.retry.hint (or a backoff).
 //
 //go:noinline
-func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
-	p, l, o, d := c.p, c.l, &c.o, &c.res.details
+func (c *governedCall) try(ctx context.Context, n int) (done bool) {
+	a := upstreamAttempt{n: n}
+	c.send(&a)
+	c.read(&a)
+	a.timing(c.p.cfg.Now())
+	if c.watched != nil && c.watched.land() {
+		c.clientLeft(ctx, &a)
+		return true
+	}
+	c.observe(&a)
+	switch {
+	case a.err == nil && a.oc == lane.Answered || a.oc == lane.Quota:
+		c.complete(&a)
+		return true
+	case a.err != nil && a.oc == lane.Answered: // response too large
+		c.tooLarge(ctx, &a)
+		return true
+	}
+	return c.failed(ctx, &a)
+}
+
+// send dispatches the attempt and sends its request upstream.
+func (c *governedCall) send(a *upstreamAttempt) {
+	p, l, o := c.p, c.l, &c.o
 	out := c.req.get()
-	resp := fasthttp.AcquireResponse()
+	a.resp = fasthttp.AcquireResponse()
 	if c.watched != nil {
-		c.watched.carryBody(out, resp)
+		c.watched.carryBody(out, a.resp)
 	}
 	if o.onAttempt != nil {
-		o.onAttempt(attempt)
+		o.onAttempt(a.n)
 	}
-	at := l.Dispatch()
-	start := p.cfg.Now()
+	a.at = l.Dispatch()
+	a.start = p.cfg.Now()
 	// An attempt that finds every connection to the upstream taken waits
 	// for one in its slot, as if held there (see lane.WaitConn) until its
 	// request is handed to a connection.
 	waits := l.ConnsTaken()
-	carried := c.watched != nil && c.watched.resp == resp
+	carried := c.watched != nil && c.watched.resp == a.resp
 	if waits {
-		l.WaitConn(start)
+		l.WaitConn(a.start)
 		if carried {
 			c.watched.handed = l.GotConn
 		}
 	}
-	deadline := start.Add(o.attemptTimeout)
-	err := c.req.up.send(out, resp, deadline, c.watched)
+	a.deadline = a.start.Add(o.attemptTimeout)
+	a.err = c.req.up.send(out, a.resp, a.deadline, c.watched)
 	if waits && (!carried || c.watched.handed != nil) {
 		// Never handed to a connection, or not carried (not told when).
 		if carried {
@@ -385,10 +428,14 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		}
 		l.GotConn(p.cfg.Now())
 	}
+}
+
+// read reads what the attempt got, whole when it must be (see
+// needsBuffering), and classifies it into a.oc and a.served.
+func (c *governedCall) read(a *upstreamAttempt) {
+	p, o, resp := c.p, &c.o, a.resp
 	oc := lane.Answered
-	// streamWhy says what made a stream read whole a failed attempt,
-	// though its head was a success (see overloadWatch.outcome).
-	var streamWhy string
+	err := a.err
 	if err != nil {
 		err = unsent(resp, scrubHeadError(err))
 		oc = classifyErr(err)
@@ -402,7 +449,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		case needsBuffering(resp):
 			err = bufferBody(resp, o.maxResponse)
 		default:
-			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout, deadline)
+			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout, a.deadline)
 		}
 		if err != nil {
 			oc = classifyErr(err)
@@ -413,7 +460,7 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 				// Silent once begun, not slow to answer: retried as
 				// a cut, no congestion signal, as for a stream
 				// passed on.
-				oc, streamWhy = lane.ConnError, "stream silent for "+p.cfg.StreamIdleTimeout.String()
+				oc, a.streamWhy = lane.ConnError, "stream silent for "+p.cfg.StreamIdleTimeout.String()
 			}
 		}
 	}
@@ -427,52 +474,65 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		var w overloadWatch
 		w.write(resp.Body())
 		w.write(lineEnd) // the last line, if the stream did not end it
-		oc, streamWhy = w.outcome()
+		oc, a.streamWhy = w.outcome()
 	}
-	now := p.cfg.Now()
-	// latency runs from dispatch: the attempt's share of the call's
-	// execution and of the route's histogram. The lane hears exchange,
-	// from the request's hand-over to a connection: a wait for a free
-	// connection to the upstream, or the opening of one, is not the
-	// provider's, and read as its latency it would cut the limit of a lane
-	// that MaxConnsPerUpstream holds back.
-	latency, sent := now.Sub(start), start
-	if t, ok := handedAt(resp); ok && t.After(start) {
-		sent = t
+	a.err, a.oc, a.served = err, oc, served
+}
+
+// timing sets the end of the attempt and its durations. latency runs
+// from dispatch: the attempt's share of the call's execution and of the
+// route's histogram. The lane hears exchange, from the request's
+// hand-over to a connection: a wait for a free connection to the
+// upstream, or the opening of one, is not the provider's, and read as its
+// latency it would cut the limit of a lane that MaxConnsPerUpstream holds
+// back.
+func (a *upstreamAttempt) timing(now time.Time) {
+	a.now = now
+	a.latency, a.sent = now.Sub(a.start), a.start
+	if t, ok := handedAt(a.resp); ok && t.After(a.start) {
+		a.sent = t
 	}
-	exchange := now.Sub(sent)
-	if c.watched != nil && c.watched.land() {
-		// Cut because the client left: the provider did nothing wrong,
-		// so the controller does not hear of it, and nobody is left to
-		// retry for.
-		fasthttp.ReleaseResponse(resp) // closes the connection of an answer not read whole
-		if o.answers != nil {
-			o.answers.give(c.res.held)
-			c.res.held, c.res.partial, c.res.spilled = 0, nil, false
-		}
-		l.Observe(lane.ClientGone, exchange, c.granted, now)
-		l.Done(at)
-		l.Queue().ReleaseTenant(c.o.tenant)
-		d.Attempts++
-		d.Execution += latency
-		e, why := c.cutError(ctx)
-		d.Errors = append(d.Errors, attemptError(lane.ClientGone, 0, nil, why, 0))
-		c.giveUp(ctx, e)
-		return true
+	a.exchange = now.Sub(a.sent)
+}
+
+// clientLeft ends the call whose attempt was cut because its client left:
+// the provider did nothing wrong, so the controller does not hear of it,
+// and nobody is left to retry for.
+func (c *governedCall) clientLeft(ctx context.Context, a *upstreamAttempt) {
+	l, o, d := c.l, &c.o, &c.res.details
+	fasthttp.ReleaseResponse(a.resp) // closes the connection of an answer not read whole
+	if o.answers != nil {
+		o.answers.give(c.res.held)
+		c.res.held, c.res.partial, c.res.spilled = 0, nil, false
 	}
+	l.Observe(lane.ClientGone, a.exchange, c.granted, a.now)
+	l.Done(a.at)
+	l.Queue().ReleaseTenant(c.o.tenant)
+	d.Attempts++
+	d.Execution += a.latency
+	e, why := c.cutError(ctx)
+	d.Errors = append(d.Errors, attemptError(lane.ClientGone, 0, nil, why, 0))
+	c.giveUp(ctx, e)
+}
+
+// observe counts the attempt and tells the lane what it learned: the
+// provider's budgets from the answer's headers, and the outcome.
+func (c *governedCall) observe(a *upstreamAttempt) {
+	l, o, d, resp, err, oc := c.l, &c.o, &c.res.details, a.resp, a.err, a.oc
 	// A 429 of an empty request budget, or of a token budget without
 	// room for the call.
 	emptyBudget, noTokens := false, false
 	if err == nil {
 		// A stream ended by an error was served all the same: the
 		// provider spent its budget on it.
-		emptyBudget, noTokens = c.observeBudgets(resp, served, sent, now)
+		emptyBudget, noTokens = c.observeBudgets(resp, a.served, a.sent, a.now)
 		s := resp.StatusCode()
 		c.l.ObserveCredential(s == fasthttp.StatusUnauthorized || s == fasthttp.StatusForbidden)
 	}
 	d.Attempts++
-	d.Execution += latency
-	c.req.up.metrics.upstreamLatency.Update(latency.Seconds())
+	d.Execution += a.latency
+	c.req.up.metrics.upstreamLatency.Update(a.latency.Seconds())
+	exchange, now := a.exchange, a.now
 	switch {
 	case emptyBudget:
 		l.ObserveEmptyBudget(c.seq, exchange, c.granted, now)
@@ -484,13 +544,13 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	case oc != lane.RateLimited:
 		// A failure: the lane's log line says what went wrong.
 		var why string
-		if streamWhy != "" { // a stream read whole: err is nil
-			why = strconv.Itoa(resp.StatusCode()) + " " + streamWhy
+		if a.streamWhy != "" { // a stream read whole: err is nil
+			why = strconv.Itoa(resp.StatusCode()) + " " + a.streamWhy
 		} else {
 			why = attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout)
 		}
 		l.ObserveFailure(oc, why, exchange, c.granted, now)
-	case err == nil && (resp.StatusCode() == statusOverloaded || streamWhy != ""):
+	case err == nil && (resp.StatusCode() == statusOverloaded || a.streamWhy != ""):
 		// A 529, or a stream read whole that overloaded_error ended.
 		l.ObserveRefusal(lane.RefusedOverloaded, exchange, c.granted, now)
 	case noTokens:
@@ -498,44 +558,57 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 	default:
 		l.ObserveRefusal(lane.RefusedLimit, exchange, c.granted, now)
 	}
+}
 
-	if err == nil && oc == lane.Answered || oc == lane.Quota {
-		if resp.StatusCode() < 400 {
-			l.Answered(now)
-		}
-		if c.retry != nil && c.retry.last != nil {
-			fasthttp.ReleaseResponse(c.retry.last)
-			c.retry.last = nil
-		}
-		d.Status = StatusCompleted
-		switch {
-		case resp.StatusCode() >= 400:
-			d.Status = StatusFailed
-			d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), nil, o.attemptTimeout))
-		case attempt > 1:
-			d.Status = StatusCompletedWithRetries
-		}
-		c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, at, o.tenant
-		c.res.granted, c.res.sent = c.granted, sent
-		if c.costed && resp.BodyStream() != nil {
-			c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
-		}
-		return true
+// complete ends the call with the provider's answer: a success, or a
+// failure that retrying cannot fix.
+func (c *governedCall) complete(a *upstreamAttempt) {
+	l, o, d, resp := c.l, &c.o, &c.res.details, a.resp
+	if resp.StatusCode() < 400 {
+		l.Answered(a.now)
 	}
-	if err != nil && oc == lane.Answered { // response too large
-		l.Done(at)
-		l.Queue().ReleaseTenant(c.o.tenant)
-		fasthttp.ReleaseResponse(resp)
+	if c.retry != nil && c.retry.last != nil {
+		fasthttp.ReleaseResponse(c.retry.last)
+		c.retry.last = nil
+	}
+	d.Status = StatusCompleted
+	switch {
+	case resp.StatusCode() >= 400:
 		d.Status = StatusFailed
-		d.Errors = append(d.Errors, fmt.Sprintf("answer too large: more than %d bytes", o.maxResponse))
-		e := upstreamError(c.req.up, err)
-		c.giveUp(ctx, &e)
-		return true
+		d.Errors = append(d.Errors, attemptError(a.oc, resp.StatusCode(), bufferedBody(resp), nil, o.attemptTimeout))
+	case a.n > 1:
+		d.Status = StatusCompletedWithRetries
 	}
+	c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, a.at, o.tenant
+	c.res.granted, c.res.sent = c.granted, a.sent
+	if c.costed && resp.BodyStream() != nil {
+		c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
+	}
+}
 
-	// A failed attempt.
-	if streamWhy != "" {
-		d.Errors = append(d.Errors, strconv.Itoa(resp.StatusCode())+" "+streamWhy)
+// tooLarge ends the call whose answer was larger than it may read whole:
+// a retry would get the same.
+func (c *governedCall) tooLarge(ctx context.Context, a *upstreamAttempt) {
+	l, o, d := c.l, &c.o, &c.res.details
+	l.Done(a.at)
+	l.Queue().ReleaseTenant(c.o.tenant)
+	fasthttp.ReleaseResponse(a.resp)
+	d.Status = StatusFailed
+	d.Errors = append(d.Errors, fmt.Sprintf("answer too large: more than %d bytes", o.maxResponse))
+	e := upstreamError(c.req.up, a.err)
+	c.giveUp(ctx, &e)
+}
+
+// failed accounts for a failed attempt: it notes the provider's hint
+// (and pauses the lane for a 429's), charges the retry budget and gives
+// the slot back. It reports done, having given up, when the budget is
+// spent, the call's context has ended or Governor has shut down;
+// otherwise the call retries.
+func (c *governedCall) failed(ctx context.Context, a *upstreamAttempt) (done bool) {
+	p, l, o, d := c.p, c.l, &c.o, &c.res.details
+	resp, err, oc, now := a.resp, a.err, a.oc, a.now
+	if a.streamWhy != "" {
+		d.Errors = append(d.Errors, strconv.Itoa(resp.StatusCode())+" "+a.streamWhy)
 	} else {
 		d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
 	}
@@ -554,13 +627,13 @@ func (c *governedCall) try(ctx context.Context, attempt int) (done bool) {
 		r.freed = l.NextSuccess()
 	}
 	charged := oc
-	if streamWhy != "" {
+	if a.streamWhy != "" {
 		// Served, then given up on: not a call that lost the race for
 		// a slot (see retryBudget), so it costs a retry.
 		charged = lane.ServerError
 	}
-	spent := r.budget.fail(l, at, charged, now, p.cfg.QueueTimeout, o.maxRetries)
-	l.Done(at)
+	spent := r.budget.fail(l, a.at, charged, now, p.cfg.QueueTimeout, o.maxRetries)
+	l.Done(a.at)
 	l.Queue().ReleaseTenant(c.o.tenant)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
