@@ -47,9 +47,10 @@
 //     minute budget with calls of mixed sizes, OpenAI's shape with its
 //     token headers and without, and Anthropic's output-tokens budget; and
 //     servers that slow down past a knee instead of answering 429
-//     (-matrix-knees). -matrix-caps none, -matrix-knees none and
-//     -matrix-tokens=false leave a kind of cell out. See
-//     scenario_matrix.go.
+//     (-matrix-knees), and the same servers with every call streamed
+//     (-matrix-stream-knees, none by default). -matrix-caps none,
+//     -matrix-knees none and -matrix-tokens=false leave a kind of cell
+//     out. See scenario_matrix.go.
 //   - tenants: one lane of limit 4 shared by 2 closed-loop clients of one
 //     tenant (X-Governor-Tenant) and 32 of another, then by two async batch
 //     jobs submitted 2 s apart; each run again with every call of one

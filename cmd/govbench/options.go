@@ -37,11 +37,12 @@ type options struct {
 
 	memoryCalls int
 
-	matrixCaps      []int
-	matrixTokens    bool
-	matrixLatencies []time.Duration
-	matrixKnees     []int
-	matrixRounds    int
+	matrixCaps        []int
+	matrixTokens      bool
+	matrixLatencies   []time.Duration
+	matrixKnees       []int
+	matrixStreamKnees []int
+	matrixRounds      int
 
 	tenantsDuration time.Duration
 
@@ -111,10 +112,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.seed, "seed", 1, "mockllm -seed (latency draws), the same for every preset")
 	fs.Float64Var(&o.timeoutFactor, "timeout-factor", 8, "goodput: a run is cut off after this many times its optimum (plus 10s)")
 	fs.IntVar(&o.memoryCalls, "memory-calls", 10000, "memory: calls waiting in the lane")
-	var matrixCaps, matrixLatencies, matrixKnees string
+	var matrixCaps, matrixLatencies, matrixKnees, matrixStreamKnees string
 	fs.StringVar(&matrixCaps, "matrix-caps", "1,2,4,8,16,64,256", "matrix: provider concurrency caps, comma-separated, or none")
 	fs.StringVar(&matrixLatencies, "matrix-latencies", "100ms,500ms,5s", "matrix: provider median latencies of the cap cells, comma-separated")
 	fs.StringVar(&matrixKnees, "matrix-knees", "4,8,32", "matrix: knees of the servers that slow down instead of answering 429, comma-separated, or none")
+	fs.StringVar(&matrixStreamKnees, "matrix-stream-knees", "none", "matrix: knees of the same servers, with every call streamed (SSE, 256 tokens at 500 a second after the first byte), comma-separated, or none")
 	fs.BoolVar(&o.matrixTokens, "matrix-tokens", true, "matrix: run the token budget cells")
 	fs.IntVar(&o.matrixRounds, "matrix-rounds", 30, "matrix: round trips (seconds, for the token budgets) of each cell at the optimum")
 	fs.DurationVar(&o.tenantsDuration, "tenants-duration", 10*time.Second, "tenants: measured time of each run")
@@ -168,6 +170,9 @@ Flags:
 	}
 	if o.matrixKnees, err = parseIntsOrNone(matrixKnees); err != nil {
 		return nil, fmt.Errorf("-matrix-knees: %w", err)
+	}
+	if o.matrixStreamKnees, err = parseIntsOrNone(matrixStreamKnees); err != nil {
+		return nil, fmt.Errorf("-matrix-stream-knees: %w", err)
 	}
 	if o.matrixLatencies, err = parseDurations(matrixLatencies); err != nil {
 		return nil, fmt.Errorf("-matrix-latencies: %w", err)

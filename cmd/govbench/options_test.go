@@ -38,6 +38,20 @@ func TestParseOptions(t *testing.T) {
 	for _, c := range cells {
 		assert.Contains(t, c.name, "cap")
 	}
+	assert.Empty(t, o.matrixStreamKnees, "no streamed knee cells by default")
+
+	o, err = parseOptions([]string{"-scenarios", "matrix", "-matrix-caps", "none", "-matrix-knees", "8", "-matrix-stream-knees", "8", "-matrix-tokens=false"}, io.Discard)
+	require.NoError(t, err)
+	cells = matrixSpecs(o)
+	require.Len(t, cells, 2, "knee 8, then knee 8 streamed")
+	assert.Equal(t, "knee8", cells[0].name)
+	assert.Equal(t, "knee8-stream", cells[1].name)
+	assert.Equal(t, 8, cells[1].reference, "judged against 8 clients sent straight to the server")
+	assert.Equal(t, cells[0].mock.knee, cells[1].mock.knee)
+	assert.Contains(t, string(cells[1].request("http://x", 0).body), `"stream":true`)
+	assert.NotContains(t, string(cells[0].request("http://x", 0).body), `"stream":true`)
+	assert.Greater(t, cells[1].optimum, cells[0].optimum, "a streamed call lasts its tokens longer")
+
 	_, err = parseOptions([]string{"-matrix-caps", ""}, io.Discard)
 	assert.Error(t, err, "an empty list is a mistake; none says no cells")
 

@@ -23,6 +23,9 @@ import (
 //     flight / K)² beyond K (vLLM-like), 10 s attempt timeout. Its goal is
 //     a share of running at the knee: the same calls sent straight to the
 //     same server by K clients, measured in the same run (runReference).
+//     -matrix-stream-knees runs the same servers with every call an SSE
+//     stream of 256 tokens at 500 a second after its first byte, so that a
+//     call's latency to its end is about twice that to its first byte.
 //
 // Each cell runs -matrix-rounds round trips at the optimum.
 
@@ -159,8 +162,27 @@ func matrixSpecs(o *options) []matrixSpec {
 		s.env = []string{"GOVERNOR_ATTEMPT_TIMEOUT=" + matrixKneeTimeout.String()}
 		out = append(out, s)
 	}
+	for _, k := range o.matrixStreamKnees {
+		s := matrixSpec{goal: matrixGoal{goodput: 0.90, per100: 2}, reference: k}
+		s.name, s.title = fmt.Sprintf("knee%d-stream", k), fmt.Sprintf("knee %d, streamed (no 429s)", k)
+		s.calls = max(rounds*k, 64)
+		s.mock = mockConfig{latency: matrixKneeLatency, spread: latencySpread, seed: o.seed, knee: k,
+			fill: true, tokensPerSecond: matrixTokenSpeed}
+		s.body = func(int) []byte { return matrixStreamBody }
+		s.optimum = optimumCap(s.calls, k, matrixKneeLatency+matrixStreamTokens*time.Second/matrixTokenSpeed)
+		s.env = []string{"GOVERNOR_ATTEMPT_TIMEOUT=" + matrixKneeTimeout.String()}
+		out = append(out, s)
+	}
 	return out
 }
+
+// matrixStreamTokens is the length of a streamed knee cell's answer.
+const matrixStreamTokens = 256
+
+// matrixStreamBody is every call of a streamed knee cell: an SSE stream of
+// matrixStreamTokens tokens, whose outcome and latency Governor hears at
+// its end.
+var matrixStreamBody = fmt.Appendf(nil, `{"model":"gpt-4o-mini","max_tokens":%d,"stream":true,"messages":[{"role":"user","content":"Say hello."}]}`, matrixStreamTokens)
 
 // matrixRun is one cell's run with one preset.
 type matrixRun struct {
