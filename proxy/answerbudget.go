@@ -33,7 +33,7 @@ func bufferAnswer(resp *fasthttp.Response, limit int64, budget *bodyBudget) (hel
 		case !budget.take(size):
 			return 0, nil, true, nil
 		}
-		if err := readBody(resp, limit, size); err != nil {
+		if err := readBody(resp, limit, size, nil); err != nil {
 			budget.give(size)
 			return 0, nil, false, err
 		}

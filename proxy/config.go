@@ -48,8 +48,10 @@ type Config struct {
 	// keeps it alive. Default 10m.
 	AttemptTimeout time.Duration
 	// StreamIdleTimeout ends a streamed answer whose upstream sends nothing
-	// for this long. A stream passed on to a client has no overall time
-	// limit. Default 5m.
+	// for this long; for a stream a Call reads whole, nothing but
+	// keep-alive events (SSE comment lines, Anthropic's ping) is nothing.
+	// A stream passed on to a client has no overall time limit. Default
+	// 5m.
 	StreamIdleTimeout time.Duration
 	// ConnectTimeout bounds dialing an upstream, its TLS handshake
 	// included, and waiting for a free connection to it. Default 10s.

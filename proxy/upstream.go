@@ -238,16 +238,17 @@ type trackedConn struct {
 	answerHead headScan
 	tls        bool
 
-	// idle, while a stream is read whole (see bufferStream), moves the
-	// read deadline that far ahead before each read. Only the goroutine
-	// that reads the connection sets and reads it; a new exchange clears
-	// it (the stream's reader cannot: reading the stream to its end puts
-	// the connection back in the pool, for another goroutine to take).
-	// by, if set, is the attempt's deadline, which no silence's deadline
-	// passes: a stream read whole ends within its attempt, however often
-	// the upstream keeps it alive.
-	idle time.Duration
-	by   time.Time
+	// idle, while a stream is read whole (see bufferStream), sets the
+	// read deadline before each read that long after heard, when the
+	// stream last carried content (keep-alive events do not count). by,
+	// if set, is the attempt's deadline, which no silence's deadline
+	// passes. Only the goroutine that reads the connection sets and reads
+	// them; a new exchange clears them (the stream's reader cannot:
+	// reading the stream to its end puts the connection back in the
+	// pool, for another goroutine to take).
+	idle  time.Duration
+	heard time.Time
+	by    time.Time
 }
 
 // Read reads from the connection, first letting a stream in progress pass
@@ -258,7 +259,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		// Before the check below: a cut that comes after it sets its
 		// own deadline after this one.
 		d := c.by
-		if n := time.Now().Add(c.idle); c.idle > 0 && (d.IsZero() || n.Before(d)) {
+		if n := c.heard.Add(c.idle); c.idle > 0 && (d.IsZero() || n.Before(d)) {
 			d = n
 		}
 		_ = c.Conn.SetReadDeadline(d)
@@ -333,7 +334,7 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	}
 	c.used = true
 	c.peerClosed = false
-	c.idle, c.by = 0, time.Time{}
+	c.idle, c.heard, c.by = 0, time.Time{}, time.Time{}
 	c.answerHead.start()
 	if a := c.exchange.Load(); a != nil && a.handed.IsZero() {
 		a.handed = c.now()
@@ -547,15 +548,23 @@ var errResponseTooLarge = errors.New("upstream response too large")
 // bufferStream reads a streamed answer whole, as bufferBody does, under a
 // limit on each silence of the upstream (idle; none when not positive)
 // and on the whole: the attempt's deadline, which the read of its head
-// did not use up. An upstream that keeps its stream open with keep-alive
-// events is never silent; the deadline ends it all the same, and the
-// error then wraps errStreamPastDeadline. The limits last until the
-// connection's next exchange begins (see trackedConn.SetWriteDeadline).
+// did not use up. Keep-alive events (see keepAlives) are silence: nobody
+// reads this stream as it comes, so they keep nothing alive. Past the
+// deadline the error wraps errStreamPastDeadline. The limits last until
+// the connection's next exchange begins (see
+// trackedConn.SetWriteDeadline).
 func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration, deadline time.Time) error {
+	var seen func([]byte)
 	if c := connOf(resp); c != nil {
-		c.idle, c.by = max(idle, 0), deadline
+		c.idle, c.heard, c.by = max(idle, 0), time.Now(), deadline
+		var k keepAlives
+		seen = func(p []byte) {
+			if k.content(p) {
+				c.heard = time.Now()
+			}
+		}
 	}
-	err := bufferBody(resp, limit)
+	err := readBody(resp, limit, 0, seen)
 	if err != nil && !time.Now().Before(deadline) {
 		return fmt.Errorf("%w: %w", errStreamPastDeadline, err)
 	}
@@ -578,13 +587,15 @@ var errStreamPastDeadline = errors.New("stream not ended by the attempt's deadli
 // (doubling, never past it): an upstream that announces more than it sends
 // gets no more room than about twice what it sent.
 func bufferBody(resp *fasthttp.Response, limit int64) error {
-	return readBody(resp, limit, 0)
+	return readBody(resp, limit, 0, nil)
 }
 
 // readBody is bufferBody for a caller that holds room for reserved bytes
 // (from a budget): a body announcing at most that many is read into one
 // buffer of its announced size at once.
-func readBody(resp *fasthttp.Response, limit, reserved int64) error {
+//
+// seen, if set, is shown each read's bytes as they arrive.
+func readBody(resp *fasthttp.Response, limit, reserved int64, seen func([]byte)) error {
 	stream := resp.BodyStream()
 	if stream == nil {
 		return nil
@@ -607,6 +618,9 @@ func readBody(resp *fasthttp.Response, limit, reserved int64) error {
 		// Not io.CopyBuffer with an io.LimitReader: that costs an
 		// allocation per call.
 		n, rerr := stream.Read(buf)
+		if seen != nil && n > 0 {
+			seen(buf[:n])
+		}
 		if len(body)+n > cap(body) && size > 0 {
 			body = growToward(body, n, size)
 		}
