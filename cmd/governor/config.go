@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -88,14 +90,42 @@ type parsed struct {
 	redis     *redis.Options // nil without GOVERNOR_REDIS_URL
 }
 
-// configError is an invalid setting; main exits 2 with its message.
+// configError is an invalid setting; main exits 2 with its message, which
+// names the variable and, for a value Governor could not use, quotes the
+// value and says what is wanted: GOVERNOR_MAX_RETRIES="x": want a whole
+// number.
 type configError struct {
 	variable string
+	value    *setting // nil: the message quotes no value
 	err      error
 }
 
-func (e *configError) Error() string { return fmt.Sprintf("%s: %v", e.variable, e.err) }
+// setting is one variable's value as loadConfig read it.
+type setting struct {
+	text      string
+	isDefault bool // unset or empty: text is the default
+}
+
+func (e *configError) Error() string {
+	if e.value == nil {
+		return fmt.Sprintf("%s: %v", e.variable, e.err)
+	}
+	if e.value.isDefault {
+		return fmt.Sprintf("%s=%q (its default): %v", e.variable, e.value.text, e.err)
+	}
+	return fmt.Sprintf("%s=%q: %v", e.variable, e.value.text, e.err)
+}
+
 func (e *configError) Unwrap() error { return e.err }
+
+// settings holds every variable's value as read, to quote in errors.
+type settings map[string]setting
+
+// bad reports that variable's value is not what is wanted.
+func (s settings) bad(variable, want string) *configError {
+	v := s[variable]
+	return &configError{variable: variable, value: &v, err: errors.New(want)}
+}
 
 // loadConfig reads the configuration from environ (KEY=VALUE pairs) and
 // validates it. Its errors name the variable that is wrong.
@@ -107,38 +137,45 @@ func loadConfig(environ []string) (*parsed, error) {
 		}
 	}
 	var c config
-	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
-		return nil, envError(err)
+	read := settings{}
+	opts := env.Options{Environment: vars, OnSet: func(name string, value any, isDefault bool) {
+		read[name] = setting{fmt.Sprint(value), isDefault}
+	}}
+	if err := env.ParseWithOptions(&c, opts); err != nil {
+		return nil, envError(err, read)
 	}
 	p := &parsed{config: c}
 	u, err := proxy.ParseUpstreamURL(c.Upstream)
 	if err != nil {
-		return nil, &configError{"GOVERNOR_UPSTREAM", err}
+		return nil, &configError{variable: "GOVERNOR_UPSTREAM", err: err}
 	}
 	p.upstream.URL = u
 	if p.routes, err = proxy.ParseRoutes(c.Routes); err != nil {
-		return nil, &configError{"GOVERNOR_ROUTES", err}
+		return nil, &configError{variable: "GOVERNOR_ROUTES", err: err}
 	}
 	for _, r := range p.routes {
 		if r.Name == "default" {
-			return nil, &configError{"GOVERNOR_ROUTES", errors.New(`route name "default" is taken by GOVERNOR_UPSTREAM`)}
+			return nil, &configError{variable: "GOVERNOR_ROUTES", err: errors.New(`route name "default" is taken by GOVERNOR_UPSTREAM`)}
 		}
 	}
 	if err := p.logLevel.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return nil, &configError{"GOVERNOR_LOG_LEVEL", fmt.Errorf("%q: want debug, info, warn or error", c.LogLevel)}
+		return nil, read.bad("GOVERNOR_LOG_LEVEL", "want debug, info, warn or error")
 	}
 	switch c.LogFormat {
 	case "auto", "json", "text":
 		p.logFormat = c.LogFormat
 	default:
-		return nil, &configError{"GOVERNOR_LOG_FORMAT", fmt.Errorf("%q: want auto, json or text", c.LogFormat)}
+		return nil, read.bad("GOVERNOR_LOG_FORMAT", "want auto, json or text")
 	}
-	if err := c.checkBounds(); err != nil {
+	if err := c.checkBounds(read); err != nil {
 		return nil, err
 	}
 	preset, err := aimd.ParsePreset(c.AIMDPreset)
 	if err != nil {
-		return nil, &configError{"GOVERNOR_AIMD_PRESET", err}
+		return nil, read.bad("GOVERNOR_AIMD_PRESET", "want default or phoenix")
+	}
+	if err := c.checkAIMD(read); err != nil {
+		return nil, err
 	}
 	p.aimd = aimd.Config{
 		Preset:              preset,
@@ -156,24 +193,24 @@ func loadConfig(environ []string) (*parsed, error) {
 		AdmissionWindow:     c.AIMDAdmissionWindow,
 	}
 	if err := p.aimd.Validate(); err != nil {
-		return nil, &configError{"GOVERNOR_AIMD_*", err}
+		return nil, &configError{variable: "GOVERNOR_AIMD_*", err: err}
 	}
-	if err := p.parseRedis(); err != nil {
+	if err := p.parseRedis(read); err != nil {
 		return nil, err
 	}
 	if c.Listen == "" {
-		return nil, &configError{"GOVERNOR_LISTEN", errors.New("empty address")}
+		return nil, read.bad("GOVERNOR_LISTEN", "want an address such as 127.0.0.1:8080 or :8080")
 	}
 	if isOwnListener(c.Listen, p.upstream.URL) {
-		return nil, &configError{"GOVERNOR_UPSTREAM", ownListenerError(c.Listen, p.upstream.URL)}
+		return nil, &configError{variable: "GOVERNOR_UPSTREAM", err: ownListenerError(c.Listen, p.upstream.URL)}
 	}
 	for _, r := range p.routes {
 		if isOwnListener(c.Listen, r.URL) {
-			return nil, &configError{"GOVERNOR_ROUTES", fmt.Errorf("route %s: %w", r.Name, ownListenerError(c.Listen, r.URL))}
+			return nil, &configError{variable: "GOVERNOR_ROUTES", err: fmt.Errorf("route %s: %w", r.Name, ownListenerError(c.Listen, r.URL))}
 		}
 	}
 	if c.AdminListen == "" {
-		return nil, &configError{"GOVERNOR_ADMIN_LISTEN", errors.New("empty address")}
+		return nil, read.bad("GOVERNOR_ADMIN_LISTEN", "want an address such as :9090 or 127.0.0.1:9090")
 	}
 	return p, nil
 }
@@ -213,68 +250,107 @@ func ownListenerError(listen string, u *url.URL) error {
 }
 
 // checkBounds reports the first number or duration out of its range.
-func (c config) checkBounds() error {
-	positive := []struct {
-		name string
-		ok   bool
-	}{
-		{"GOVERNOR_MAX_BODY_BYTES", c.MaxBodyBytes > 0},
-		{"GOVERNOR_ATTEMPT_TIMEOUT", c.AttemptTimeout > 0},
-		{"GOVERNOR_STREAM_IDLE_TIMEOUT", c.StreamIdleTimeout > 0},
-		{"GOVERNOR_CONNECT_TIMEOUT", c.ConnectTimeout > 0},
-		{"GOVERNOR_DRAIN_TIMEOUT", c.DrainTimeout > 0},
-	}
-	for _, v := range positive {
-		if !v.ok {
-			return &configError{v.name, errors.New("must be greater than zero")}
-		}
-	}
+func (c config) checkBounds(read settings) error {
 	for _, v := range []struct {
-		name string
-		ok   bool
+		name, want string
+		ok         bool
 	}{
-		{"GOVERNOR_MAX_CONCURRENCY", c.MaxConcurrency >= 1},
-		{"GOVERNOR_MAX_CONNS_PER_UPSTREAM", c.MaxConnsPerUp >= 1},
-		{"GOVERNOR_MAX_RETRIES", c.MaxRetries >= 0 && c.MaxRetries <= proxy.MaxRetriesCeiling},
-		{"GOVERNOR_QUEUE_TIMEOUT", c.QueueTimeout > 0},
-		{"GOVERNOR_QUEUE_CAPACITY", c.QueueCapacity >= 1},
-		{"GOVERNOR_MAX_PAUSE", c.MaxPause > 0},
-		{"GOVERNOR_BACKOFF_BASE", c.BackoffBase > 0},
-		{"GOVERNOR_BACKOFF_MAX", c.BackoffMax >= c.BackoffBase},
-		{"GOVERNOR_MAX_LANES", c.MaxLanes >= 1},
-		{"GOVERNOR_MAX_TENANTS", c.MaxTenants >= 1},
-		{"GOVERNOR_MAX_CONNECTIONS", c.MaxConnections >= 0},
-		{"GOVERNOR_MAX_BUFFERED_BYTES", c.MaxBufferedBytes >= 1},
-		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", c.BatchMaxResponse >= 1},
-		{"GOVERNOR_BATCH_MAX_ITEMS", c.BatchMaxItems >= 1},
-		{"GOVERNOR_BATCH_WINDOW", c.BatchWindow >= 0},
-		{"GOVERNOR_BATCH_MAX_JOBS", c.BatchMaxJobs >= 1},
-		{"GOVERNOR_BATCH_TTL", c.BatchTTL > 0},
-		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", c.BatchMaxResultBytes >= 1},
+		{"GOVERNOR_MAX_BODY_BYTES", wantBytes, c.MaxBodyBytes > 0},
+		{"GOVERNOR_ATTEMPT_TIMEOUT", wantPositiveDuration, c.AttemptTimeout > 0},
+		{"GOVERNOR_STREAM_IDLE_TIMEOUT", wantPositiveDuration, c.StreamIdleTimeout > 0},
+		{"GOVERNOR_CONNECT_TIMEOUT", wantPositiveDuration, c.ConnectTimeout > 0},
+		{"GOVERNOR_DRAIN_TIMEOUT", wantPositiveDuration, c.DrainTimeout > 0},
+		{"GOVERNOR_MAX_CONCURRENCY", wantAtLeastOne, c.MaxConcurrency >= 1},
+		{"GOVERNOR_MAX_CONNS_PER_UPSTREAM", wantAtLeastOne, c.MaxConnsPerUp >= 1},
+		{"GOVERNOR_MAX_RETRIES", fmt.Sprintf("want a whole number from 0 to %d", proxy.MaxRetriesCeiling),
+			c.MaxRetries >= 0 && c.MaxRetries <= proxy.MaxRetriesCeiling},
+		{"GOVERNOR_QUEUE_TIMEOUT", wantPositiveDuration, c.QueueTimeout > 0},
+		{"GOVERNOR_QUEUE_CAPACITY", wantAtLeastOne, c.QueueCapacity >= 1},
+		{"GOVERNOR_MAX_PAUSE", wantPositiveDuration, c.MaxPause > 0},
+		{"GOVERNOR_BACKOFF_BASE", wantPositiveDuration, c.BackoffBase > 0},
+		{"GOVERNOR_BACKOFF_MAX", fmt.Sprintf("want a duration at least GOVERNOR_BACKOFF_BASE (%s)", c.BackoffBase),
+			c.BackoffMax >= c.BackoffBase},
+		{"GOVERNOR_MAX_LANES", wantAtLeastOne, c.MaxLanes >= 1},
+		{"GOVERNOR_MAX_TENANTS", wantAtLeastOne, c.MaxTenants >= 1},
+		{"GOVERNOR_MAX_CONNECTIONS", "want 0 (set from the open-file and memory limits) or a whole number above it",
+			c.MaxConnections >= 0},
+		{"GOVERNOR_MAX_BUFFERED_BYTES", wantBytes, c.MaxBufferedBytes >= 1},
+		{"GOVERNOR_BATCH_MAX_RESPONSE_BYTES", wantBytes, c.BatchMaxResponse >= 1},
+		{"GOVERNOR_BATCH_MAX_ITEMS", wantAtLeastOne, c.BatchMaxItems >= 1},
+		{"GOVERNOR_BATCH_WINDOW", "want 0 (twice GOVERNOR_MAX_CONCURRENCY) or a whole number above it",
+			c.BatchWindow >= 0},
+		{"GOVERNOR_BATCH_MAX_JOBS", wantAtLeastOne, c.BatchMaxJobs >= 1},
+		{"GOVERNOR_BATCH_TTL", wantPositiveDuration, c.BatchTTL > 0},
+		{"GOVERNOR_BATCH_MAX_RESULT_BYTES", wantBytes, c.BatchMaxResultBytes >= 1},
 	} {
 		if !v.ok {
-			return &configError{v.name, errors.New("out of range (see governor -h)")}
+			return read.bad(v.name, v.want)
 		}
 	}
 	return nil
 }
 
+// checkAIMD reports the first GOVERNOR_AIMD_* value out of its range, in
+// the words of governor -h; aimd.Config.Validate then checks them together.
+func (c config) checkAIMD(read settings) error {
+	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	ratio := func(f float64) bool { return finite(f) && f >= 0 && f < 1 }
+	for _, v := range []struct {
+		name, want string
+		ok         bool
+	}{
+		{"GOVERNOR_AIMD_INITIAL", fmt.Sprintf("want 0 (the preset's) or a number up to GOVERNOR_MAX_CONCURRENCY (%d)", c.MaxConcurrency),
+			finite(c.AIMDInitial) && c.AIMDInitial >= 0 && c.AIMDInitial <= float64(c.MaxConcurrency)},
+		{"GOVERNOR_AIMD_WINDOW", wantDuration0, c.AIMDWindow >= 0},
+		{"GOVERNOR_AIMD_INCREASE_STEP", "want 0 (the preset's) or a positive number such as 1",
+			finite(c.AIMDIncreaseStep) && c.AIMDIncreaseStep >= 0},
+		{"GOVERNOR_AIMD_DECREASE_RATIO", wantRatio, ratio(c.AIMDDecreaseRatio)},
+		{"GOVERNOR_AIMD_REPEAT_DECREASE_RATIO", wantRatio, ratio(c.AIMDRepeatDecreaseRatio)},
+		{"GOVERNOR_AIMD_PROBE_HOLD", "want a whole number, 0 or more", c.AIMDProbeHold >= 0},
+		{"GOVERNOR_AIMD_COLLAPSE_WINDOW", wantDuration0, c.AIMDCollapseWindow >= 0},
+		{"GOVERNOR_AIMD_COLLAPSE_THRESHOLD", "want a whole number, 0 or more", c.AIMDCollapseThreshold >= 0},
+		{"GOVERNOR_AIMD_LATENCY_ALPHA", "want a number from 0 to 1, such as 0.2",
+			finite(c.AIMDLatencyAlpha) && c.AIMDLatencyAlpha >= 0 && c.AIMDLatencyAlpha <= 1},
+		{"GOVERNOR_AIMD_ADMISSION_WINDOW", "want a duration of at most 1m, such as 4ms", c.AIMDAdmissionWindow <= time.Minute},
+		{"GOVERNOR_AIMD_LATENCY_TOLERANCE", "want a number above 1 such as 1.25, 0 (1.25) or a negative number (ignore latency)",
+			finite(c.AIMDLatencyTolerance) && (c.AIMDLatencyTolerance <= 0 || c.AIMDLatencyTolerance > 1)},
+	} {
+		if !v.ok {
+			return read.bad(v.name, v.want)
+		}
+	}
+	return nil
+}
+
+// What a variable wants, in the words of its error.
+const (
+	wantWholeNumber      = "want a whole number"
+	wantAtLeastOne       = "want a whole number, 1 or more"
+	wantBytes            = "want a number of bytes, 1 or more, without a unit (33554432 for 32 MiB)"
+	wantNumber           = "want a number such as 0.5"
+	wantDuration         = "want a duration such as 30s or 2m"
+	wantPositiveDuration = "want a duration above zero, such as 30s or 2m"
+	wantDuration0        = "want a duration, 0 or more, such as 5s"
+	wantBool             = "want true or false"
+	wantRatio            = "want 0 (the preset's) or a number above 0 and below 1, such as 0.9"
+)
+
 // parseRedis validates the coordination settings.
-func (p *parsed) parseRedis() error {
+func (p *parsed) parseRedis(read settings) error {
 	c := p.config
 	if c.RedisTimeout <= 0 {
-		return &configError{"GOVERNOR_REDIS_TIMEOUT", errors.New("must be greater than zero")}
+		return read.bad("GOVERNOR_REDIS_TIMEOUT", wantPositiveDuration)
 	}
 	if c.RedisSyncInterval <= 0 {
-		return &configError{"GOVERNOR_REDIS_SYNC_INTERVAL", errors.New("must be greater than zero")}
+		return read.bad("GOVERNOR_REDIS_SYNC_INTERVAL", wantPositiveDuration)
 	}
 	if c.RedisLeaseTTL < 2*c.RedisSyncInterval {
-		return &configError{"GOVERNOR_REDIS_LEASE_TTL", errors.New("must be at least twice GOVERNOR_REDIS_SYNC_INTERVAL")}
+		return read.bad("GOVERNOR_REDIS_LEASE_TTL", fmt.Sprintf("want a duration at least twice GOVERNOR_REDIS_SYNC_INTERVAL (%s)", 2*c.RedisSyncInterval))
 	}
 	if len(c.Instance) > 128 || strings.IndexFunc(c.Instance, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:-", r))
 	}) >= 0 {
-		return &configError{"GOVERNOR_INSTANCE", errors.New("want at most 128 letters, digits, '.', '_', ':' or '-'")}
+		return read.bad("GOVERNOR_INSTANCE", "want at most 128 letters, digits, '.', '_', ':' or '-'")
 	}
 	if c.RedisURL == "" {
 		return nil
@@ -286,26 +362,55 @@ func (p *parsed) parseRedis() error {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return &configError{"GOVERNOR_REDIS_URL", fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss://...: %v", err)}
+		return &configError{variable: "GOVERNOR_REDIS_URL", err: fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss://...: %v", err)}
 	}
 	p.redis = opts
 	return nil
 }
 
-// envError rewrites env's errors, which name struct fields, to name the
-// environment variables instead.
-func envError(err error) error {
+// envError turns env's errors, which name struct fields and quote Go's
+// parsers, into one that names the variable, quotes its value and says
+// what is wanted.
+func envError(err error, read settings) error {
 	var agg env.AggregateError
 	if errors.As(err, &agg) && len(agg.Errors) > 0 {
 		err = agg.Errors[0]
 	}
 	var pe env.ParseError
-	if errors.As(err, &pe) {
-		if f, ok := reflect.TypeFor[config]().FieldByName(pe.Name); ok {
-			return &configError{f.Tag.Get("env"), pe.Err}
-		}
+	if !errors.As(err, &pe) {
+		return err
 	}
-	return err
+	f, ok := reflect.TypeFor[config]().FieldByName(pe.Name)
+	if !ok {
+		return err
+	}
+	name := f.Tag.Get("env")
+	if f.Tag.Get("secret") == "true" {
+		return &configError{variable: name, err: errors.New("not a value Governor can use")}
+	}
+	return read.bad(name, wantOfType(f.Type, name, pe.Err))
+}
+
+// wantOfType says what a variable of type t wants, given the error its
+// value got.
+func wantOfType(t reflect.Type, name string, err error) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return wantDuration
+	case t.Kind() == reflect.Bool:
+		return wantBool
+	case t.Kind() == reflect.Float64:
+		return wantNumber
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		if strings.HasSuffix(name, "_BYTES") {
+			return wantBytes
+		}
+		if errors.Is(err, strconv.ErrRange) {
+			return fmt.Sprintf("want a whole number no larger than %d", int64(math.MaxInt64>>(64-t.Bits())))
+		}
+		return wantWholeNumber
+	}
+	return "want a " + t.String() + ": " + err.Error()
 }
 
 // writeUsage prints the flags and every variable with its default and meaning.
