@@ -176,11 +176,10 @@ var errCutBeforeLastEvent = errors.New("upstream closed the connection before th
 // reading); "silent" (the upstream said nothing for the idle timeout); or
 // "cut" (the upstream broke the stream off).
 func (b *streamBody) end() string {
-	var netErr net.Error
 	switch {
 	case b.clientGone.Load() || errors.Is(b.rerr, errClientGone) || b.werr != nil:
 		return "client_gone"
-	case errors.As(b.rerr, &netErr) && netErr.Timeout():
+	case isNetTimeout(b.rerr):
 		return "silent"
 	case b.rerr != nil:
 		return "cut"
@@ -188,6 +187,17 @@ func (b *streamBody) end() string {
 		return b.overload.errType
 	}
 	return "done"
+}
+
+// isNetTimeout reports whether err is, or wraps, a net.Error that timed
+// out. The target errors.As fills escapes to the heap: it is declared only
+// for an error, so that a stream that ended well costs no allocation.
+func isNetTimeout(err error) bool {
+	if err == nil {
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
 }
 
 // moveDeadlines gives the upstream connection's reads and the client
