@@ -160,8 +160,8 @@ const (
 	// untakenStretch multiplies both the quiet round trips and yieldGap
 	// before a yield of a lane that gives back at most Initial (more
 	// than Initial/yieldShare calls) while its last yield went untaken:
-	// at 64 calls, a yield of 8 every 10 round trips costs a lone lane
-	// 1.3% of its throughput, every 20 0.7%.
+	// nobody was waiting for the slots, so a lone lane yields half as
+	// often (figures in DESIGN.md, "A yield nobody took").
 	untakenStretch = 2
 	// A lane whose limit is below recallRatio of its recent peak probes
 	// after one clean round trip instead of the probe hold: capacity that
@@ -173,15 +173,14 @@ const (
 	// A lane that has found the ceiling of its last decrease again
 	// backoffFinds times in a row, each 429 a confirmed cut, doubles its
 	// probe hold from then on at every find: holding at most Initial/2,
-	// up to backoffCalls calls (backoffCalls/limit round trips), at most
-	// one probe's 429 per 64 calls against one per 1.5 to 12 calls at
-	// caps of 1 to 4 with the hold of 1+limit/3. Holding more, only while
-	// its ceilings have never moved (moved): up to backoffCalls calls
-	// still at a limit of at most backoffShare × Initial (5 of 8); above,
-	// where S4's lanes near their share (Initial) live, up to ProbeHold
-	// round trips until the lane has found the ceiling backoffAloneFinds
-	// times in a row (about 75 round trips at 8 calls), up to
-	// backoffCalls calls from then on.
+	// up to backoffCalls calls (backoffCalls/limit round trips), so at
+	// most one probe's 429 per backoffCalls calls. Holding more, only
+	// while its ceilings have never moved (moved): up to backoffCalls
+	// calls still at a limit of at most backoffShare × Initial (5 of 8);
+	// above, where lanes sharing an account near their share (Initial)
+	// live, up to ProbeHold round trips until the lane has found the
+	// ceiling backoffAloneFinds times in a row (about 75 round trips at 8
+	// calls), up to backoffCalls calls from then on.
 	backoffFinds      = 5
 	backoffCalls      = 64
 	backoffShare      = 0.625
@@ -215,7 +214,8 @@ func (c *Controller) probeHoldLocked(now time.Time) int {
 			// backoffAloneFinds times in a row and never moved, it backs
 			// off as a lane at a smaller ceiling does: a split that has
 			// held that long finds the slots a process that stops frees
-			// a probe hold of 64 calls later, which S4 does not notice.
+			// a probe hold of backoffCalls calls later (DESIGN.md, "Above
+			// 5/8 of Initial").
 			most = min(most, c.cfg.ProbeHold)
 		}
 		hold = max(hold, min(hold<<n, most))
@@ -311,7 +311,7 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// A lane backed off at a small ceiling (see backoffFinds)
 			// does not yield: as far as it can tell it is alone, and at
 			// a limit of 2 to 4 a yield gives back one call in two to
-			// four for a round trip, 5% of its calls.
+			// four for a round trip.
 			if c.yieldDueLocked(s, now) && d.backoff.doubled(rateCeiling) == 0 {
 				if ev := c.yieldDefaultLocked(s, now); ev != None {
 					return ev

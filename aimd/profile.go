@@ -50,8 +50,8 @@ const (
 	// profileMin calls in a bin make its mean known.
 	profileMin = 8
 	// profileZ standard errors of the difference of two bins' means:
-	// less is chance, even tested at every answer (3.5 let a lone
-	// chance cut through in 2 seeds of 200 of the shared simulation).
+	// less is chance, even tested at every answer (DESIGN.md, "The
+	// latency profile", has what 3.5 let through).
 	profileZ = 4
 	// profileSettle latency EWMAs after its last call was dispatched, a
 	// bin can be the baseline: its slow calls are back by then, so its
