@@ -43,9 +43,9 @@ type Config struct {
 	// Default 256 MiB.
 	MaxBufferedBytes int64
 	// AttemptTimeout bounds one attempt from dispatch until its response
-	// headers arrive and, for a buffered answer, until its body is read:
-	// a stream a Call reads whole included, however often its upstream
-	// keeps it alive. Default 10m.
+	// headers arrive and, for a buffered answer, until its body is read.
+	// A stream, passed on or read whole by a Call, has no overall limit:
+	// StreamIdleTimeout bounds it. Default 10m.
 	AttemptTimeout time.Duration
 	// StreamIdleTimeout ends a streamed answer whose upstream sends nothing
 	// for this long; for a stream a Call reads whole, nothing but

@@ -449,14 +449,14 @@ func (c *governedCall) read(a *upstreamAttempt) {
 		case needsBuffering(resp):
 			err = bufferBody(resp, o.maxResponse)
 		default:
-			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout, a.deadline)
+			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout)
 		}
 		if err != nil {
 			oc = classifyErr(err)
 			if errors.Is(err, errResponseTooLarge) {
 				oc = lane.Answered // retrying gets the same; passed back cut as a Governor error
 			}
-			if oc == lane.Timeout && !needsBuffering(resp) && !errors.Is(err, errStreamPastDeadline) {
+			if oc == lane.Timeout && !needsBuffering(resp) {
 				// Silent once begun, not slow to answer: retried as
 				// a cut, no congestion signal, as for a stream
 				// passed on.

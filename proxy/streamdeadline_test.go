@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,25 +75,41 @@ func TestCallStreamOfKeepAlivesIsSilent(t *testing.T) {
 	}
 }
 
-// A stream that Do reads whole (a batch item's) and whose provider keeps
-// it open with keep-alive events, never silent and never ended, is ended
-// by its attempt's deadline, however long GOVERNOR_STREAM_IDLE_TIMEOUT
-// is: the attempt timed out, and the call gets its answer. Anthropic's
-// `event: ping` and an SSE comment line alike.
-func TestCallStreamKeptAliveForeverEndsAtTheAttemptTimeout(t *testing.T) {
-	for _, tc := range keepAliveCases {
-		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
-			up, attempts := pingForever(t, tc.begin, tc.ping, "")
-			p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), StreamIdleTimeout: time.Hour}))
-			res := p.Do(context.Background(), &Call{Path: "/v1/messages", Body: []byte(`{"stream":true}`),
-				MaxRetries: 1, AttemptTimeout: 300 * time.Millisecond})
-			require.NotNil(t, res.Err, "the call failed: %+v", res.Details)
-			assert.Equal(t, http.StatusGatewayTimeout, res.Err.Status, "%+v", res.Err)
-			assert.Equal(t, StatusFailed, res.Details.Status)
-			assert.Equal(t, []string{"timeout after 300ms", "timeout after 300ms"}, res.Details.Errors,
-				"each attempt ended by its deadline, and retried")
-			assert.EqualValues(t, 2, attempts.Load())
-		})
-	}
+// A stream that Do reads whole (a batch item's) and that carries content
+// for longer than its attempt timeout completes in one attempt: the
+// attempt timeout bounds the wait for its head (GOVERNOR_ATTEMPT_TIMEOUT,
+// a batch's timeout: "until the first byte"), silence bounds it after. A
+// long generation is never cut at the timeout and sent again, billed
+// twice.
+func TestCallStreamLongerThanItsAttemptTimeoutCompletes(t *testing.T) {
+	checkLeaks(t)
+	const events = 20
+	var attempts atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		tick := time.NewTicker(25 * time.Millisecond) // 20 events: 500 ms at least
+		defer tick.Stop()
+		for range events {
+			if _, err := io.WriteString(w, "data: {\"object\":\"chat.completion.chunk\"}\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), StreamIdleTimeout: 30 * time.Second}))
+	res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"stream":true}`),
+		MaxRetries: 1, AttemptTimeout: 100 * time.Millisecond})
+	require.Nil(t, res.Err, "%+v", res.Details)
+	assert.Equal(t, StatusCompleted, res.Details.Status, "%+v", res.Details)
+	assert.EqualValues(t, 1, attempts.Load(), "sent once")
+	assert.Equal(t, events+1, strings.Count(string(res.Body), "data: "), "the whole stream")
 }

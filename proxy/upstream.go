@@ -240,29 +240,23 @@ type trackedConn struct {
 
 	// idle, while a stream is read whole (see bufferStream), sets the
 	// read deadline before each read that long after heard, when the
-	// stream last carried content (keep-alive events do not count). by,
-	// if set, is the attempt's deadline, which no silence's deadline
-	// passes. Only the goroutine that reads the connection sets and reads
-	// them; a new exchange clears them (the stream's reader cannot:
-	// reading the stream to its end puts the connection back in the
-	// pool, for another goroutine to take).
+	// stream last carried content (keep-alive events do not count). Only
+	// the goroutine that reads the connection sets and reads them; a new
+	// exchange clears them (the stream's reader cannot: reading the
+	// stream to its end puts the connection back in the pool, for another
+	// goroutine to take).
 	idle  time.Duration
 	heard time.Time
-	by    time.Time
 }
 
 // Read reads from the connection, first letting a stream in progress pass
 // on what it holds: the read may block. A read of an attempt that was cut
 // fails.
 func (c *trackedConn) Read(p []byte) (int, error) {
-	if c.idle > 0 || !c.by.IsZero() {
+	if c.idle > 0 {
 		// Before the check below: a cut that comes after it sets its
 		// own deadline after this one.
-		d := c.by
-		if n := c.heard.Add(c.idle); c.idle > 0 && (d.IsZero() || n.Before(d)) {
-			d = n
-		}
-		_ = c.Conn.SetReadDeadline(d)
+		_ = c.Conn.SetReadDeadline(c.heard.Add(c.idle))
 	}
 	if c.severed.Load() {
 		// The cut may have come before fasthttp set the deadline for
@@ -334,7 +328,7 @@ func (c *trackedConn) SetWriteDeadline(t time.Time) error {
 	}
 	c.used = true
 	c.peerClosed = false
-	c.idle, c.heard, c.by = 0, time.Time{}, time.Time{}
+	c.idle, c.heard = 0, time.Time{}
 	c.answerHead.start()
 	if a := c.exchange.Load(); a != nil && a.handed.IsZero() {
 		a.handed = c.now()
@@ -546,17 +540,17 @@ func growToward(body []byte, n int, size int64) []byte {
 var errResponseTooLarge = errors.New("upstream response too large")
 
 // bufferStream reads a streamed answer whole, as bufferBody does, under a
-// limit on each silence of the upstream (idle; none when not positive)
-// and on the whole: the attempt's deadline, which the read of its head
-// did not use up. Keep-alive events (see keepAlives) are silence: nobody
-// reads this stream as it comes, so they keep nothing alive. Past the
-// deadline the error wraps errStreamPastDeadline. The limits last until
-// the connection's next exchange begins (see
+// limit on each silence of the upstream (idle; none when not positive).
+// Keep-alive events (see keepAlives) are silence: nobody reads this stream
+// as it comes, so they keep nothing alive. A stream that carries content
+// has no overall limit: the attempt's deadline bounds the wait for its
+// head only, so a long generation is never cut and sent again. The limit
+// lasts until the connection's next exchange begins (see
 // trackedConn.SetWriteDeadline).
-func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration, deadline time.Time) error {
+func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration) error {
 	var seen func([]byte)
 	if c := connOf(resp); c != nil {
-		c.idle, c.heard, c.by = max(idle, 0), time.Now(), deadline
+		c.idle, c.heard = max(idle, 0), time.Now()
 		var k keepAlives
 		seen = func(p []byte) {
 			if k.content(p) {
@@ -564,16 +558,8 @@ func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration, dead
 			}
 		}
 	}
-	err := readBody(resp, limit, 0, seen)
-	if err != nil && !time.Now().Before(deadline) {
-		return fmt.Errorf("%w: %w", errStreamPastDeadline, err)
-	}
-	return err
+	return readBody(resp, limit, 0, seen)
 }
-
-// errStreamPastDeadline reports a stream read whole that had not ended by
-// its attempt's deadline.
-var errStreamPastDeadline = errors.New("stream not ended by the attempt's deadline")
 
 // bufferBody reads a streamed response body of at most limit bytes into the
 // response and closes the stream, so the connection goes back to the pool.

@@ -31,7 +31,7 @@ type config struct {
 	Routes            string        `env:"GOVERNOR_ROUTES" help:"prefix routes name=url,...: /name/... goes to url/... with /name stripped"`
 	MaxBodyBytes      int           `env:"GOVERNOR_MAX_BODY_BYTES" envDefault:"33554432" help:"largest request body; larger gets 413"`
 	MaxBufferedBytes  int64         `env:"GOVERNOR_MAX_BUFFERED_BYTES" envDefault:"268435456" help:"request bodies held at once by calls waiting or in flight; beyond it 503 with Retry-After, before the body is read (a chunked body takes GOVERNOR_MAX_BODY_BYTES, or what is left); successful answers read whole are bounded by as much again, apart, and one that does not fit is streamed instead"`
-	AttemptTimeout    time.Duration `env:"GOVERNOR_ATTEMPT_TIMEOUT" envDefault:"10m" help:"one attempt, from dispatch until the answer (for a stream passed on, its headers; a batch item's stream, its end)"`
+	AttemptTimeout    time.Duration `env:"GOVERNOR_ATTEMPT_TIMEOUT" envDefault:"10m" help:"one attempt, from dispatch until the answer (for a stream, its headers)"`
 	StreamIdleTimeout time.Duration `env:"GOVERNOR_STREAM_IDLE_TIMEOUT" envDefault:"5m" help:"a streamed answer silent this long is ended (a batch item's: keep-alive events such as pings are silence)"`
 	ConnectTimeout    time.Duration `env:"GOVERNOR_CONNECT_TIMEOUT" envDefault:"10s" help:"dialing an upstream (its TLS handshake included), and waiting for a free connection to it"`
 	DrainTimeout      time.Duration `env:"GOVERNOR_DRAIN_TIMEOUT" envDefault:"30s" help:"after SIGTERM/SIGINT/SIGHUP, time to finish queued and in-flight work"`
