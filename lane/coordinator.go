@@ -330,7 +330,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	if othersCut {
 		l.m.byCause[CauseOtherGovernor].Inc()
 		l.lastCause.Store(uint32(CauseOtherGovernor) + 1)
-		l.events.event(evDecreased, now, "from", from, "to", applied, "cause", CauseOtherGovernor.String())
+		l.events.event(evDecreased, now, slog.Int("from", from), slog.Int("to", applied), slog.String("cause", CauseOtherGovernor.String()))
 	}
 	l.tokens.setSpenders(s.Members, now)
 	if hold {
@@ -346,7 +346,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	if !pauseTo.IsZero() {
 		l.q.PauseUntil(pauseTo)
 		l.m.pauses.Inc()
-		l.events.event(evPausedRemote, now, "until", pauseTo.Format(time.RFC3339Nano))
+		l.events.event(evPausedRemote, now, slog.String("until", pauseTo.Format(time.RFC3339Nano)))
 	}
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", applied, "members", s.Members)

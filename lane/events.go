@@ -77,24 +77,28 @@ type eventLog struct {
 }
 
 type eventState struct {
-	lineAt time.Time // when the last line of this kind was written
-	more   int       // events since then, not written
-	last   []any     // the attributes of the last of them
+	lineAt time.Time   // when the last line of this kind was written
+	more   int         // events since then, not written
+	last   []slog.Attr // the attributes of the last of them
 }
 
 // event logs an event of kind k at now with attrs, or counts it when a
-// line of its kind was written less than SummaryInterval ago.
-func (e *eventLog) event(k eventKind, now time.Time, attrs ...any) {
+// line of its kind was written less than SummaryInterval ago. An event
+// counted costs no allocation: attrs are copied into the kind's own slice
+// (slog.Attr values hold strings and numbers without boxing them), which
+// stays with the kind until a line hands it to write.
+func (e *eventLog) event(k eventKind, now time.Time, attrs ...slog.Attr) {
 	e.mu.Lock()
 	s := &e.kinds[k]
 	if !s.lineAt.IsZero() && now.Sub(s.lineAt) < SummaryInterval {
 		s.more++
-		s.last = attrs
+		s.last = append(s.last[:0], attrs...)
 		e.mu.Unlock()
 		return
 	}
 	more, since := s.more, s.lineAt
-	s.lineAt, s.more, s.last = now, 0, nil
+	s.lineAt, s.more = now, 0
+	s.last = s.last[:0]
 	e.mu.Unlock()
 	e.write(k, attrs, more, since, now)
 }
@@ -118,17 +122,17 @@ func (e *eventLog) flush(now time.Time) {
 
 // write logs one line of kind k: attrs, and when more events came since
 // the last line than it said, how many and over how long.
-func (e *eventLog) write(k eventKind, attrs []any, more int, since, now time.Time) {
-	args := make([]any, 0, len(attrs)+6)
-	args = append(args, "lane", e.lane)
+func (e *eventLog) write(k eventKind, attrs []slog.Attr, more int, since, now time.Time) {
+	args := make([]slog.Attr, 0, len(attrs)+3)
+	args = append(args, slog.String("lane", e.lane))
 	args = append(args, attrs...)
 	if more > 0 {
-		args = append(args, "more", more, "in", now.Sub(since).Round(time.Millisecond).String())
+		args = append(args, slog.Int("more", more), slog.String("in", now.Sub(since).Round(time.Millisecond).String()))
 	}
 	level := slog.LevelInfo
 	if k >= evServerError {
 		// The provider failing is what an operator looks for first.
 		level = slog.LevelWarn
 	}
-	e.log.Log(context.Background(), level, eventMessages[k], args...)
+	e.log.LogAttrs(context.Background(), level, eventMessages[k], args...)
 }

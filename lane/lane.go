@@ -203,9 +203,9 @@ func (l *Lane) countAttempt(o Outcome, why string, latency time.Duration, now ti
 	l.m.attempts[o].Inc()
 	if k, ok := failedEvent(o); ok {
 		if why != "" {
-			l.events.event(k, now, "outcome", o.String(), "error", why)
+			l.events.event(k, now, slog.String("outcome", o.String()), slog.String("error", why))
 		} else {
-			l.events.event(k, now, "outcome", o.String())
+			l.events.event(k, now, slog.String("outcome", o.String()))
 		}
 	}
 	if o == ClientGone {
@@ -275,17 +275,17 @@ func (l *Lane) control(o Outcome, refusal Cause, latency time.Duration, dispatch
 		l.m.decreases.Inc()
 		l.m.byCause[cause].Inc()
 		if limit <= before {
-			l.events.event(evDecreased, now, "from", before, "to", limit, "cause", cause.String())
+			l.events.event(evDecreased, now, slog.Int("from", before), slog.Int("to", limit), slog.String("cause", cause.String()))
 		} else {
 			// A refusal ended a new lane's start, below the level it
 			// was heading for, and above the limit it had so far.
-			l.events.event(evStartEnded, now, "limit", limit, "cause", cause.String())
+			l.events.event(evStartEnded, now, slog.Int("limit", limit), slog.String("cause", cause.String()))
 		}
 	case aimd.Collapsed:
 		cause := l.eventCause(o, refusal)
 		l.m.collapses.Inc()
 		l.m.byCause[cause].Inc()
-		l.events.event(evCollapsed, now, "from", before, "to", limit, "cause", cause.String())
+		l.events.event(evCollapsed, now, slog.Int("from", before), slog.Int("to", limit), slog.String("cause", cause.String()))
 	case aimd.Recovered:
 		l.log.Info("lane recovered", "lane", l.id, "limit", limit)
 	case aimd.Yielded:
@@ -328,7 +328,7 @@ func (l *Lane) Pause(t, now time.Time) {
 	if extended {
 		l.q.PauseUntil(t)
 		l.m.pauses.Inc()
-		l.events.event(evPaused, now, "until", t.Format(time.RFC3339Nano))
+		l.events.event(evPaused, now, slog.String("until", t.Format(time.RFC3339Nano)))
 	}
 }
 
