@@ -118,5 +118,6 @@ func buildMessages(body []byte, o buildOptions) (answer, *apiError) {
 	// Overloaded once the answer has begun, Anthropic ends the stream
 	// with an error event and no message_stop.
 	ans.overload = [][]byte{sse("error", statusError(statusOverloaded, false).body(shapeAnthropic))}
+	ans.ping = sse("ping", []byte(`{"type": "ping"}`))
 	return ans, nil
 }

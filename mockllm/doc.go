@@ -90,7 +90,10 @@
 //     insufficient_quota), 500, 502, 503, 504, 529, reset (TCP RST, no
 //     answer), hang (no answer until the client leaves or the server
 //     closes), reset-mid-stream and hang-mid-stream (half of the answer,
-//     then a reset or a stall), and overload-mid-stream (half of a stream,
+//     then a reset or a stall), ping-mid-stream (half of a stream, then
+//     keep-alive events every ChunkDelay, 100 ms when unset, and never its
+//     end: Anthropic's ping event on /v1/messages, an SSE comment line
+//     ": keep-alive" elsewhere; a JSON answer stalls half way), and overload-mid-stream (half of a stream,
 //     then the error event the provider ends a begun stream with when it
 //     is overloaded; a JSON answer gets the overload status, 529 on
 //     /v1/messages, 503 elsewhere). 400, 401, 429, 503 and 529 are

@@ -27,6 +27,9 @@ const (
 	faultHang
 	faultResetMidStream
 	faultHangMidStream
+	// faultPingMidStream keeps a stream open half way with keep-alive
+	// events and never ends it (a JSON answer: a hang half way).
+	faultPingMidStream
 	// faultOverloadMidStream ends a stream half way with the provider's
 	// overload error event (a JSON answer: its overload status).
 	faultOverloadMidStream
@@ -81,6 +84,7 @@ var faultNames = map[string]fault{
 	"hang":             {kind: faultHang},
 	"reset-mid-stream": {kind: faultResetMidStream},
 	"hang-mid-stream":  {kind: faultHangMidStream},
+	"ping-mid-stream":  {kind: faultPingMidStream},
 
 	"overload-mid-stream": {kind: faultOverloadMidStream},
 }

@@ -368,3 +368,35 @@ func TestOverloadMidStream(t *testing.T) {
 		}
 	}
 }
+
+// ping-mid-stream sends half of a stream, then only keep-alive events,
+// each API's own, until the client leaves.
+func TestPingMidStreamKeepsTheStreamOpenWithKeepAlives(t *testing.T) {
+	for _, tc := range []struct{ path, body, ping string }{
+		{"/v1/messages", messagesStreamBody, "event: ping\ndata: {\"type\": \"ping\"}\n"},
+		{"/v1/chat/completions", chatStreamBody, ": keep-alive\n"},
+	} {
+		s, url, c := start(t, mockllm.Config{ChunkDelay: time.Millisecond})
+		resp, err := c.Do(newRequest(t, http.MethodPost, url+tc.path, tc.body, "X-Mock-Fault", "ping-mid-stream"))
+		require.NoError(t, err, tc.path)
+		require.Equal(t, http.StatusOK, resp.StatusCode, tc.path)
+		r := bufio.NewReader(resp.Body)
+		// Half of the stream, then keep-alives: 20 in a row, and never
+		// the stream's end.
+		pings := 0
+		for n := 0; pings < 20; n++ {
+			require.Less(t, n, 100, "%s: 20 keep-alives in a row within 100 events", tc.path)
+			if ev := readEvent(t, r); ev == tc.ping {
+				pings++
+			} else {
+				require.Zero(t, pings, "%s: %q after a keep-alive", tc.path, ev)
+			}
+		}
+		resp.Body.Close()
+		require.Eventually(t, func() bool {
+			st := s.Stats()
+			return st.StreamsAborted == 1 && st.InFlight == 0
+		}, 5*time.Second, time.Millisecond, tc.path)
+		assert.Zero(t, s.Stats().StreamsCompleted, tc.path)
+	}
+}

@@ -493,6 +493,9 @@ type answer struct {
 	// overload are the events that end a stream the provider gives up
 	// on, overloaded, after it has begun (see faultOverloadMidStream).
 	overload [][]byte
+	// ping is the keep-alive event of a stream kept open (see
+	// faultPingMidStream); nil means an SSE comment line.
+	ping     []byte
 	idHeader string
 	id       string
 	model    string

@@ -110,7 +110,44 @@ func (s *Server) midStreamFault(ctx context.Context, w http.ResponseWriter, f fa
 
 // isMidStream reports whether f strikes after the answer has started.
 func (f fault) isMidStream() bool {
-	return f.kind == faultResetMidStream || f.kind == faultHangMidStream
+	return f.kind == faultResetMidStream || f.kind == faultHangMidStream || f.kind == faultPingMidStream
+}
+
+// keepAliveSSE is the keep-alive event of a stream whose API has none of
+// its own: an SSE comment line.
+var keepAliveSSE = []byte(": keep-alive\n\n")
+
+// pingForever sends ping, flushed, every ChunkDelay (100 ms when unset)
+// until the client leaves or the server closes: a stream kept open that
+// never ends. It reports how it ended.
+func (s *Server) pingForever(ctx context.Context, w http.ResponseWriter, ping []byte) waitResult {
+	s.stats.hangs.Add(1)
+	if ping == nil {
+		ping = keepAliveSSE
+	}
+	every := s.cfg.ChunkDelay
+	if every <= 0 {
+		every = 100 * time.Millisecond
+	}
+	rc := http.NewResponseController(w)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return waitClientGone
+		case <-s.release:
+			resetConn(w)
+			return waitClosed
+		case <-tick.C:
+		}
+		if _, err := w.Write(ping); err != nil {
+			return waitClientGone
+		}
+		if err := rc.Flush(); err != nil {
+			return waitClientGone
+		}
+	}
 }
 
 // stream writes the events of ans as a server-sent event stream, flushing
@@ -147,6 +184,10 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, 
 					_, _ = w.Write(ev) // the stream ends here either way
 				}
 				_ = rc.Flush()
+				return
+			}
+			if f.kind == faultPingMidStream {
+				s.pingForever(ctx, w, ans.ping)
 				return
 			}
 			s.midStreamFault(ctx, w, f, release)
