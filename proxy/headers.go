@@ -127,9 +127,9 @@ func rawHeaderNamed(raw []byte, names []string) bool {
 }
 
 // stripConnectionTokens removes the headers named in h's Connection
-// headers. (Apart from stripHopHeaders so that its buffer, which escapes
-// through the interface, is allocated only when there is a Connection
-// header.)
+// headers. Its buffer stays on the stack: the names in it are handed to
+// fasthttp's headers, which copy them, by concrete calls (a []byte passed
+// through the header interface would escape, buffer and all).
 func stripConnectionTokens(h header) {
 	var buf [256]byte
 	named := buf[:0]
@@ -143,7 +143,14 @@ func stripConnectionTokens(h header) {
 		if len(tok) == 0 || bytes.EqualFold(tok, []byte("close")) || bytes.EqualFold(tok, []byte("keep-alive")) {
 			continue
 		}
-		h.DelBytes(tok)
+		switch h := h.(type) {
+		case *fasthttp.RequestHeader:
+			h.DelBytes(tok)
+		case *fasthttp.ResponseHeader:
+			h.DelBytes(tok)
+		default:
+			h.Del(string(tok))
+		}
 	}
 }
 
