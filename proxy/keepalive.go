@@ -26,9 +26,14 @@ func (k *keepAlives) content(p []byte) bool {
 		if i >= 0 {
 			part = p[:i]
 		}
-		if !k.long && k.n+len(part) <= len(k.line) {
+		switch {
+		case k.long:
+			// Every byte of a long line is content, however many
+			// reads it takes to arrive.
+			found = found || len(part) > 0 || i >= 0
+		case k.n+len(part) <= len(k.line):
 			k.n += copy(k.line[k.n:], part)
-		} else if !k.long {
+		default:
 			k.long, found = true, true
 		}
 		if i < 0 {

@@ -41,3 +41,16 @@ func TestKeepAlivesTellContentFromKeepingAlive(t *testing.T) {
 		}
 	}
 }
+
+// A line longer than any keep-alive is content in every read that carries
+// a part of it: a long event (a base64 image) arriving slowly over many
+// reads is never silence.
+func TestKeepAlivesLongLineIsContentInEachRead(t *testing.T) {
+	var k keepAlives
+	assert.True(t, k.content([]byte("data: "+strings.Repeat("a", 100))))
+	for range 3 {
+		assert.True(t, k.content([]byte("bbb")), "the rest of the long line")
+	}
+	assert.True(t, k.content([]byte("b\n")), "its end")
+	assert.False(t, k.content([]byte(": keep-alive\n\n")), "then a keep-alive")
+}
