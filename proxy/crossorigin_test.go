@@ -112,7 +112,12 @@ func TestAPIOnLoopbackRefusesOtherHostNames(t *testing.T) {
 	for _, host := range []string{"attacker.example" + port, "attacker.example", "127.0.0.1.nip.io" + port} {
 		assert.Equal(t, "HTTP/1.1 403 Forbidden", status(base, host), host)
 	}
-	for _, host := range []string{"localhost" + port, "LOCALHOST", "127.0.0.1" + port, "[::1]" + port, "app.localhost" + port, "10.1.2.3", "governor" + port} {
+	// Names under .internal pass: nobody can point one at 127.0.0.1 from
+	// the internet, and it is how a container reaches its host's loopback
+	// (Docker Desktop's host.docker.internal, Podman's
+	// host.containers.internal: governor batch -url in a container).
+	for _, host := range []string{"localhost" + port, "LOCALHOST", "127.0.0.1" + port, "[::1]" + port, "app.localhost" + port, "10.1.2.3", "governor" + port,
+		"host.docker.internal" + port, "host.containers.internal", "HOST.DOCKER.INTERNAL."} {
 		assert.Equal(t, "HTTP/1.1 200 OK", status(base, host), host)
 	}
 	out := rawExchange(t, strings.TrimPrefix(base, "http://"),

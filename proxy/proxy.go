@@ -592,7 +592,11 @@ func crossOriginWrite(h *fasthttp.RequestHeader) bool {
 // write to it. Such a name is a domain the attacker controls, so it has a
 // dot; an IP address, localhost, names under .localhost, names without a
 // dot (an /etc/hosts alias) and no Host at all (HTTP/1.0) pass, as does
-// any host on a connection that did not come over loopback.
+// any host on a connection that did not come over loopback. So do names
+// under .internal, a top-level domain kept for private use that no
+// attacker can point at 127.0.0.1 from the internet: a container reaches
+// its host's loopback by one (Docker Desktop's host.docker.internal,
+// Podman's host.containers.internal).
 func reboundHost(ctx *fasthttp.RequestCtx) bool {
 	if ip := ctx.LocalIP(); ip == nil || !ip.IsLoopback() {
 		return false
@@ -602,7 +606,8 @@ func reboundHost(ctx *fasthttp.RequestCtx) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	return strings.Contains(host, ".") && net.ParseIP(host) == nil && !strings.HasSuffix(host, ".localhost")
+	return strings.Contains(host, ".") && net.ParseIP(host) == nil &&
+		!strings.HasSuffix(host, ".localhost") && !strings.HasSuffix(host, ".internal")
 }
 
 // serverError answers requests fasthttp could not read.
