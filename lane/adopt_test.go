@@ -187,3 +187,43 @@ func TestOwnDecreaseIsNotAnotherGovernors(t *testing.T) {
 	require.Less(t, c.info().Limit, int(st.Target))
 	assert.Zero(t, c.l.m.byCause[CauseOtherGovernor].Get())
 }
+
+// This Governor's own decrease, back from the record to the millisecond,
+// keeps its instant: re-dated to the sync, it would hold the lane's growth
+// for longer than the controller holds it after a decrease of its own. A
+// sync that reported a decrease the record did not take (another
+// Governor's came first) adopts the record's, dated at the sync.
+func TestOwnDecreaseKeepsItsInstant(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		record func(at time.Time) time.Time // the record's last decrease after the sync
+		dated  func(at time.Time) time.Time // the controller's after it
+	}{
+		{"the record took it", func(at time.Time) time.Time { return time.UnixMilli(at.UnixMilli()) },
+			func(at time.Time) time.Time { return at }},
+		{"the record kept another's", func(time.Time) time.Time { return ms(99) },
+			func(time.Time) time.Time { return ms(150) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCoordLane(t)
+			c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: ms(0)})
+			c.clock.Set(ms(50))
+			c.sync(Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: ms(50)})
+			require.Equal(t, 8, c.info().Limit)
+			at := ms(100).Add(300 * time.Microsecond) // within a millisecond
+			c.clock.Set(at)
+			c.l.Observe(RateLimited, time.Millisecond, at, at)
+			st := c.l.ctrl.State()
+			require.EqualValues(t, 1, st.Decreases)
+			require.Equal(t, at, st.LastDecrease)
+
+			c.clock.Set(ms(150))
+			rep := c.sync(Shared{Target: 11, Members: 2, Share: 5, Fair: 5, OthersSynced: ms(150),
+				LastDecrease: tc.record(at), DecreaseLevel: st.DecreaseLevel})
+			require.True(t, rep.Decreased)
+			assert.Equal(t, at, rep.DecreaseAt)
+			assert.Equal(t, tc.dated(at), c.l.ctrl.State().LastDecrease)
+			assert.Equal(t, 5, c.info().Limit)
+		})
+	}
+}

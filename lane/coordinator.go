@@ -54,7 +54,10 @@ type Report struct {
 // Shared is a lane's shared state. Its fields mirror coord.Shared, field
 // for field.
 type Shared struct {
-	Target        float64
+	Target float64
+	// LastDecrease is the instant of the last decrease the record took,
+	// to the millisecond: a Report's DecreaseAt, truncated, when the
+	// record took that report's decrease.
 	LastDecrease  time.Time
 	DecreaseLevel float64
 	PausedUntil   time.Time
@@ -232,6 +235,13 @@ func (l *Lane) report(maxTarget int, now time.Time, memory time.Duration) (Repor
 	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt}
 }
 
+// sameDecrease reports whether shared, the last decrease a sync returned,
+// is reported, the decrease that sync reported (zero if none): the shared
+// record keeps instants to the millisecond (see Shared.LastDecrease).
+func sameDecrease(shared, reported time.Time) bool {
+	return !reported.IsZero() && shared.UnixMilli() == reported.UnixMilli()
+}
+
 // adopt takes a lane's shared state after a sync: the shared target (plus
 // what the local controller grew since the report), the share as the
 // queue's limit, another Governor's pause, the shared pacing.
@@ -248,12 +258,13 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 		// Another Governor's decrease takes effect here now, not when it
 		// was made: the calls this Governor sent until now were sent at
 		// its old share, and their 429s are explained by that decrease.
+		// This Governor's own decrease, reported by this sync, is dated
+		// already: re-dated now, it would hold the lane's growth longer,
+		// or count as a second cut.
 		var decAt time.Time
-		if s.LastDecrease.After(co.seenDec) && !s.LastDecrease.Equal(snap.decAt) {
+		if s.LastDecrease.After(co.seenDec) && !sameDecrease(s.LastDecrease, snap.decAt) {
 			decAt = now
-			// The record keeps milliseconds: this Governor's own
-			// decrease, reported by this sync, comes back truncated.
-			othersCut = s.LastDecrease.UnixMilli() != snap.decAt.UnixMilli()
+			othersCut = true
 		}
 		l.ctrl.Adopt(s.Target+max(0, st.Target-snap.target), decAt, s.DecreaseLevel)
 		co.base = s.Target
