@@ -132,9 +132,10 @@ func BenchmarkProxiedRoundTrip(b *testing.B) {
 	})
 }
 
-// BenchmarkProxiedStreamRoundTrip measures a whole streamed call (11 SSE
-// events, each a chunk of its own, flushed back to back by the upstream, as
-// mockllm does) and reports the writes to the client per call: what one
+// BenchmarkProxiedStreamRoundTrip measures a whole streamed call that
+// ends as a chat completion stream does (10 SSE events, then [DONE], each
+// a chunk of its own, flushed back to back by the upstream, as mockllm
+// does; without [DONE] every call would be heard as a cut) and reports the writes to the client per call: what one
 // read from the upstream brought leaves in one write, plus the headers and
 // the end of the chunked body (one write per event before coalescing).
 func BenchmarkProxiedStreamRoundTrip(b *testing.B) {
@@ -143,9 +144,10 @@ func BenchmarkProxiedStreamRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n")
+	done := []byte("data: [DONE]\n\n")
 	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStream(&chunkedEvents{event: event, n: 11}, -1)
+		ctx.SetBodyStream(&chunkedEvents{event: event, n: 10, last: done}, -1)
 	}}
 	go upSrv.Serve(upLn) //nolint:errcheck
 	defer upSrv.Shutdown()
@@ -167,7 +169,7 @@ func BenchmarkProxiedStreamRoundTrip(b *testing.B) {
 		req.SetRequestURI("http://governor/v1/chat/completions")
 		resp := fasthttp.AcquireResponse()
 		for pb.Next() {
-			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 || len(resp.Body()) != 11*len(event) {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 || len(resp.Body()) != 10*len(event)+len(done) {
 				b.Fatalf("%v %d %d", err, resp.StatusCode(), len(resp.Body()))
 			}
 		}
@@ -176,18 +178,23 @@ func BenchmarkProxiedStreamRoundTrip(b *testing.B) {
 }
 
 // chunkedEvents is a body that fasthttp's server sends as n chunks of one
-// event each, in one write: it reads one event per Read.
+// event each, then last, in one write: it reads one event per Read.
 type chunkedEvents struct {
-	event []byte
-	n     int
+	event, last []byte
+	n           int
 }
 
 func (e *chunkedEvents) Read(p []byte) (int, error) {
-	if e.n == 0 {
-		return 0, io.EOF
+	switch {
+	case e.n > 0:
+		e.n--
+		return copy(p, e.event), nil
+	case e.last != nil:
+		n := copy(p, e.last)
+		e.last = nil
+		return n, nil
 	}
-	e.n--
-	return copy(p, e.event), nil
+	return 0, io.EOF
 }
 
 // BenchmarkAnswerBudgets measures reading the provider's budgets from an
