@@ -15,7 +15,8 @@
 // GOVERNOR_REDIS_URL, package coord behind lane.Coordinator (coord.go).
 // It serves the main listener and the admin listener (admin.go,
 // listeners.go: /metrics, /healthz, /readyz), and on SIGTERM, SIGINT or
-// SIGHUP (unless started with it ignored, as nohup does) reports not
+// SIGHUP (SIGINT and SIGHUP unless started with them ignored, as a shell
+// script's background job and nohup do) reports not
 // ready, drains calls and batches for GOVERNOR_DRAIN_TIMEOUT and exits; a
 // second signal exits at once. /metrics writes Governor's
 // families with their # HELP and # TYPE lines (metrics.go).

@@ -116,13 +116,17 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 	// once it has started, where the default action would kill it, even
 	// after it has said it started and reported ready. A hang-up (the
 	// terminal closes, kill -HUP) drains it too: Go's default would end it
-	// at once, dropping every call in progress. A hang-up ignored when
-	// Governor starts (nohup) stays ignored: Notify would install a
-	// handler in place of the SIG_IGN that asked for it to run on.
+	// at once, dropping every call in progress. A hang-up or an interrupt
+	// ignored when Governor starts (nohup; a shell script's background
+	// job, governor &) stays ignored: Notify would install a handler in
+	// place of the SIG_IGN that asked for it to run on. SIGTERM is always
+	// caught.
 	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)
-	if !signal.Ignored(syscall.SIGHUP) {
-		signal.Notify(sigc, syscall.SIGHUP)
+	signal.Notify(sigc, syscall.SIGTERM)
+	for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		if !signal.Ignored(sig) {
+			signal.Notify(sigc, sig)
+		}
 	}
 	defer signal.Stop(sigc)
 	// A log reader that goes away (stderr piped to a process that exits)
