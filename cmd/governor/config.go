@@ -255,9 +255,12 @@ func wantNonEmpty(f reflect.StructField) string {
 }
 
 // isOwnListener reports whether u, an upstream, is Governor's own main
-// listener at listen: a loopback host (or localhost) on the listener's
-// port, with the listener on loopback or on every address, or the
-// listener's very host and port. Every call sent there would come back as
+// listener at listen: the same port, and a host that dials the listener's
+// socket. That is the listener's own address (written in any form), or,
+// for a listener on every address (":8080", 0.0.0.0, [::]), any loopback
+// address or localhost; localhost and 0.0.0.0 dial 127.0.0.1 or ::1, so
+// they are a listener on those. Another loopback address (127.0.0.2) is
+// another socket. Every call sent to its own listener would come back as
 // a new call, each holding a slot of its lane, until the attempt timeout.
 func isOwnListener(listen string, u *url.URL) bool {
 	lhost, lport, err := net.SplitHostPort(listen)
@@ -271,17 +274,22 @@ func isOwnListener(listen string, u *url.URL) bool {
 	if uport != lport {
 		return false
 	}
-	uhost := strings.ToLower(u.Hostname())
-	if uhost == strings.ToLower(strings.Trim(lhost, "[]")) {
+	lhost, uhost := strings.ToLower(lhost), strings.ToLower(u.Hostname())
+	lip, uip := net.ParseIP(lhost), net.ParseIP(uhost)
+	if lhost == uhost || lip != nil && lip.Equal(uip) {
 		return true
 	}
-	loopback := func(h string) bool {
-		ip := net.ParseIP(h)
-		return h == "localhost" || ip != nil && ip.IsLoopback()
+	// localhost and an unspecified address, dialled, reach 127.0.0.1 or ::1.
+	dialsLocalhost := uhost == "localhost" || uip != nil && uip.IsUnspecified()
+	switch {
+	case lhost == "" || lip != nil && lip.IsUnspecified():
+		return dialsLocalhost || uip != nil && uip.IsLoopback()
+	case lhost == "localhost":
+		return uip != nil && (uip.Equal(net.IPv4(127, 0, 0, 1)) || uip.Equal(net.IPv6loopback) || uip.IsUnspecified())
+	case lip != nil && (lip.Equal(net.IPv4(127, 0, 0, 1)) || lip.Equal(net.IPv6loopback)):
+		return dialsLocalhost
 	}
-	lip := net.ParseIP(lhost)
-	listensOnLoopback := lhost == "" || loopback(lhost) || lip != nil && lip.IsUnspecified()
-	return listensOnLoopback && loopback(uhost)
+	return false
 }
 
 func ownListenerError(listen string, u *url.URL) error {

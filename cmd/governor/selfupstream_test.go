@@ -22,6 +22,17 @@ func TestUpstreamThatIsGovernorItselfIsRefused(t *testing.T) {
 		{"[::1]:8080", "GOVERNOR_UPSTREAM", "http://[::1]:8080"},
 		{"10.1.2.3:8080", "GOVERNOR_UPSTREAM", "http://10.1.2.3:8080"},
 		{"127.0.0.1:8080", "GOVERNOR_ROUTES", "anthropic=http://127.0.0.1:8080/anthropic"},
+		{"127.0.0.1:8080", "GOVERNOR_UPSTREAM", "http://0.0.0.0:8080"}, // dials loopback
+		{"localhost:8080", "GOVERNOR_UPSTREAM", "http://127.0.0.1:8080"},
+		{"localhost:8080", "GOVERNOR_UPSTREAM", "http://[::1]:8080"},
+		{"LocalHost:8080", "GOVERNOR_UPSTREAM", "http://localhost:8080"},
+		{"[::1]:8080", "GOVERNOR_UPSTREAM", "http://localhost:8080"},
+		{"[::1]:8080", "GOVERNOR_UPSTREAM", "http://[0:0::1]:8080"}, // the same address, written otherwise
+		{"0.0.0.0:8080", "GOVERNOR_UPSTREAM", "http://localhost:8080"},
+		{"0.0.0.0:8080", "GOVERNOR_UPSTREAM", "http://0.0.0.0:8080"},
+		{"[::]:8080", "GOVERNOR_UPSTREAM", "http://[::1]:8080"},
+		{":8080", "GOVERNOR_UPSTREAM", "http://127.0.0.1:8080"},
+		{"0.0.0.0:80", "GOVERNOR_UPSTREAM", "http://127.0.0.1"},
 	} {
 		_, err := loadConfig([]string{"GOVERNOR_LISTEN=" + tc.listen, tc.name + "=" + tc.value})
 		var ce *configError
@@ -35,6 +46,15 @@ func TestUpstreamThatIsGovernorItselfIsRefused(t *testing.T) {
 		{"10.1.2.3:8080", "http://127.0.0.1:8080"},        // loopback is not this listener
 		{"127.0.0.1:0", "http://127.0.0.1:8080"},          // a port of its choosing
 		{"127.0.0.1:8080", "https://api.openai.com"},
+		{"127.0.0.1:8080", "http://127.0.0.2:8080"}, // another loopback address: another socket
+		{"127.0.0.2:8080", "http://127.0.0.1:8080"}, // the same, the other way
+		{"127.0.0.2:8080", "http://localhost:8080"}, // localhost is 127.0.0.1 (or ::1)
+		{"127.0.0.2:8080", "http://0.0.0.0:8080"},   // 0.0.0.0 dials 127.0.0.1
+		{"[::1]:8080", "http://127.0.0.1:8080"},     // another family
+		{"127.0.0.1:8080", "http://[::1]:8080"},     // the same, the other way
+		{"10.1.2.3:8080", "http://localhost:8080"},  // loopback is not this listener
+		{"0.0.0.0:8080", "http://10.1.2.4:8080"},    // another machine, as far as Governor knows
+		{"localhost:8080", "http://127.0.0.2:8080"}, // localhost is 127.0.0.1 (or ::1)
 	} {
 		_, err := loadConfig([]string{"GOVERNOR_LISTEN=" + tc.listen, "GOVERNOR_UPSTREAM=" + tc.upstream})
 		assert.NoError(t, err, "GOVERNOR_UPSTREAM=%s with GOVERNOR_LISTEN=%s", tc.upstream, tc.listen)
