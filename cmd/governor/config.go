@@ -103,7 +103,7 @@ type configError struct {
 // setting is one variable's value as loadConfig read it.
 type setting struct {
 	text      string
-	isDefault bool // unset: text is the default
+	isDefault bool // unset or empty: text is the default
 }
 
 func (e *configError) Error() string {
@@ -135,9 +135,6 @@ func loadConfig(environ []string) (*parsed, error) {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			vars[k] = v
 		}
-	}
-	if err := emptyError(vars); err != nil {
-		return nil, err
 	}
 	var c config
 	read := settings{}
@@ -210,48 +207,6 @@ func loadConfig(environ []string) (*parsed, error) {
 		}
 	}
 	return p, nil
-}
-
-// emptyError reports the first variable with a default that is set to the
-// empty string. Empty is a value, not the default: a manifest whose
-// template left a value out must not start Governor on an address or a
-// bound nobody chose. A variable whose default is empty (GOVERNOR_ROUTES,
-// GOVERNOR_API_TOKEN, ...) documents what empty means and takes it.
-func emptyError(vars map[string]string) error {
-	t := reflect.TypeFor[config]()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name := f.Tag.Get("env")
-		def := f.Tag.Get("envDefault")
-		if v, set := vars[name]; !set || v != "" || def == "" {
-			continue
-		}
-		return &configError{variable: name, value: &setting{}, err: fmt.Errorf("%s; unset it for the default (%s)", wantNonEmpty(f), def)}
-	}
-	return nil
-}
-
-// wantNonEmpty says what variable f, with a default, wants instead of empty.
-func wantNonEmpty(f reflect.StructField) string {
-	switch name := f.Tag.Get("env"); name {
-	case "GOVERNOR_LISTEN":
-		return "want an address such as 127.0.0.1:8080 or :8080"
-	case "GOVERNOR_ADMIN_LISTEN":
-		return "want an address such as :9090 or 127.0.0.1:9090"
-	case "GOVERNOR_UPSTREAM":
-		return "want an http:// or https:// URL"
-	case "GOVERNOR_AIMD_PRESET":
-		return "want default or phoenix"
-	case "GOVERNOR_LOG_LEVEL":
-		return "want debug, info, warn or error"
-	case "GOVERNOR_LOG_FORMAT":
-		return "want auto, json or text"
-	default:
-		if f.Type.Kind() == reflect.String {
-			return "want a value"
-		}
-		return wantOfType(f.Type, name, nil)
-	}
 }
 
 // isOwnListener reports whether u, an upstream, is Governor's own main
@@ -478,8 +433,8 @@ an async job, shows its progress on stderr and writes the results in input
 order (exit 0: all completed, 1: some failed or did not run, 2: usage);
 governor batch -h for its flags.
 
-Configuration (environment variables, with defaults; a variable with a
-default refuses an empty value: unset it for the default):
+Configuration (environment variables, with defaults; a variable set to
+the empty string is read as unset):
 `)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	t := reflect.TypeFor[config]()

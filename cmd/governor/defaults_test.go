@@ -59,3 +59,17 @@ func TestEnvDefaultsAreThePackagesDefaults(t *testing.T) {
 	}
 	assert.Equal(t, aimd.Default.String(), c.AIMDPreset, "GOVERNOR_AIMD_PRESET")
 }
+
+// A variable set to the empty string is read as unset: it takes its
+// default, as a compose file's ${GOVERNOR_X} of an unset variable or a
+// template's empty value expects.
+func TestEmptyValueIsTheDefault(t *testing.T) {
+	p, err := loadConfig([]string{"GOVERNOR_LISTEN=", "GOVERNOR_ADMIN_LISTEN=", "GOVERNOR_MAX_RETRIES=",
+		"GOVERNOR_QUEUE_TIMEOUT=", "GOVERNOR_ACCESS_LOG=", "GOVERNOR_LOG_LEVEL=", "GOVERNOR_AIMD_PRESET="})
+	require.NoError(t, err)
+	def, err := loadConfig(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:8080", p.Listen)
+	assert.Equal(t, ":9090", p.AdminListen)
+	assert.Equal(t, def.config, p.config)
+}

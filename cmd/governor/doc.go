@@ -3,8 +3,7 @@
 //
 // It is configured by GOVERNOR_* environment variables only (config.go:
 // one field per variable, with its default and its line of -h; no other
-// package reads the environment; a variable with a default refuses the
-// empty string, one whose default is empty takes it), and takes two flags:
+// package reads the environment), and takes two flags:
 // -demo runs it in front of a simulated provider in the same process
 // (demo.go), -version prints its version. `governor batch` (batchcmd.go,
 // package internal/batchcli) submits an OpenAI Batch JSONL file to a
