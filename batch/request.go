@@ -58,7 +58,11 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx) (*Batch, bool) {
 		b, err = s.parser.parseJSON(body)
 	}
 	if err == nil && b.Options.Tenant == "" {
-		if v := ctx.Request.Header.Peek(proxy.HeaderTenant); len(v) > 0 {
+		v, verr := proxy.SingleValue(&ctx.Request.Header, proxy.HeaderTenant)
+		switch {
+		case verr != nil:
+			err = &InputError{Where: proxy.HeaderTenant, Err: verr}
+		case len(v) > 0:
 			if err = proxy.ValidateTenant(string(v)); err == nil {
 				b.Options.Tenant = string(v)
 			} else {

@@ -2,6 +2,7 @@ package batch_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -79,5 +80,18 @@ func TestBadTenantOption(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, out, proxy.HeaderTenant)
 	assert.Contains(t, out, `X-Governor-Tenant: \"no spaces please\": only letters`)
+
+	// A batch sent with two different tenants: which one was meant is unknown.
+	req, err := http.NewRequest(http.MethodPost, e.base+batch.PathBatches, strings.NewReader(mustJSON(t, map[string]any{"requests": items})))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header[proxy.HeaderTenant] = []string{"team-a", "team-b"}
+	resp, err = e.c.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+	assert.Contains(t, string(b), "X-Governor-Tenant: sent 2 times with different values")
 	assert.Zero(t, e.mock.Stats().Received, "nothing ran")
 }

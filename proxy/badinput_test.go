@@ -209,3 +209,49 @@ func TestFieldNamesThatAreNotTokensAreRefused(t *testing.T) {
 	}
 	assert.Empty(t, lines, "nothing reached the provider")
 }
+
+// X-Governor-Max-Retries and X-Governor-Tenant hold one value each: sent
+// twice with different values, the call is refused with 400 naming the
+// header and nothing is sent upstream; sent twice with the same value, it
+// runs as if sent once.
+func TestRepeatedGovernorHeaders(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	mock, mockURL := startMock(t, mockllm.Config{})
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, mockURL), MaxRetries: 2}))
+	c := client(t)
+	send := func(id string, header string, values ...string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest("POST", base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", id)
+		req.Header.Set("X-Mock-Fault", "500,500,500,500")
+		req.Header[header] = values
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for i, tc := range []struct{ header, first, second string }{
+		{HeaderMaxRetries, "0", "100"},
+		{HeaderMaxRetries, "1", ""},
+		{HeaderTenant, "team-a", "team-b"},
+	} {
+		id := fmt.Sprintf("repeated-%d", i)
+		resp, body := send(id, tc.header, tc.first, tc.second)
+		assert.Equal(t, 400, resp.StatusCode, "%+v: %s", tc, body)
+		assert.Contains(t, body, `"code":"bad_request"`, "%+v", tc)
+		assert.Contains(t, body, tc.header+": sent 2 times with different values", "%+v", tc)
+		assert.Equal(t, "false", resp.Header.Get("X-Should-Retry"), "%+v", tc)
+		assert.Zero(t, mock.Stats().ByRequestID[id], "%+v: nothing is sent upstream", tc)
+	}
+	// The same value twice is that value.
+	resp, body := send("repeated-same", HeaderMaxRetries, "1", "1")
+	assert.Equal(t, 500, resp.StatusCode, body)
+	assert.Equal(t, "2", resp.Header.Get(HeaderAttempts))
+	assert.EqualValues(t, 2, mock.Stats().ByRequestID["repeated-same"])
+}

@@ -51,7 +51,8 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx) {
 
 // admit prepares c for the call of ctx, and reports whether the call's
 // errors take Anthropic's shape. It answers the call at once, and reports
-// !ok, when the call is refused (a malformed X-Governor-Max-Retries) or
+// !ok, when the call is refused (a malformed or repeated
+// X-Governor-Max-Retries or X-Governor-Tenant) or
 // gets no lane.
 //
 //go:noinline
@@ -63,11 +64,19 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 		p.finish(up, ctx, "", &Details{Status: StatusFailed})
 		return anthropic, false
 	}
-	maxRetries, err := maxRetriesOf(ctx.Request.Header.Peek(HeaderMaxRetries), p.cfg.MaxRetries)
+	v, err := SingleValue(&ctx.Request.Header, HeaderMaxRetries)
+	if err != nil {
+		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + HeaderMaxRetries + ": " + err.Error(), Final: true})
+	}
+	maxRetries, err := maxRetriesOf(v, p.cfg.MaxRetries)
 	if err != nil {
 		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + err.Error(), Final: true})
 	}
-	tenant, err := tenantOf(ctx.Request.Header.Peek(HeaderTenant))
+	v, err = SingleValue(&ctx.Request.Header, HeaderTenant)
+	if err != nil {
+		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + HeaderTenant + ": " + err.Error(), Final: true})
+	}
+	tenant, err := tenantOf(v)
 	if err != nil {
 		return refuse(apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Message: "Governor: " + err.Error(), Final: true})
 	}
