@@ -48,18 +48,19 @@ type rowMeta struct {
 	RequestID   string       `json:"request_id,omitempty"`
 	Err         *proxy.Error `json:"err,omitempty"`
 	Lane        string       `json:"lane,omitempty"`
+	HeadStatus  int          `json:"head_status,omitempty"`
 }
 
 func metaOf(r *Row, customID string) rowMeta {
 	return rowMeta{CustomID: customID, Status: r.Status, Attempts: r.Attempts, Before: r.AttemptsBeforeRestart, Errors: r.Errors,
 		Queue: int64(r.Queue), Execution: int64(r.Execution), StatusCode: r.StatusCode,
-		ContentType: r.ContentType, RequestID: r.RequestID, Err: r.Err, Lane: r.Lane}
+		ContentType: r.ContentType, RequestID: r.RequestID, Err: r.Err, Lane: r.Lane, HeadStatus: r.HeadStatus}
 }
 
 func (m *rowMeta) row() Row {
 	return Row{Status: m.Status, Attempts: m.Attempts, AttemptsBeforeRestart: m.Before, Errors: m.Errors,
 		Queue: time.Duration(m.Queue), Execution: time.Duration(m.Execution), StatusCode: m.StatusCode,
-		ContentType: m.ContentType, RequestID: m.RequestID, Err: m.Err, Lane: m.Lane}
+		ContentType: m.ContentType, RequestID: m.RequestID, Err: m.Err, Lane: m.Lane, HeadStatus: m.HeadStatus}
 }
 
 // diskRows keeps an execution's rows in its journal; rows that could not

@@ -35,6 +35,20 @@ type Row struct {
 	// Err is Governor's own error when the item has no answer to show
 	// (DID_NOT_RUN, or a failure before or instead of an answer).
 	Err *proxy.Error
+	// HeadStatus is the status the provider's last answer came with
+	// when Err stands instead of that answer: a stream or body the
+	// provider cut before its end, an answer too large to keep.
+	HeadStatus int
+}
+
+// statusCode is the provider's last status: that of its answer, else
+// that of an answer it began and did not finish; 0 when it never
+// answered.
+func (r *Row) statusCode() int {
+	if r.StatusCode != 0 {
+		return r.StatusCode
+	}
+	return r.HeadStatus
 }
 
 // completed reports whether the row's output is the provider's answer
@@ -68,7 +82,8 @@ type Detail struct {
 	QueueSeconds          float64  `json:"queue_seconds"`
 	ExecutionSeconds      float64  `json:"execution_seconds"`
 	// StatusCode is the provider's last status, 0 (omitted) when it
-	// never answered.
+	// never answered. An item whose answer was cut before its end (a
+	// stream broken off) has the status that answer began with.
 	StatusCode int `json:"status_code,omitempty"`
 	// Response is the provider's last answer to a FAILED item (its error
 	// body), omitted otherwise: the output of a FAILED item is the
@@ -132,7 +147,7 @@ func (r *Row) detail() Detail {
 		Errors:                errs,
 		QueueSeconds:          round3(r.Queue.Seconds()),
 		ExecutionSeconds:      round3(r.Execution.Seconds()),
-		StatusCode:            r.StatusCode,
+		StatusCode:            r.statusCode(),
 		Response:              r.failedAnswer(),
 	}
 }

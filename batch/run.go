@@ -443,6 +443,7 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		r.Status = proxy.StatusFailed
 		r.Err = res.Err
 		r.Lane = res.Lane
+		r.HeadStatus = d.StatusCode
 		if d.Attempts == 0 {
 			// No attempt to blame: say why it failed all the same.
 			r.Errors = append(r.Errors, res.Err.Code+": "+res.Err.Message)

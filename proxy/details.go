@@ -29,6 +29,11 @@ type Details struct {
 	// attempts; Execution the time from dispatch to answer, over all
 	// attempts (for a stream, to its headers).
 	Queue, Execution time.Duration
+	// StatusCode is the status the last attempt's answer came with, 0
+	// when that attempt got none (no connection, no head in time). An
+	// answer cut before its end (a stream the provider broke off) has
+	// one, though the call has no answer to return.
+	StatusCode int
 }
 
 // Response headers with a call's execution details.

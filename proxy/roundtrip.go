@@ -361,6 +361,9 @@ type upstreamAttempt struct {
 	// event ended or that was cut (streamWhy then says which).
 	oc, served lane.Outcome
 	streamWhy  string
+	// head reports whether the answer's head was read: its status is
+	// the provider's, even when its body was then cut.
+	head bool
 
 	// start is the dispatch, deadline the end of the attempt's time, sent
 	// the hand-over of the request to a connection, now the end of the
@@ -436,6 +439,7 @@ func (c *governedCall) read(a *upstreamAttempt) {
 	p, o, resp := c.p, &c.o, a.resp
 	oc := lane.Answered
 	err := a.err
+	a.head = err == nil
 	if err != nil {
 		err = unsent(resp, scrubHeadError(err))
 		oc = classifyErr(err)
@@ -531,6 +535,10 @@ func (c *governedCall) observe(a *upstreamAttempt) {
 	}
 	d.Attempts++
 	d.Execution += a.latency
+	d.StatusCode = 0
+	if a.head {
+		d.StatusCode = resp.StatusCode()
+	}
 	c.req.up.metrics.upstreamLatency.Update(a.latency.Seconds())
 	exchange, now := a.exchange, a.now
 	switch {
