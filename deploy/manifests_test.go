@@ -71,10 +71,11 @@ func TestRedisOverlay(t *testing.T) {
 }
 
 // Both examples keep async batch jobs on a volume of the pod's, which
-// outlives a restart of Governor's container, with a size of its own: a
-// filesystem that, full, refuses writes (the job pauses) rather than an
-// emptyDir whose sizeLimit gets the pod evicted.
-func TestBatchDirectoryOnAVolumeOfItsOwnSize(t *testing.T) {
+// outlives a restart of Governor's container, and which every cluster
+// provides: an emptyDir on the node's disk, so the pod starts where no
+// StorageClass is the default (a claimed volume would leave it Pending),
+// and without a sizeLimit, past which the kubelet would evict the pod.
+func TestBatchDirectoryOnAVolumeEveryClusterHas(t *testing.T) {
 	for _, dir := range []string{"base", "shared"} {
 		m := load(t, dir)
 		require.Len(t, m.deployments, 1)
@@ -89,13 +90,12 @@ func TestBatchDirectoryOnAVolumeOfItsOwnSize(t *testing.T) {
 		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == gov.VolumeMounts[0].Name })
 		require.GreaterOrEqual(t, i, 0, dir)
 		v := spec.Volumes[i]
-		assert.Nil(t, v.EmptyDir, "%s: not an emptyDir", dir)
-		require.NotNil(t, v.Ephemeral, "%s: an ephemeral volume, made and deleted with the pod", dir)
-		claim := v.Ephemeral.VolumeClaimTemplate.Spec
-		assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, claim.AccessModes, dir)
-		size := claim.Resources.Requests[corev1.ResourceStorage]
-		assert.Equal(t, "2Gi", size.String(), dir)
-		require.NotNil(t, spec.SecurityContext.FSGroup, "%s: Governor, not root, owns the volume's files", dir)
+		assert.Nil(t, v.Ephemeral, "%s: no claim, which needs a StorageClass", dir)
+		assert.Nil(t, v.PersistentVolumeClaim, "%s: no claim, which needs a StorageClass", dir)
+		require.NotNil(t, v.EmptyDir, "%s: an emptyDir, made and deleted with the pod", dir)
+		assert.Nil(t, v.EmptyDir.SizeLimit, "%s: no sizeLimit, past which the pod is evicted", dir)
+		assert.Equal(t, corev1.StorageMediumDefault, v.EmptyDir.Medium, "%s: on disk, not in the pod's memory", dir)
+		require.NotNil(t, spec.SecurityContext.FSGroup, "%s: Governor, not root, owns a claimed volume put in its place", dir)
 		assert.Equal(t, *spec.SecurityContext.RunAsGroup, *spec.SecurityContext.FSGroup, dir)
 	}
 }
@@ -165,9 +165,16 @@ func TestChecksCatchMistakes(t *testing.T) {
 		"batch dir on a sized emptyDir": {"base", func(m *manifests) {
 			sidecarPod(m).Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("2Gi"))}}
 		}, "evicts the pod"},
-		"batch volume without fsGroup": {"shared", func(m *manifests) { sidecarPod(m).SecurityContext.FSGroup = nil }, "fsGroup"},
-		"privilege escalation":         {"base", func(m *manifests) { app(m).SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "allowPrivilegeEscalation"},
-		"capability kept":              {"base", func(m *manifests) { gov(m).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_RAW"} }, "capabilities"},
+		"batch volume without fsGroup": {"shared", func(m *manifests) {
+			sidecarPod(m).Volumes[0].VolumeSource = corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceStorage: resource.MustParse("2Gi")}}}}}}
+			sidecarPod(m).SecurityContext.FSGroup = nil
+		}, "fsGroup"},
+		"privilege escalation": {"base", func(m *manifests) { app(m).SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "allowPrivilegeEscalation"},
+		"capability kept":      {"base", func(m *manifests) { gov(m).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_RAW"} }, "capabilities"},
 		"capability added": {"base", func(m *manifests) {
 			gov(m).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
 		}, "capabilities"},
