@@ -47,6 +47,13 @@ func (k TokenKind) String() string { return tokenKindNames[k] }
 type Cost struct {
 	Prompt int // estimated prompt tokens
 	Output int // the most output tokens it may use (its max_tokens), or an estimate
+
+	// estimated is set on a cost from EstimateCost, whose prompt (and
+	// output, without max_tokens) is a guess from what the lane's
+	// answers have shown; least is then the part of it that no answer
+	// can have made larger, which alone may refuse a call (see sure).
+	estimated bool
+	least     struct{ prompt, output int }
 }
 
 func (c Cost) of(k TokenKind) float64 {
@@ -57,6 +64,21 @@ func (c Cost) of(k TokenKind) float64 {
 		return float64(c.Output)
 	}
 	return float64(c.Prompt + c.Output)
+}
+
+// sure returns what the call costs for certain enough to refuse it when
+// it is more than a whole budget: a cost given as such, or of an
+// estimate, its prompt at no fewer bytes a token than the rule of thumb
+// (the lane's ratio if it shows more bytes a token) and its max_tokens.
+// A lane's ratio is learned from answers: one that reports a prompt far
+// beyond its body's text (an image or a file sent by reference is many
+// tokens in a few bytes, a provider may count wrong) must never make the
+// next large prompts look as if they could not run.
+func (c Cost) sure() Cost {
+	if !c.estimated {
+		return c
+	}
+	return Cost{Prompt: c.least.prompt, Output: c.least.output}
 }
 
 // TokenReport is what an answer says of one token budget: a bucket of
@@ -217,6 +239,12 @@ const defaultBytesPerToken = 4
 // estimates.
 const usageWeight = 0.1
 
+// maxAnswerTokens bounds the tokens one answer's usage counts toward the
+// lane's estimates while it knows no budget: about five times the longest
+// context windows of 2026, so that a count no call can reach (a usage of
+// 2^53 tokens) sets no estimate that a budget learned later cannot hold.
+const maxAnswerTokens = 10_000_000
+
 // estimate returns the cost of a call whose body has bodyBytes bytes and
 // that may use at most maxTokens output tokens (0: not set).
 func (p *tokenPacer) estimate(bodyBytes, maxTokens int) Cost {
@@ -226,9 +254,12 @@ func (p *tokenPacer) estimate(bodyBytes, maxTokens int) Cost {
 	if p.promptTokens > 0 {
 		bpt = p.bodyBytes / p.promptTokens
 	}
-	c := Cost{Prompt: int(math.Ceil(float64(bodyBytes) / bpt)), Output: maxTokens}
+	c := Cost{Prompt: int(math.Ceil(float64(bodyBytes) / bpt)), Output: maxTokens, estimated: true}
+	c.least.prompt = int(math.Ceil(float64(bodyBytes) / max(bpt, defaultBytesPerToken)))
 	if maxTokens <= 0 {
 		c.Output = int(math.Ceil(p.output))
+	} else {
+		c.least.output = maxTokens
 	}
 	return c
 }
@@ -248,10 +279,10 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 		if !b.known() {
 			continue
 		}
-		c := cost.of(TokenKind(k))
-		if c > b.limit {
+		if c := cost.sure().of(TokenKind(k)); c > b.limit {
 			return 0, mark, fmt.Errorf("%w: about %.0f %s, the whole budget is %.0f", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
 		}
+		c := cost.of(TokenKind(k))
 		// Spend at the refill rate, keeping tokenSlack of the budget
 		// unspent (see there). Unlike the request pacer's, the rate is
 		// no guess at the rounding of a count (it is the limit's
@@ -450,28 +481,47 @@ func (p *tokenPacer) observeUsage(est Cost, bodyBytes int, prompt, completion in
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Counts the budgets cannot hold are not counts of one call (a
+	// provider or a gateway between that counts wrong): each is taken
+	// as at most the largest known budget, so that no answer sets an
+	// estimate that keeps the calls after it waiting.
+	ceiling := 0.0
+	for k := range p.buckets {
+		if b := &p.buckets[k]; b.known() {
+			ceiling = max(ceiling, b.limit)
+		}
+	}
+	if ceiling == 0 {
+		ceiling = maxAnswerTokens
+	}
+	usedPrompt, usedOutput := min(float64(prompt), ceiling), min(float64(completion), ceiling)
 	if prompt > 0 && bodyBytes > 0 {
 		// The ratio of the means, not the mean of the ratios: a budget
 		// spends sums of tokens, and a body's JSON around its prompt
 		// makes small bodies hold fewer tokens a byte than large ones,
-		// so that the mean ratio underestimates the large calls.
+		// so that the mean ratio underestimates the large calls. A
+		// prompt counts at most a token a byte of its body, as text
+		// does: an image or a file sent by reference is many tokens in
+		// a few bytes and says nothing of the bytes a token of the
+		// next call's text.
+		byText := min(usedPrompt, float64(bodyBytes))
 		if p.promptTokens == 0 {
-			p.bodyBytes, p.promptTokens = float64(bodyBytes), float64(prompt)
+			p.bodyBytes, p.promptTokens = float64(bodyBytes), byText
 		} else {
 			p.bodyBytes += usageWeight * (float64(bodyBytes) - p.bodyBytes)
-			p.promptTokens += usageWeight * (float64(prompt) - p.promptTokens)
+			p.promptTokens += usageWeight * (byText - p.promptTokens)
 		}
 	}
 	if p.output == 0 {
-		p.output = float64(completion)
+		p.output = usedOutput
 	} else {
-		p.output += usageWeight * (float64(completion) - p.output)
+		p.output += usageWeight * (usedOutput - p.output)
 	}
 	// The budgets were booked with the estimate: give back or take what
 	// the prompt really was. Output was booked at max_tokens, which is
 	// what OpenAI counts; Anthropic gives unused output tokens back.
-	dPrompt := float64(prompt) - float64(est.Prompt)
-	dOutput := float64(completion) - float64(est.Output)
+	dPrompt := usedPrompt - float64(est.Prompt)
+	dOutput := usedOutput - float64(est.Output)
 	for k := range p.buckets {
 		b := &p.buckets[k]
 		if !b.known() {

@@ -62,7 +62,7 @@ func TestCallLargerThanBudgetFailsAtOnce(t *testing.T) {
 
 func TestUsageCorrectsEstimates(t *testing.T) {
 	var p tokenPacer
-	assert.Equal(t, Cost{Prompt: 100, Output: 0}, p.estimate(400, 0), "4 bytes a token, no output known")
+	assert.Equal(t, Cost{Prompt: 100, Output: 0}, guess(p.estimate(400, 0)), "4 bytes a token, no output known")
 	p.observe(TokenReport{Kind: InputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0, t0)
 	p.observe(TokenReport{Kind: OutputTokens, Limit: 6000, Remaining: 6000}, TokenMark{}, t0, t0)
 	est := p.estimate(400, 500)
@@ -72,8 +72,62 @@ func TestUsageCorrectsEstimates(t *testing.T) {
 	p.observeUsage(est, 400, 200, 50, t0)
 	info := p.info(t0)
 	assert.Equal(t, []TokenBudgetInfo{{"input_tokens", 6000, 6000, 1, 5800}, {"output_tokens", 6000, 6000, 1, 5950}}, info)
-	assert.Equal(t, Cost{Prompt: 200, Output: 50}, p.estimate(400, 0), "learned: 2 bytes a token, 50 output tokens")
-	assert.Equal(t, Cost{Prompt: 200, Output: 64}, p.estimate(400, 64))
+	assert.Equal(t, Cost{Prompt: 200, Output: 50}, guess(p.estimate(400, 0)), "learned: 2 bytes a token, 50 output tokens")
+	assert.Equal(t, Cost{Prompt: 200, Output: 64}, guess(p.estimate(400, 64)))
+}
+
+// guess returns the estimate of c alone.
+func guess(c Cost) Cost { return Cost{Prompt: c.Prompt, Output: c.Output} }
+
+// A call is refused as larger than a whole budget only for what it surely
+// costs: an answer whose usage counts far more prompt tokens than its
+// body's text (an image sent by its URL: 1,500 tokens in 130 bytes), or a
+// count no call can reach, never makes the next large prompt look as if it
+// could not run, nor keeps the calls after it waiting.
+func TestAbsurdUsageDoesNotRefuseTheNextCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		prompt, completion int64
+	}{
+		{"an image by reference", 1500, 5},
+		{"a prompt of 2^53 tokens", 1 << 53, 5},
+		{"an answer of 2^53 tokens", 15, 1 << 53},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p tokenPacer
+			p.observe(TokenReport{Kind: Tokens, Limit: 200000, Remaining: 200000}, TokenMark{}, t0, t0)
+			// A first call of 61 bytes whose prompt was 15 tokens, then
+			// the one with the absurd usage.
+			est := p.estimate(61, 0)
+			_, _, err := p.reserve(est, t0, time.Minute)
+			require.NoError(t, err)
+			p.observeUsage(est, 61, 15, 5, t0)
+			est = p.estimate(130, 0)
+			_, _, err = p.reserve(est, t0, time.Minute)
+			require.NoError(t, err)
+			p.observeUsage(est, 130, tc.prompt, tc.completion, t0)
+
+			// 200 KB of English text, about 40,000 tokens, asking for
+			// at most 1,000 out, a minute later (the budget full again).
+			later := t0.Add(time.Minute)
+			big := p.estimate(200_000, 1000)
+			wait, _, err := p.reserve(big, later, time.Minute)
+			require.NoError(t, err, "a call that fits the budget is not refused")
+			assert.Zero(t, wait, "the budget is full: nothing to wait for")
+			// A short call without max_tokens goes at once too.
+			wait, _, err = p.reserve(p.estimate(61, 0), later, time.Minute)
+			require.NoError(t, err)
+			assert.Zero(t, wait)
+		})
+	}
+	// A call whose prompt at the rule of thumb, four bytes a token, and
+	// max_tokens exceed the whole budget is still refused.
+	var p tokenPacer
+	p.observe(TokenReport{Kind: Tokens, Limit: 200000, Remaining: 200000}, TokenMark{}, t0, t0)
+	_, _, err := p.reserve(p.estimate(1_000_000, 0), t0, time.Minute)
+	assert.ErrorIs(t, err, ErrCostExceedsBudget, "1 MB of prompt: 250,000 tokens at the least")
+	_, _, err = p.reserve(p.estimate(400, 250000), t0, time.Minute)
+	assert.ErrorIs(t, err, ErrCostExceedsBudget, "max_tokens beyond the budget")
 }
 
 func TestTokenReportValidity(t *testing.T) {

@@ -513,3 +513,59 @@ func TestTokenBudgetRefillFromResetHeaders(t *testing.T) {
 		})
 	}
 }
+
+// An answer whose usage counts a prompt far beyond its body (an image sent
+// by its URL; a provider or a gateway that counts wrong: 2^53 tokens)
+// leaves the lane's next calls alone: a 200 KB prompt, about 50,000
+// tokens, within a budget of 200,000 a minute, is sent and answered, not
+// refused as larger than the whole budget (it was, and every call of the
+// lane after the 2^53 count was, for good: refused calls teach nothing).
+func TestAbsurdUsageDoesNotRefuseTheNextCalls(t *testing.T) {
+	checkLeaks(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		prompt := r.Header.Get("X-Test-Prompt-Tokens")
+		if prompt == "" {
+			prompt = fmt.Sprint(len(body) / 4)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("x-ratelimit-limit-tokens", "200000")
+		w.Header().Set("x-ratelimit-remaining-tokens", "199000")
+		w.Header().Set("x-ratelimit-reset-tokens", "300ms")
+		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%s,"completion_tokens":5}}`, prompt)
+	}))
+	t.Cleanup(up.Close)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+	c := client(t)
+	post := func(key, prompt, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if prompt != "" {
+			req.Header.Set("X-Test-Prompt-Tokens", prompt)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	short := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	image := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}]}`
+	large := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}]}`, strings.Repeat("word ", 40000))
+	for _, tc := range []struct{ key, body, prompt string }{
+		{"sk-image", image, "1500"},
+		{"sk-absurd", short, "9007199254740992"},
+	} {
+		status, body := post(tc.key, "", short) // learns the budget
+		require.Equal(t, http.StatusOK, status, body)
+		status, body = post(tc.key, tc.prompt, tc.body)
+		require.Equal(t, http.StatusOK, status, body)
+		for i := range 3 {
+			status, body = post(tc.key, "", large)
+			assert.Equal(t, http.StatusOK, status, "%s: large call %d: %s", tc.key, i, body)
+			status, body = post(tc.key, "", short)
+			assert.Equal(t, http.StatusOK, status, "%s: short call %d: %s", tc.key, i, body)
+		}
+	}
+}
