@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -460,14 +461,46 @@ func (s *Server) runItem(ctx context.Context, e *execution, i int) Row {
 		// to another host), so a 3xx answers nothing the item asked: it
 		// failed, as a 4xx does, with the redirect kept as its answer.
 		r.Status = proxy.StatusFailed
-		r.Errors = append(r.Errors, redirectError(r.StatusCode))
+		r.Errors = append(r.Errors, redirectError(r.StatusCode, res.Location))
 	}
 	return r
 }
 
-// redirectError is the error of an item answered with redirect status.
-func redirectError(status int) string {
-	return strconv.Itoa(status) + " " + http.StatusText(status) + ": redirects are not followed"
+// redirectError is the error of an item answered with redirect status,
+// naming where it redirected (see redirectTarget).
+func redirectError(status int, location string) string {
+	s := strconv.Itoa(status) + " " + http.StatusText(status)
+	if to := redirectTarget(location); to != "" {
+		s += " to " + to
+	}
+	return s + ": redirects are not followed"
+}
+
+// maxTargetLen bounds the redirect target an item's error names.
+const maxTargetLen = 200
+
+// redirectTarget is a Location header fit to show in an item's error:
+// without its userinfo, query and fragment, which may carry a credential
+// (https://user:key@host/, ?key=…, #access_token=…), "?…" standing for a
+// query dropped, and cut to maxTargetLen bytes; empty when there is none.
+func redirectTarget(location string) string {
+	if location == "" {
+		return ""
+	}
+	u, err := url.Parse(location)
+	if err != nil {
+		return "(a Location that is not a URL)"
+	}
+	dropped := u.RawQuery != "" || u.ForceQuery
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	s := u.String()
+	if dropped {
+		s += "?…"
+	}
+	if len(s) > maxTargetLen {
+		s = strings.ToValidUTF8(s[:maxTargetLen], "") + "…"
+	}
+	return s
 }
 
 // sentHook returns what records, in e's journal, each attempt of item i

@@ -59,6 +59,9 @@ type Result struct {
 	// RequestID is the provider's id for the answer (x-request-id, or
 	// Anthropic's request-id), empty when it sent none.
 	RequestID string
+	// Location is the answer's Location header as the provider sent it
+	// (a redirect's target), empty when it sent none.
+	Location string
 	// Lane is the id of the lane the call went through, as
 	// GET /governor/lanes shows it; empty when it got none.
 	Lane string
@@ -181,7 +184,8 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	defer fasthttp.ReleaseResponse(resp)
 	defer res.release()
 	out := Result{StatusCode: resp.StatusCode(), ContentType: string(resp.Header.ContentType()),
-		RequestID: requestID(&resp.Header), Lane: l.ID(), Details: res.details}
+		RequestID: requestID(&resp.Header), Location: string(resp.Header.Peek(fasthttp.HeaderLocation)),
+		Lane: l.ID(), Details: res.details}
 	// The answer's buffer becomes the result's: the body is not copied.
 	out.Body = resp.SwapBody(nil)
 	return out
