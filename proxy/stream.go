@@ -62,6 +62,10 @@ type streamBody struct {
 	written int64 // bytes written to w
 	werr    error // the first error writing to w
 	rerr    error // the first error reading the upstream, io.EOF aside
+	// ended says a Read has returned an error or io.EOF: the stream was
+	// read to its end, or the end was found. A stream closed before
+	// that was given up on the client's side (see end).
+	ended bool
 
 	// tokens reads the usage of the body as it passes, when countTokens.
 	tokens      usage.Stream
@@ -124,6 +128,7 @@ const deadlineSlack = 16
 // a limit on silence.
 func (b *streamBody) Read(p []byte) (int, error) {
 	if b.stream == nil {
+		b.ended = true
 		return 0, io.EOF
 	}
 	if now := time.Now(); b.idle > 0 && now.Sub(b.deadlineSet) >= b.idle/deadlineSlack {
@@ -159,8 +164,11 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		// say by its bytes whether it was cut; its events can.
 		err = errCutBeforeLastEvent
 	}
-	if err != nil && err != io.EOF && b.rerr == nil {
-		b.rerr = err
+	if err != nil {
+		b.ended = true
+		if err != io.EOF && b.rerr == nil {
+			b.rerr = err
+		}
 	}
 	return n, err
 }
@@ -173,11 +181,13 @@ var errCutBeforeLastEvent = errors.New("upstream closed the connection before th
 // end says how the stream ended, for the access log, once it is closed:
 // "done"; the type of the provider's error event that ended it
 // ("overloaded_error"); "client_gone" (the client left or stopped
-// reading); "silent" (the upstream said nothing for the idle timeout); or
-// "cut" (the upstream broke the stream off).
+// reading, or its connection failed before the stream was read to its
+// end: the headers could not be written to it); "silent" (the upstream
+// said nothing for the idle timeout); or "cut" (the upstream broke the
+// stream off).
 func (b *streamBody) end() string {
 	switch {
-	case b.clientGone.Load() || errors.Is(b.rerr, errClientGone) || b.werr != nil:
+	case b.clientGone.Load() || errors.Is(b.rerr, errClientGone) || b.werr != nil || !b.ended:
 		return "client_gone"
 	case isNetTimeout(b.rerr):
 		return "silent"
@@ -235,6 +245,7 @@ func (b *streamBody) SupportsBodyWriteTo() bool { return true }
 // cut, then the error is returned.
 func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 	if b.stream == nil {
+		b.ended = true
 		return 0, nil
 	}
 	bufp := copyBufs.Get().(*[]byte)
