@@ -21,6 +21,7 @@ import (
 // provider's answer.
 func TestItemAnsweredWithARedirectFails(t *testing.T) {
 	t.Parallel()
+	checkLeaks(t) // first: the provider's goroutines end before the check
 	var moved atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -63,6 +64,7 @@ func TestItemAnsweredWithARedirectFails(t *testing.T) {
 // userinfo, query and fragment are left out ("?…" for a query).
 func TestRedirectErrorNamesLocationWithoutSecrets(t *testing.T) {
 	t.Parallel()
+	checkLeaks(t) // first: the provider's goroutines end before the check
 	locations := map[string]string{
 		"full":      "https://elsewhere.example/v1/chat/completions",
 		"userinfo":  "https://user:sk-secret1@elsewhere.example/v1/x",

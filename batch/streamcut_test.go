@@ -66,6 +66,7 @@ func TestItemWithCutAnswerKeepsItsStatus(t *testing.T) {
 		{"JSON body shorter than its Content-Length", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t) // first: the provider's goroutine ends before the check
 			up := cuttingProvider(t, tc.answer)
 			e := newEnv(t, envOptions{proxy: func(c *proxy.Config) { c.Upstream, c.Routes = up, nil }})
 			it := chatItem("cut", "x", nil)
