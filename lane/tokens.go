@@ -126,6 +126,9 @@ type TokenBudgetInfo struct {
 type tokenBucket struct {
 	bucket
 	limit float64 // the budget's size, as last reported; 0 = unknown
+	// reported is when the size was last reported: only for limitMemory
+	// after does it refuse a call at once (see reserve).
+	reported time.Time
 	// refill is the whole budget's refill a minute (see learnRefill);
 	// lows and ups keep the largest lower bound and the smallest upper
 	// bound on it that the reports' resets set lately.
@@ -239,6 +242,16 @@ const defaultBytesPerToken = 4
 // estimates.
 const usageWeight = 0.1
 
+// limitMemory is how long a budget's reported size refuses the calls
+// that surely cost more than all of it. A budget grows (OpenAI raises an
+// account's limits as it moves up a usage tier) and refused calls report
+// nothing: past it, such a call is sent, after waiting for the budget as
+// long as GOVERNOR_MAX_PAUSE allows, and its answer says the size again
+// (the provider's "Request too large" 429 if it has not grown). So a lane
+// whose calls are all large learns a larger budget within a minute or
+// so, at the cost of at most one refused call a minute at the provider.
+const limitMemory = time.Minute
+
 // maxAnswerTokens bounds the tokens one answer's usage counts toward the
 // lane's estimates while it knows no budget: about five times the longest
 // context windows of 2026, so that a count no call can reach (a usage of
@@ -279,7 +292,7 @@ func (p *tokenPacer) reserve(cost Cost, now time.Time, maxWait time.Duration) (t
 		if !b.known() {
 			continue
 		}
-		if c := cost.sure().of(TokenKind(k)); c > b.limit {
+		if c := cost.sure().of(TokenKind(k)); c > b.limit && now.Sub(b.reported) < limitMemory {
 			return 0, mark, fmt.Errorf("%w: about %.0f %s, the whole budget is %.0f", ErrCostExceedsBudget, c, TokenKind(k), b.limit)
 		}
 		c := cost.of(TokenKind(k))
@@ -356,6 +369,7 @@ func (p *tokenPacer) observe(r TokenReport, mark TokenMark, dispatched, answered
 		since = math.Max(0, b.spent-mark[r.Kind])
 	}
 	remaining := math.Min(r.Remaining, r.Limit)
+	b.reported = answered
 	if !b.known() {
 		b.limit = r.Limit
 		b.learnRefill(r, answered)

@@ -60,6 +60,37 @@ func TestCallLargerThanBudgetFailsAtOnce(t *testing.T) {
 	assert.NoError(t, err, "input tokens have no known budget")
 }
 
+// A budget's size refuses at once the calls that cost more than all of it
+// only while it was reported lately: a budget grows (an account moving up
+// a usage tier), and a lane whose calls are all larger than the size it
+// last heard would otherwise refuse them for good, since refused calls
+// report nothing. Past a minute such a call goes, after its wait, and its
+// answer says the new size.
+func TestBudgetThatGrewStopsRefusing(t *testing.T) {
+	var p tokenPacer
+	p.observe(TokenReport{Kind: Tokens, Limit: 30000, Remaining: 30000}, TokenMark{}, t0, t0)
+	large := Cost{Prompt: 40000, Output: 1000}
+	for _, at := range []time.Duration{0, 30 * time.Second, time.Minute - time.Millisecond} {
+		_, _, err := p.reserve(large, t0.Add(at), time.Minute)
+		require.ErrorIs(t, err, ErrCostExceedsBudget, "%v after the report", at)
+	}
+	later := t0.Add(time.Minute)
+	wait, _, err := p.reserve(large, later, time.Minute)
+	require.NoError(t, err, "a minute on, the call goes to learn the budget again")
+	assert.Positive(t, wait, "after waiting for the budget")
+	assert.LessOrEqual(t, wait, time.Minute, "no longer than it may")
+	// Its answer reports the budget's new size: the next large calls go.
+	p.observe(TokenReport{Kind: Tokens, Limit: 450000, Remaining: 449000}, TokenMark{}, later, later.Add(time.Second))
+	wait, _, err = p.reserve(large, later.Add(2*time.Second), time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, wait)
+	// A provider that refuses it again ("Request too large") reports the
+	// same size, which refuses the next ones at once for another minute.
+	p.observe(TokenReport{Kind: Tokens, Limit: 30000, Remaining: 30000}, TokenMark{}, later, later.Add(3*time.Second))
+	_, _, err = p.reserve(large, later.Add(4*time.Second), time.Minute)
+	assert.ErrorIs(t, err, ErrCostExceedsBudget)
+}
+
 func TestUsageCorrectsEstimates(t *testing.T) {
 	var p tokenPacer
 	assert.Equal(t, Cost{Prompt: 100, Output: 0}, guess(p.estimate(400, 0)), "4 bytes a token, no output known")
