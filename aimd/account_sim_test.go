@@ -196,6 +196,9 @@ func TestAccount429(t *testing.T) {
 	}
 	var accs []*laneAccount
 	calls := 0
+	// S4's lanes ranked in each seed by their calls answered, fewest
+	// first: the calls and 429s of each rank.
+	var rankCalls, rankRefused [4]int
 	for seed := uint64(1); seed <= seeds; seed++ {
 		p := s4Params(seed)
 		lanes := make([]*laneAccount, len(p.Starts))
@@ -203,16 +206,32 @@ func TestAccount429(t *testing.T) {
 			lanes[i] = newLaneAccount()
 		}
 		accs = append(accs, lanes...)
+		var answered, refused [4]int
 		p.Sent = func(lane int, ctl *Controller, now time.Duration, call uint64, inFlight int) {
 			lanes[lane].let(ctl, now, call, inFlight)
 		}
 		p.Answered = func(lane int, _ *Controller, now time.Duration, call uint64, o Outcome, _ Event) {
-			if o == Success {
+			switch o {
+			case Success:
 				calls++
+				answered[lane]++
+			case RateLimited:
+				refused[lane]++
 			}
 			lanes[lane].answered(now, call, o)
 		}
 		simulateShared(simConfig(Default), p)
+		rank := []int{0, 1, 2, 3}
+		sort.Slice(rank, func(i, j int) bool { return answered[rank[i]] < answered[rank[j]] })
+		for k, lane := range rank {
+			rankCalls[k] += answered[lane] + refused[lane]
+			rankRefused[k] += refused[lane]
+		}
 	}
 	t.Logf("S4: %s", accountSummary(accs, calls, int(seeds)))
+	var ranks []string
+	for k := range rankCalls {
+		ranks = append(ranks, fmt.Sprintf("%.2f of %d calls a run", 100*float64(rankRefused[k])/float64(rankCalls[k]), rankCalls[k]/int(seeds)))
+	}
+	t.Logf("S4, 429s per 100 of a lane's calls, lanes ranked by calls answered, fewest first: %s", strings.Join(ranks, "; "))
 }
