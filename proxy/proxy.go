@@ -3,13 +3,10 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -51,14 +48,6 @@ type Proxy struct {
 	// public are the API paths served without the API token.
 	public map[string]fasthttp.RequestHandler
 }
-
-type apiRoutePrefix struct {
-	prefix string
-	h      fasthttp.RequestHandler
-}
-
-// APIPrefix is the path prefix of Governor's own API on the main listener.
-const APIPrefix = "/governor/"
 
 // New returns a Proxy for cfg. It registers its metrics on cfg.Metrics.
 func New(cfg Config) (*Proxy, error) {
@@ -133,34 +122,6 @@ func New(cfg Config) (*Proxy, error) {
 		ConnState:   p.conns.state,
 	}
 	return p, nil
-}
-
-// HandleAPI registers h for a path under APIPrefix. A path ending in "/"
-// matches every path it prefixes; other paths match exactly. HandleAPI must
-// be called before Serve.
-func (p *Proxy) HandleAPI(path string, h fasthttp.RequestHandler) {
-	if !strings.HasPrefix(path, APIPrefix) {
-		panic(fmt.Sprintf("proxy: API path %q is not under %s", path, APIPrefix))
-	}
-	if strings.HasSuffix(path, "/") {
-		p.apiPrefix = append(p.apiPrefix, apiRoutePrefix{path, h})
-		return
-	}
-	p.apiExact[path] = h
-}
-
-// HandlePublic registers h for exactly path, under APIPrefix, like
-// HandleAPI but served without the X-Governor-Token header that
-// Config.APIToken requires elsewhere: a browser cannot send a header when
-// it opens a page. h must serve only what needs no guarding, such as a
-// page's static files whose scripts call the API with the token. The
-// match is exact even for a path ending in "/" (it prefixes nothing).
-// HandlePublic must be called before Serve.
-func (p *Proxy) HandlePublic(path string, h fasthttp.RequestHandler) {
-	if !strings.HasPrefix(path, APIPrefix) || path == APIPrefix {
-		panic(fmt.Sprintf("proxy: public path %q is not a path under %s", path, APIPrefix))
-	}
-	p.public[path] = h
 }
 
 // Serve accepts connections on ln until Shutdown, then returns nil. Called
@@ -294,31 +255,6 @@ func (p *Proxy) stop() {
 	}
 }
 
-// serveLanes answers GET /governor/lanes.
-func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
-	if !ctx.IsGet() {
-		p.writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
-		return
-	}
-	out := struct {
-		Lanes []lane.Info `json:"lanes"`
-		// Redis, with GOVERNOR_REDIS_URL set, says whether the lanes are
-		// shared with the other Governors now (up) or governed here
-		// alone until Redis answers again.
-		Redis *redisStatus `json:"redis,omitempty"`
-	}{Lanes: p.lanes.Info(p.cfg.Now())}
-	if on, up := p.lanes.Coordinated(); on {
-		out.Redis = &redisStatus{Up: up}
-	}
-	reply.WriteJSON(ctx, fasthttp.StatusOK, out)
-}
-
-// redisStatus is the state of Redis coordination, as GET /governor/lanes
-// shows it.
-type redisStatus struct {
-	Up bool `json:"up"`
-}
-
 // Handler serves one request on the main listener.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	// Deadlines on the connection are dealt with where they matter, not
@@ -367,311 +303,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	p.forward(ctx)
 }
 
-// acceptable answers, and reports false for, a request that is not an
-// HTTP/1.x call Governor may forward: a method other than allowedMethods
-// (TRACE, CONNECT, PRI: HTTP/2's preface) gets 405 with an Allow header,
-// another HTTP version 400, and the connection is closed. The error takes
-// the shape of the provider the path routes to.
-func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
-	h := &ctx.Request.Header
-	refuse := func(status int, code, msg string) bool {
-		ctx.SetConnectionClose()
-		p.writeError(ctx, p.anthropicShaped(ctx), apiError{Status: status, Code: code, Final: true, Message: msg})
-		return false
-	}
-	if m := h.Method(); !allowedMethod(m) {
-		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
-		return refuse(fasthttp.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("Governor does not serve %.16s requests", m))
-	}
-	if string(h.RequestURI()) == "*" {
-		// The asterisk form asks about Governor itself, never about a
-		// provider's path (fasthttp reads it as the path "/*").
-		if !h.IsOptions() {
-			return refuse(fasthttp.StatusBadRequest, CodeBadRequest, "the request target * is only for OPTIONS (RFC 9112 §3.2.4)")
-		}
-		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
-		ctx.SetStatusCode(fasthttp.StatusNoContent)
-		return false
-	}
-	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
-		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
-	}
-	if c, ok := ctx.Conn().(*clientConn); ok && c.head.bareLF {
-		// Read whole at once, with a CR LF CR LF after its end (in its
-		// body): refused as one that fasthttp waited on is.
-		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, bareLFMessage)
-	}
-	if name := invalidFieldName(h.RawHeaders()); name != nil {
-		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("header field name %.40q is not a token (RFC 9110 §5.6.2)", name))
-	}
-	return true
-}
-
-// bareLFMessage answers a request head with a line that ends in a bare LF
-// (see headScan).
-const bareLFMessage = "request head lines must end in CR LF, not a bare LF (RFC 9112 §2.2)"
-
-// allowedMethods are the methods Governor serves and forwards: those of
-// the providers' APIs and of CORS preflights. The others are refused, not
-// forwarded: TRACE would have the provider echo the request, credentials
-// included, back into a page's script (cross-site tracing), CONNECT would
-// ask for a tunnel, and an LLM API serves none of them.
-const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
-
-// allowedMethod reports whether m is one of allowedMethods. Methods are
-// case-sensitive (RFC 9110 §9.1).
-func allowedMethod(m []byte) bool {
-	switch string(m) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodPost, fasthttp.MethodPut,
-		fasthttp.MethodPatch, fasthttp.MethodDelete, fasthttp.MethodOptions:
-		return true
-	}
-	return false
-}
-
-// invalidFieldName returns the first field name of a raw header block, as
-// fasthttp read it, that is not a token (RFC 9110 §5.6.2), or nil.
-// fasthttp takes a name with a space inside; an upstream that ends a name
-// at the space would read "Transfer-Encoding x: chunked" as framing that
-// Governor did not frame the request by, and take the rest of its body as
-// another request on a connection other clients' calls share. RFC 9112
-// §5.1 has such requests refused.
-func invalidFieldName(raw []byte) []byte {
-	for len(raw) > 0 {
-		var line []byte
-		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
-		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' || line[0] == '\r' {
-			continue // the rest of a folded value, or the end of the block
-		}
-		name, _, _ := bytes.Cut(line, []byte{':'})
-		for _, c := range name {
-			if !tokenChar[c] {
-				return name
-			}
-		}
-	}
-	return nil
-}
-
-// tokenChar marks the bytes of RFC 9110's tchar.
-var tokenChar = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0
-	}
-	return t
-}()
-
-// framedTwice reports whether a request's raw headers name both
-// Content-Length and Transfer-Encoding. (fasthttp drops Transfer-Encoding
-// and sets the length once it has read a chunked body, so only the raw
-// block tells.)
-func framedTwice(raw []byte) bool {
-	var length, te bool
-	for len(raw) > 0 && !(length && te) {
-		var line []byte
-		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
-		name, _, ok := bytes.Cut(line, []byte{':'})
-		if !ok {
-			continue
-		}
-		name = bytes.TrimSpace(name)
-		length = length || bytes.EqualFold(name, []byte(fasthttp.HeaderContentLength))
-		te = te || bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding))
-	}
-	return length && te
-}
-
-// dropTrailerFields removes from a request read whole the fields that came
-// in the trailer of its chunked body: fasthttp adds them to the header
-// section, where Governor would read them (x-api-key, X-Governor-Tenant,
-// Priority) and forward them as header fields to the provider, past a
-// proxy in front that vets header fields and passes trailers on. RFC 9110
-// §6.5.1 has a trailer field merged into the header section only when its
-// definition allows it; Governor sends the body with its length and no
-// trailer, so they are dropped, as nginx drops them. A trailer field is
-// one the head's raw block does not name (fasthttp adds Content-Length
-// itself once the body is read).
-func dropTrailerFields(h *fasthttp.RequestHeader) {
-	raw := h.RawHeaders()
-	if !rawHeaderNamed(raw, []string{fasthttp.HeaderTransferEncoding}) {
-		return // not chunked: no trailer
-	}
-	var drop [][]byte
-	for k := range h.All() {
-		if !bytes.EqualFold(k, []byte(fasthttp.HeaderContentLength)) && !rawHeaderNamed(raw, []string{string(k)}) {
-			drop = append(drop, bytes.Clone(k))
-		}
-	}
-	for _, k := range drop {
-		h.DelBytes(k)
-	}
-}
-
 // requestHeadBufferSize is the read buffer of a client connection, which
 // bounds a request's head: a larger one gets 431.
 const requestHeadBufferSize = 16 << 10
-
-// HeaderToken carries GOVERNOR_API_TOKEN on calls to Governor's own API.
-const HeaderToken = "X-Governor-Token"
-
-func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
-	if h, ok := p.public[string(path)]; ok {
-		h(ctx)
-		return
-	}
-	if p.cfg.APIToken == "" && reboundHost(ctx) {
-		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeHostNotAllowed,
-			Message: "Governor's API on a loopback address answers no request for a domain name (DNS rebinding), unless GOVERNOR_API_TOKEN is set: use localhost or an IP address"})
-		return
-	}
-	if crossOriginWrite(&ctx.Request.Header) {
-		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeCrossOrigin,
-			Message: "Governor's API takes no request that changes something from a web page of another origin"})
-		return
-	}
-	if p.cfg.APIToken != "" &&
-		subtle.ConstantTimeCompare(ctx.Request.Header.Peek(HeaderToken), []byte(p.cfg.APIToken)) != 1 {
-		p.writeError(ctx, false, apiError{Status: fasthttp.StatusUnauthorized, Code: CodeUnauthorized,
-			Message: "Governor's API requires the " + HeaderToken + " header"})
-		return
-	}
-	if h, ok := p.apiExact[string(path)]; ok {
-		h(ctx)
-		return
-	}
-	for _, r := range p.apiPrefix {
-		if bytes.HasPrefix(path, []byte(r.prefix)) {
-			r.h(ctx)
-			return
-		}
-	}
-	p.writeError(ctx, false, apiError{Status: fasthttp.StatusNotFound, Code: CodeNotFound,
-		Message: fmt.Sprintf("no Governor endpoint %s", path)})
-}
-
-// crossOriginWrite reports whether h is a browser's request that may
-// change something (any method but GET and HEAD) sent by a page of another
-// origin than Governor's. A page can have a browser send a POST with a
-// form's Content-Type without asking first (no CORS preflight), so without
-// this any page a user visited could start batches on a Governor on their
-// machine. Clients other than browsers send neither header read here.
-//
-// Sec-Fetch-Site, which a page cannot set, decides when present: only
-// "same-origin" and "none" (the user's own action) pass. Without it (older
-// browsers), the Origin must name the host and port the request was sent
-// to ("null", a sandboxed page or a file, names none).
-func crossOriginWrite(h *fasthttp.RequestHeader) bool {
-	if h.IsGet() || h.IsHead() {
-		return false
-	}
-	if site := h.Peek("Sec-Fetch-Site"); len(site) > 0 {
-		return !bytes.EqualFold(site, []byte("same-origin")) && !bytes.EqualFold(site, []byte("none"))
-	}
-	origin := h.Peek("Origin")
-	if len(origin) == 0 {
-		return false
-	}
-	u, err := url.Parse(string(origin))
-	if err != nil || u.Host == "" {
-		return true
-	}
-	host := string(h.Host())
-	if strings.EqualFold(u.Host, host) {
-		return false
-	}
-	// An origin leaves its scheme's default port out; a Host may not.
-	port := map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	return u.Port() != "" || port == "" || !strings.EqualFold(u.Host+":"+port, host)
-}
-
-// reboundHost reports whether ctx came on a loopback connection for a
-// domain name: what a browser sends when a page's name was made to resolve
-// to 127.0.0.1 (DNS rebinding), so that the page, same-origin in the
-// browser's eyes, could read Governor's API (batch results, lanes) and
-// write to it. Such a name is a domain the attacker controls, so it has a
-// dot; an IP address, localhost, names under .localhost, names without a
-// dot (an /etc/hosts alias) and no Host at all (HTTP/1.0) pass, as does
-// any host on a connection that did not come over loopback. So do names
-// under .internal, a top-level domain kept for private use that no
-// attacker can point at 127.0.0.1 from the internet: a container reaches
-// its host's loopback by one (Docker Desktop's host.docker.internal,
-// Podman's host.containers.internal).
-func reboundHost(ctx *fasthttp.RequestCtx) bool {
-	if ip := ctx.LocalIP(); ip == nil || !ip.IsLoopback() {
-		return false
-	}
-	host := string(ctx.Request.Header.Host())
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	return strings.Contains(host, ".") && net.ParseIP(host) == nil &&
-		!strings.HasSuffix(host, ".localhost") && !strings.HasSuffix(host, ".internal")
-}
-
-// serverError answers requests fasthttp could not read.
-func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
-	reserved, ok := p.budget.cancel(&ctx.Request.Header)
-	// A previous answer on this keep-alive connection may have left its
-	// write deadline.
-	_ = ctx.Conn().SetWriteDeadline(time.Time{})
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) && ok && reserved < int64(p.cfg.MaxBodyBytes) {
-		// Refused by headerReceived, or a chunked body beyond the room
-		// it was given: it would not fit the budget.
-		if c, ok := ctx.Conn().(*clientConn); ok {
-			c.lingerOnClose()
-		}
-		ctx.SetConnectionClose()
-		p.refuseBuffersFull(ctx)
-		return
-	}
-	anthropic := p.anthropicShaped(ctx)
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		// The rest of the body may still be on its way: without a
-		// lingering close the client would see a reset, not this answer.
-		if c, ok := ctx.Conn().(*clientConn); ok {
-			c.lingerOnClose()
-		}
-		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Final: true,
-			Message: fmt.Sprintf("request body larger than %d bytes", p.cfg.MaxBodyBytes)})
-		return
-	}
-	var small *fasthttp.ErrSmallBuffer
-	if errors.As(err, &small) {
-		// The rest of the head may still be on its way: without a
-		// lingering close the client could see a reset, not this answer.
-		if c, ok := ctx.Conn().(*clientConn); ok {
-			c.lingerOnClose()
-		}
-		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestHeaderFieldsTooLarge, Code: CodeBadRequest, Final: true,
-			Message: fmt.Sprintf("request head larger than %d bytes", requestHeadBufferSize)})
-		return
-	}
-	if errors.Is(err, errBareLF) {
-		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true, Message: bareLFMessage})
-		return
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
-		msg := "timed out reading the request"
-		if c, ok := ctx.Conn().(*clientConn); ok && c.tooSlow.Load() {
-			msg = fmt.Sprintf("request body arriving too slowly to end within %s, while other calls needed its room", p.cfg.ReadTimeout)
-		}
-		p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusRequestTimeout, Code: CodeBadRequest, Message: msg})
-		return
-	}
-	p.writeError(ctx, anthropic, apiError{Status: fasthttp.StatusBadRequest, Code: CodeBadRequest, Final: true,
-		Message: "malformed HTTP request"})
-}
-
-// anthropicShaped reports whether Governor's own errors to ctx take
-// Anthropic's shape: its route is Anthropic's, or it carries an
-// anthropic-version header, as Anthropic's SDKs send.
-func (p *Proxy) anthropicShaped(ctx *fasthttp.RequestCtx) bool {
-	up, _ := p.router.resolve(ctx.Path())
-	return up.anthropic || len(ctx.Request.Header.Peek("Anthropic-Version")) > 0
-}
 
 // fasthttpLogger sends fasthttp's own messages (mostly connection errors of
 // clients) to the debug level: they are noise at info.
