@@ -13,7 +13,6 @@ import (
 
 	"github.com/llmgovernor/governor/internal/reply"
 	"github.com/llmgovernor/governor/lane"
-	"github.com/llmgovernor/governor/queue"
 )
 
 // Request headers Governor reads.
@@ -89,7 +88,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, c *governedCall) (anthropic, ok 
 	c.o = callOptions{
 		// A malformed Priority is ignored, as RFC 9218 asks: it is a
 		// standard header that other software sets too.
-		urgency:        queue.ParsePriority(ctx.Request.Header.Peek(HeaderPriority)),
+		urgency:        priorityOf(&ctx.Request.Header),
 		maxRetries:     maxRetries,
 		attemptTimeout: p.cfg.AttemptTimeout,
 		tenant:         tenant,

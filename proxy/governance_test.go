@@ -430,3 +430,51 @@ func TestQueueTimeoutAnswers504(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, []string{"block"}, rec.seen())
 }
+
+// A Priority field sent on two lines is one field, its lines joined by
+// commas, whose last urgency counts (RFC 9110 §5.3, RFC 9651 §3.2): a
+// gateway that appends `u=7` to a client's `u=0` (as Envoy's
+// request_headers_to_add does by default) gets its call queued as
+// background, behind a call of the default urgency.
+func TestPriorityOnSeveralLinesIsOneField(t *testing.T) {
+	t.Parallel()
+	checkLeaks(t)
+	rec, up := newRecorder(t)
+	_, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, up)}))
+	c := client(t)
+
+	var wg sync.WaitGroup
+	send := func(id string, priority ...string) {
+		wg.Go(func() {
+			req, err := http.NewRequest("POST", base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}`))
+			if !assert.NoError(t, err) {
+				return
+			}
+			req.Header.Set("X-Request-Id", id)
+			req.Header["Priority"] = priority
+			resp, err := c.Do(req)
+			if assert.NoError(t, err, id) {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				assert.Equal(t, 200, resp.StatusCode, id)
+			}
+		})
+	}
+	send("block")
+	<-rec.arrived
+	send("appended", "u=0", "u=7")
+	waitQueued(t, c, base, 1)
+	send("invalid", "u=0", "u=?")
+	waitQueued(t, c, base, 2)
+	send("default")
+	waitQueued(t, c, base, 3)
+	send("urgent", "i", "u=1")
+	waitQueued(t, c, base, 4)
+	close(rec.release)
+	wg.Wait()
+	// invalid: one line does not parse, so the field as a whole is
+	// ignored (RFC 9651): the default urgency, ahead of "default" (sent
+	// later).
+	assert.Equal(t, []string{"block", "urgent", "invalid", "default", "appended"}, rec.seen())
+}

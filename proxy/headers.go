@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/queue"
 )
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 plus the
@@ -165,4 +167,21 @@ func namedInConnection(h *fasthttp.RequestHeader, name string) bool {
 		}
 	}
 	return false
+}
+
+// priorityOf returns the urgency of a request's Priority field. A field
+// sent on several lines is one, its lines joined by commas (RFC 9110
+// §5.3), and of a dictionary's members with one key the last counts (RFC
+// 9651 §3.2): the urgency a gateway appends to a client's own is the one
+// that counts, as in any other reader of the field. Only a repeated field
+// allocates.
+func priorityOf(h *fasthttp.RequestHeader) int {
+	vs := h.PeekAll(HeaderPriority)
+	switch len(vs) {
+	case 0:
+		return queue.DefaultUrgency
+	case 1:
+		return queue.ParsePriority(vs[0])
+	}
+	return queue.ParsePriority(bytes.Join(vs, []byte(", ")))
 }
