@@ -98,7 +98,8 @@
 // (TRACE, CONNECT, PRI) 405, and OPTIONS * is answered by Governor; one
 // framed by both Content-Length and
 // Transfer-Encoding is served, and its connection closed after the answer.
-// A head with a line that ends in a bare LF gets 400 at once (see headScan);
+// A head with a line that ends in a bare LF gets 400 at once (see headScan),
+// pipelined behind other requests or not;
 // the fields of a chunked body's trailer are dropped.
 // Calls go upstream in HTTP/1.1 whatever version the client spoke; a
 // stream to a client in HTTP/1.0, which has no chunked coding, is ended by

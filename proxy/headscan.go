@@ -25,28 +25,82 @@ var errBareLF = errors.New("request head line ends in a bare LF, not CR LF")
 //
 // The scan begins with a request's first byte read from an empty buffer
 // (fasthttp's one-byte read, see readahead.go) and ends at the head's
-// blank line. A request pipelined behind another in one read is not
-// scanned: fasthttp had it before its first byte was read this way.
+// blank line. A client connection's scan (see startRequest) goes on past
+// it: it skips the request's body, of the length its Content-Length
+// gives, and scans the head of the request pipelined behind it, which
+// fasthttp may have read in the same read, and so on. A body framed
+// otherwise (Transfer-Encoding) ends the scan: what follows it is not
+// scanned. The scan numbers the requests as fasthttp does
+// (RequestCtx.ConnRequestNum), so that a head read whole with a bare LF
+// is refused as the request it is, not as the one before it.
 type headScan struct {
 	on      bool // scanning a head
 	started bool // the request line has begun (empty lines before it are skipped)
 	inLine  int  // bytes of the current line scanned so far, a CR at its end included
 	lastCR  bool // the last byte scanned was a CR
 	bareLF  bool // a line of the head ended in a bare LF
+
+	// For a client connection's requests (follow): the scan goes on
+	// past a head's end, through its body, to the next head.
+	follow bool
+	req    uint64 // the number of the request whose head or body is scanned
+	// bareLFReq is the number of the request whose head has a line that
+	// ends in a bare LF (the scan stops there); handled the number of
+	// the last request handled (see refuses).
+	bareLFReq, handled uint64
+	field              [maxFramingLine]byte // the start of the current line of the head
+	length             int64                // the head's Content-Length; -1 for none
+	unframed           bool                 // the head's body is not framed by a Content-Length alone
+	body               int64                // bytes of the body still to skip
 }
+
+// maxFramingLine is the longest head line the scan reads a
+// Content-Length from; a longer one leaves the body's length unknown.
+const maxFramingLine = 48
 
 // start begins the scan of a new head.
 func (s *headScan) start() { *s = headScan{on: true} }
 
-// scan reads the next bytes of the head.
+// startRequest begins the scan of a client connection's next request,
+// whose first byte fasthttp reads from an empty buffer: the one after the
+// last request handled.
+func (s *headScan) startRequest() {
+	*s = headScan{on: true, follow: true, req: s.handled + 1, handled: s.handled, length: -1}
+}
+
+// refuses tells the scan that request n (as RequestCtx.ConnRequestNum
+// numbers it) is handled, and reports whether its head has a line that
+// ends in a bare LF: fasthttp parsed it all the same, having a CR LF CR
+// LF in what followed.
+func (s *headScan) refuses(n uint64) bool {
+	s.handled = n
+	return s.bareLF && s.bareLFReq == n
+}
+
+// scan reads the next bytes of the head, or, when following, of the
+// requests.
 func (s *headScan) scan(p []byte) {
-	for s.on && len(p) > 0 {
+	for len(p) > 0 {
+		if s.body > 0 {
+			n := min(int64(len(p)), s.body)
+			s.body -= n
+			p = p[n:]
+			if s.body == 0 {
+				s.nextHead()
+			}
+			continue
+		}
+		if !s.on {
+			return
+		}
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
+			s.keep(p)
 			s.inLine += len(p)
 			s.lastCR = p[len(p)-1] == '\r'
 			return
 		}
+		s.keep(p[:i])
 		cr := i > 0 && p[i-1] == '\r' || i == 0 && s.lastCR
 		line := s.inLine + i // its length, without the LF
 		if cr {
@@ -55,13 +109,81 @@ func (s *headScan) scan(p []byte) {
 		switch {
 		case line == 0 && !s.started: // an empty line before the request line
 		case !cr:
-			s.bareLF, s.on = true, false
+			s.bareLF, s.bareLFReq, s.on = true, s.req, false
 		case line == 0: // the head's end
 			s.on = false
+			s.headEnd()
 		default:
+			if s.started && s.follow {
+				s.framing(s.field[:min(line, len(s.field))], line > len(s.field))
+			}
 			s.started = true
 		}
 		s.inLine, s.lastCR = 0, false
 		p = p[i+1:]
 	}
+}
+
+// keep adds part of the current line to the start of it kept in field.
+func (s *headScan) keep(part []byte) {
+	if s.follow && s.inLine < len(s.field) {
+		copy(s.field[s.inLine:], part)
+	}
+}
+
+// framing reads a field line of the head (its start, when long) for the
+// framing of the request's body.
+func (s *headScan) framing(line []byte, long bool) {
+	name, value, ok := bytes.Cut(line, []byte{':'})
+	if !ok {
+		return
+	}
+	switch {
+	case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+		s.unframed = true
+	case bytes.EqualFold(name, []byte("Content-Length")):
+		n, ok := parseLength(bytes.Trim(value, " \t"))
+		if long || !ok || s.length >= 0 && s.length != n {
+			s.unframed = true
+		}
+		s.length = n
+	}
+}
+
+// parseLength parses a Content-Length value: decimal digits.
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// headEnd follows a head's end, when following: to its body, or the next
+// head.
+func (s *headScan) headEnd() {
+	if !s.follow {
+		return
+	}
+	if s.unframed {
+		s.follow = false
+		return
+	}
+	s.body = max(s.length, 0)
+	if s.body == 0 {
+		s.nextHead()
+	}
+}
+
+// nextHead begins the scan of the head of the next request pipelined.
+func (s *headScan) nextHead() {
+	s.on, s.started, s.inLine, s.lastCR = true, false, 0, false
+	s.req++
+	s.length, s.unframed = -1, false
 }

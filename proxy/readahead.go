@@ -35,14 +35,16 @@ var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
 // Read reads from the connection, counts the bytes it returns (see
 // clientConn.received) and scans those of a request head (see headScan).
 // Once a head has a line that ends in a bare LF, it fails: fasthttp would
-// otherwise wait for the rest of a head that has ended. Only the goroutine
+// otherwise wait for the rest of a head that has ended. (fasthttp reads
+// again only for that head or one after it: the bytes of the requests
+// before it have all been read.) Only the goroutine
 // that serves the connection reads from it (see Close).
 func (c *clientConn) Read(p []byte) (int, error) {
 	if c.head.bareLF {
 		return 0, errBareLF
 	}
 	if len(p) == 1 && c.ahead == nil {
-		c.head.start() // fasthttp reads a request's first byte alone
+		c.head.startRequest() // fasthttp reads a request's first byte alone
 	}
 	n, err := c.read(p)
 	c.received.Add(int64(n))

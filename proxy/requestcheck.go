@@ -23,6 +23,12 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 		p.writeError(ctx, p.anthropicShaped(ctx), apiError{Status: status, Code: code, Final: true, Message: msg})
 		return false
 	}
+	if c, ok := ctx.Conn().(*clientConn); ok && c.head.refuses(ctx.ConnRequestNum()) {
+		// Read whole at once, with a CR LF CR LF after its end (in its
+		// body): refused as one that fasthttp waited on is. First, so
+		// that every request tells the scan it is handled.
+		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, bareLFMessage)
+	}
 	if m := h.Method(); !allowedMethod(m) {
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
 		return refuse(fasthttp.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("Governor does not serve %.16s requests", m))
@@ -39,11 +45,6 @@ func (p *Proxy) acceptable(ctx *fasthttp.RequestCtx) bool {
 	}
 	if proto := h.Protocol(); string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0" {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("Governor serves HTTP/1.0 and HTTP/1.1, not %.16q", proto))
-	}
-	if c, ok := ctx.Conn().(*clientConn); ok && c.head.bareLF {
-		// Read whole at once, with a CR LF CR LF after its end (in its
-		// body): refused as one that fasthttp waited on is.
-		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, bareLFMessage)
 	}
 	if name := invalidFieldName(h.RawHeaders()); name != nil {
 		return refuse(fasthttp.StatusBadRequest, CodeBadRequest, fmt.Sprintf("header field name %.40q is not a token (RFC 9110 §5.6.2)", name))
