@@ -100,7 +100,8 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 		cancel(nil)
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
 		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooManyJobs,
-			fmt.Sprintf("%d batch jobs are held (GOVERNOR_BATCH_MAX_JOBS): running, or finished with results not yet read; read the results of finished ones (GET %s/{id}/results) or DELETE them, or retry once they expire (GOVERNOR_BATCH_TTL, %s)", s.cfg.MaxJobs, PathBatches, s.cfg.TTL))
+			fmt.Sprintf("%d batch jobs are held (%s): running, or finished with results not yet read; read the results of finished ones (GET %s/{id}/results) or DELETE them, or retry once they expire (%s, %s)",
+				s.cfg.MaxJobs, s.cfg.Names.MaxJobs, PathBatches, s.cfg.Names.TTL, s.cfg.TTL))
 		return
 	}
 	if s.dir == nil {
@@ -160,7 +161,7 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	if j == nil || (sub != "" && sub != "results") {
 		early := "" // jobs kept on disk are not forgotten for memory
 		if s.dir == nil {
-			early = ", or earlier when the answers held in memory reach GOVERNOR_BATCH_MAX_RESULT_BYTES"
+			early = ", or earlier when the answers held in memory reach " + s.cfg.Names.MaxResultBytes
 		}
 		msg := fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish%s)", id, s.cfg.TTL, early)
 		if why, ok := s.lost[id]; ok && j == nil {

@@ -45,7 +45,7 @@ func TestResultsHeldInMemoryAreBounded(t *testing.T) {
 	c := e.waitJob(t, e.createJob(t, one).ID)
 	resp, out := e.do(t, http.MethodGet, batch.PathBatches+"/"+a.ID, "", "")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the job that finished first made room: %s", out)
-	assert.Contains(t, out, "GOVERNOR_BATCH_MAX_RESULT_BYTES")
+	assert.Contains(t, out, "Config.MaxResultBytes")
 	for _, j := range []batch.JobStatus{b, c} {
 		assert.Equal(t, 1, e.jobStatus(t, j.ID).Counts["COMPLETED"], j.ID)
 	}

@@ -29,7 +29,7 @@ type Item struct {
 // Options steer how a batch runs.
 type Options struct {
 	// MaxRetries is each item's retry budget; negative means Governor's
-	// default (GOVERNOR_MAX_RETRIES).
+	// default (proxy.Config.MaxRetries).
 	MaxRetries int
 	// ExitOnError stops the batch at the first item that fails for good:
 	// nothing new starts and what has not started becomes DID_NOT_RUN.

@@ -48,7 +48,7 @@ func (m *memRows) put(i int, r *Row) error {
 			m.held += n
 			m.mu.Unlock()
 		} else {
-			dropAnswer(r, m.budget.max)
+			dropAnswer(r, m.budget)
 		}
 	}
 	m.mu.Lock()
@@ -97,11 +97,11 @@ func (sentRows) reader() (rowReader, error) {
 // the answers held in memory reached their bound.
 const codeResultsFull = "results_memory_full"
 
-// dropAnswer turns a row whose answer cannot be kept into a FAILED row
+// dropAnswer turns a row whose answer b had no room for into a FAILED row
 // that says why.
-func dropAnswer(r *Row, max int64) {
-	msg := fmt.Sprintf("the answer (%d bytes, status %d) was not kept: batches hold %d bytes of answers in memory at most (GOVERNOR_BATCH_MAX_RESULT_BYTES); progress lines (Accept: application/x-ndjson) keep none, and GOVERNOR_BATCH_DIR keeps async jobs' results on disk",
-		len(r.Body), r.StatusCode, max)
+func dropAnswer(r *Row, b *resultBudget) {
+	msg := fmt.Sprintf("the answer (%d bytes, status %d) was not kept: batches hold %d bytes of answers in memory at most (%s); progress lines (Accept: application/x-ndjson) keep none, and %s keeps async jobs' results on disk",
+		len(r.Body), r.StatusCode, b.max, b.names.MaxResultBytes, b.names.Dir)
 	*r = Row{Status: proxy.StatusFailed, Attempts: r.Attempts, Queue: r.Queue, Execution: r.Execution, Lane: r.Lane,
 		Errors: append(r.Errors, codeResultsFull),
 		Err:    &proxy.Error{Status: 507, Code: codeResultsFull, Message: msg}}
@@ -114,6 +114,7 @@ func dropAnswer(r *Row, max int64) {
 // is none left.
 type resultBudget struct {
 	max   int64
+	names Names // in the error of an answer dropped
 	evict func() bool
 
 	mu   sync.Mutex

@@ -71,6 +71,31 @@ type Config struct {
 	// body) and request_id (the provider's, else the item's X-Request-Id).
 	// Nil: no access log.
 	AccessLog *slog.Logger
+	// Names are what the batch API's errors and logs call the settings
+	// an operator may change when they refuse a batch or drop an answer.
+	// Empty ones are the fields' own names ("Config.MaxJobs"); a program
+	// configured otherwise (environment variables) gives the names its
+	// users set.
+	Names Names
+}
+
+// Names are the names of Config's settings in what the batch API writes
+// to its clients and its logs; see Config.Names.
+type Names struct {
+	MaxJobs, TTL, MaxResultBytes, Dir string
+}
+
+func (n *Names) withDefaults() {
+	setName(&n.MaxJobs, "Config.MaxJobs")
+	setName(&n.TTL, "Config.TTL")
+	setName(&n.MaxResultBytes, "Config.MaxResultBytes")
+	setName(&n.Dir, "Config.Dir")
+}
+
+func setName(n *string, def string) {
+	if *n == "" {
+		*n = def
+	}
 }
 
 // Defaults of the Config fields.
@@ -143,6 +168,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	setDefault(&cfg.WriteIdle, DefaultWriteIdle)
 	setDefault(&cfg.MaxResultBytes, DefaultMaxResultBytes)
 	setDefault(&cfg.MaxResponseBytes, DefaultMaxResponseBytes)
+	cfg.Names.withDefaults()
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -177,9 +203,9 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 		}
 		s.dir = dir
 		// Finished jobs are on disk: forgetting one frees no memory.
-		s.budget = &resultBudget{max: cfg.MaxResultBytes, evict: func() bool { return false }}
+		s.budget = &resultBudget{max: cfg.MaxResultBytes, names: cfg.Names, evict: func() bool { return false }}
 	} else {
-		s.budget = &resultBudget{max: cfg.MaxResultBytes, evict: s.evictFinished}
+		s.budget = &resultBudget{max: cfg.MaxResultBytes, names: cfg.Names, evict: s.evictFinished}
 	}
 	s.jobs.forget = s.forget
 	s.m = newServerMetrics(cfg.Metrics, s.jobs, s.live, s.budget)
@@ -252,7 +278,7 @@ const codeDirBusy = "batch_directory_busy"
 func (s *Server) dirBusy(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "5")
 	writeError(ctx, fasthttp.StatusServiceUnavailable, codeDirBusy,
-		"the batch directory (GOVERNOR_BATCH_DIR) is in use by another process, usually a Governor still draining on the same volume: async jobs are served here once it lets it go; sync batches (POST "+PathBatch+") run meanwhile")
+		"the batch directory ("+s.cfg.Names.Dir+") is in use by another process, usually a Governor still draining on the same volume: async jobs are served here once it lets it go; sync batches (POST "+PathBatch+") run meanwhile")
 }
 
 // sweepEvery is how often expired jobs are dropped when nobody asks for
@@ -305,7 +331,7 @@ func (s *Server) evictFinished() bool {
 	if j == nil {
 		return false
 	}
-	s.cfg.Logger.Warn("batch job forgotten before its TTL: answers held in memory reached GOVERNOR_BATCH_MAX_RESULT_BYTES",
+	s.cfg.Logger.Warn("batch job forgotten before its TTL: answers held in memory reached "+s.cfg.Names.MaxResultBytes,
 		"batch", j.exec.id, "max_bytes", s.cfg.MaxResultBytes)
 	s.forget(j)
 	return true
@@ -400,7 +426,7 @@ func (s *Server) reportLost() {
 		if ids := j.exec.notRun(maxLostItems); len(ids) > 0 {
 			attrs = append(attrs, "not_run", ids)
 		}
-		s.cfg.Logger.Warn("batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)", attrs...)
+		s.cfg.Logger.Warn("batch job results lost at shutdown: kept in memory only, and not read to their end (set "+s.cfg.Names.Dir+" to keep jobs across restarts)", attrs...)
 	}
 }
 
@@ -443,7 +469,8 @@ func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
 func (s *Server) resultsFull(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "60")
 	writeError(ctx, fasthttp.StatusServiceUnavailable, codeResultsFull,
-		fmt.Sprintf("running batches hold %d bytes of answers in memory, the most allowed (GOVERNOR_BATCH_MAX_RESULT_BYTES): wait for them to finish, ask for progress lines (Accept: application/x-ndjson), which keep none, or set GOVERNOR_BATCH_DIR to keep async jobs' results on disk", s.cfg.MaxResultBytes))
+		fmt.Sprintf("running batches hold %d bytes of answers in memory, the most allowed (%s): wait for them to finish, ask for progress lines (Accept: application/x-ndjson), which keep none, or set %s to keep async jobs' results on disk",
+			s.cfg.MaxResultBytes, s.cfg.Names.MaxResultBytes, s.cfg.Names.Dir))
 }
 
 // streamProgress answers with one NDJSON line per item as it finishes,

@@ -17,7 +17,7 @@ import (
 
 // lostMsg is the warning for a job held in memory whose results go with
 // the process.
-const lostMsg = "batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)"
+const lostMsg = "batch job results lost at shutdown: kept in memory only, and not read to their end (set Config.Dir to keep jobs across restarts)"
 
 // An async job held in memory (no batch directory) when Governor shuts
 // down starts no more items, lets those in flight finish within the

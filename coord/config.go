@@ -38,6 +38,11 @@ type Config struct {
 	// Logger receives the transitions between shared and local mode.
 	// Default: discard.
 	Logger *slog.Logger
+	// InstanceName is what the logs call the setting of Instance, in the
+	// warning that two Governors share one. Default "Config.Instance"; a
+	// program configured otherwise (an environment variable) gives the
+	// name its users set.
+	InstanceName string
 }
 
 // Defaults of the Config fields.

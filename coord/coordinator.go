@@ -198,6 +198,9 @@ func (c Config) withDefaults() Config {
 	if c.Instance == "" {
 		c.Instance = defaultInstance()
 	}
+	if c.InstanceName == "" {
+		c.InstanceName = "Config.Instance"
+	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -575,8 +578,8 @@ type recalled struct {
 
 // checkInstance warns, once, when the record of lane shows that another
 // Governor synced under this one's instance name since its own last sync
-// (prev, 0: none) at synced: two Governors under one name (a
-// GOVERNOR_INSTANCE set alike for every replica) count as one member, and
+// (prev, 0: none) at synced: two Governors under one name (an Instance
+// set alike for every replica) count as one member, and
 // each takes that member's share.
 func (co *Coordinator) checkInstance(lane string, prev, synced int64) {
 	co.mu.Lock()
@@ -586,7 +589,7 @@ func (co *Coordinator) checkInstance(lane string, prev, synced int64) {
 	co.recalled[lane] = r
 	co.mu.Unlock()
 	if shared && co.twin.CompareAndSwap(false, true) {
-		co.log.Error("another governor syncs under this instance name: the two count as one and may send twice their share; give each its own (GOVERNOR_INSTANCE, or leave it empty)",
+		co.log.Error("another governor syncs under this instance name: the two count as one and may send twice their share; give each its own ("+co.cfg.InstanceName+", or leave it empty)",
 			"instance", co.cfg.Instance, "lane", lane)
 	}
 }

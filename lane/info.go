@@ -50,7 +50,7 @@ type Info struct {
 	// account's limit is reached.
 	Overloaded uint64 `json:"overloaded"`
 	// Coordinated reports whether the lane is governed together with the
-	// other Governors that use it (GOVERNOR_REDIS_URL, and Redis reachable).
+	// other Governors that use it (a Coordinator, and Redis reachable).
 	// Then Target is the lane's shared target, SharedLimit the calls every
 	// Governor together may have in flight, and Limit this Governor's
 	// share of them. Otherwise SharedLimit is Limit.

@@ -246,7 +246,7 @@ const usageWeight = 0.1
 // that surely cost more than all of it. A budget grows (OpenAI raises an
 // account's limits as it moves up a usage tier) and refused calls report
 // nothing: past it, such a call is sent, after waiting for the budget as
-// long as GOVERNOR_MAX_PAUSE allows, and its answer says the size again
+// long as Config.MaxPause allows, and its answer says the size again
 // (the provider's "Request too large" 429 if it has not grown). So a lane
 // whose calls are all large learns a larger budget within a minute or
 // so, at the cost of at most one refused call a minute at the provider.

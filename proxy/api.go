@@ -17,7 +17,7 @@ import (
 // APIPrefix is the path prefix of Governor's own API on the main listener.
 const APIPrefix = "/governor/"
 
-// HeaderToken carries GOVERNOR_API_TOKEN on calls to Governor's own API.
+// HeaderToken carries Config.APIToken on calls to Governor's own API.
 const HeaderToken = "X-Governor-Token"
 
 // HandleAPI registers h for a path under APIPrefix. A path ending in "/"
@@ -60,7 +60,7 @@ func (p *Proxy) serveAPI(ctx *fasthttp.RequestCtx, path []byte) {
 	}
 	if p.cfg.APIToken == "" && reboundHost(ctx) {
 		p.writeError(ctx, false, apiError{Status: fasthttp.StatusForbidden, Code: CodeHostNotAllowed,
-			Message: "Governor's API on a loopback address answers no request for a domain name (DNS rebinding), unless GOVERNOR_API_TOKEN is set: use localhost or an IP address"})
+			Message: "Governor's API on a loopback address answers no request for a domain name (DNS rebinding), unless " + p.cfg.Names.APIToken + " is set: use localhost or an IP address"})
 		return
 	}
 	if crossOriginWrite(&ctx.Request.Header) {
@@ -156,7 +156,7 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 	}
 	out := struct {
 		Lanes []lane.Info `json:"lanes"`
-		// Redis, with GOVERNOR_REDIS_URL set, says whether the lanes are
+		// Redis, with a Coordinator, says whether the lanes are
 		// shared with the other Governors now (up) or governed here
 		// alone until Redis answers again.
 		Redis *redisStatus `json:"redis,omitempty"`

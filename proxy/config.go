@@ -146,6 +146,32 @@ type Config struct {
 	// x-request-id or request-id, else the request's X-Request-Id). Nil:
 	// no access log.
 	AccessLog *slog.Logger
+	// Names are what Governor's errors and logs call the settings an
+	// operator may change when they refuse a call. Empty ones are the
+	// fields' own names ("Config.MaxLanes"); a program configured
+	// otherwise (environment variables) gives the names its users set.
+	Names Names
+}
+
+// Names are the names of Config's settings in what Governor writes to
+// its clients and its logs; see Config.Names.
+type Names struct {
+	QueueCapacity, QueueTimeout, MaxBufferedBytes, MaxLanes, MaxConnections, APIToken string
+}
+
+func (n *Names) withDefaults() {
+	setName(&n.QueueCapacity, "Config.QueueCapacity")
+	setName(&n.QueueTimeout, "Config.QueueTimeout")
+	setName(&n.MaxBufferedBytes, "Config.MaxBufferedBytes")
+	setName(&n.MaxLanes, "Config.MaxLanes")
+	setName(&n.MaxConnections, "Config.MaxConnections")
+	setName(&n.APIToken, "Config.APIToken")
+}
+
+func setName(n *string, def string) {
+	if *n == "" {
+		*n = def
+	}
 }
 
 // Defaults of the Config fields.
@@ -216,6 +242,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if err := out.AIMD.Validate(); err != nil {
 		return out, fmt.Errorf("proxy: aimd: %w", err)
 	}
+	out.Names.withDefaults()
 	if out.Now == nil {
 		out.Now = time.Now
 	}

@@ -54,18 +54,21 @@ func credentialHash(h *fasthttp.RequestHeader) [sha256.Size]byte {
 	return sum
 }
 
-// errTooManyLanes refuses a call whose credential would need a lane beyond
-// the bound (lane.ErrTooManyLanes).
-var errTooManyLanes = &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeTooManyLanes, RetryAfter: maxRetryAfterSeconds,
-	Message: "Governor: the lane limit (GOVERNOR_MAX_LANES) is reached and no lane has been idle long enough to make room for a new credential; retry later"}
+// tooManyLanes is the error that refuses a call whose credential would
+// need a lane beyond the bound (lane.ErrTooManyLanes), the bound named
+// maxLanes.
+func tooManyLanes(maxLanes string) *apiError {
+	return &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeTooManyLanes, RetryAfter: maxRetryAfterSeconds,
+		Message: "Governor: the lane limit (" + maxLanes + ") is reached and no lane has been idle long enough to make room for a new credential; retry later"}
+}
 
-// laneOf returns the lane of a client's request to up, or errTooManyLanes.
+// laneOf returns the lane of a client's request to up, or p.tooManyLanes.
 // It reads the client's request, not the one built for the upstream (see
 // upstreamRequest), and finds the same lane.
 func (p *Proxy) laneOf(up *upstream, req *fasthttp.Request) (*lane.Lane, *apiError) {
 	l, err := p.lanes.Get(lane.Key{Upstream: up.name, Credential: credentialHash(&req.Header), Model: reqmodel.Of(req.Body())})
 	if err != nil {
-		return nil, errTooManyLanes
+		return nil, p.tooManyLanes
 	}
 	return l, nil
 }

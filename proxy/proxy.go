@@ -29,7 +29,9 @@ type Proxy struct {
 	metrics *proxyMetrics
 	// refusals logs the calls Governor turns away for want of room.
 	refusals *refusalLog
-	server   *fasthttp.Server
+	// tooManyLanes refuses a call that would need a lane beyond MaxLanes.
+	tooManyLanes *apiError
+	server       *fasthttp.Server
 
 	budget  bodyBudget // request bodies held (MaxBufferedBytes)
 	answers bodyBudget // successful answers read whole, held until written (MaxBufferedBytes)
@@ -81,7 +83,8 @@ func New(cfg Config) (*Proxy, error) {
 	c.Metrics.NewGauge("governor_buffered_request_bytes", func() float64 { return float64(p.budget.held.Load()) })
 	c.Metrics.NewGauge("governor_buffered_answer_bytes", func() float64 { return float64(p.answers.held.Load()) })
 	p.metrics = newProxyMetrics(c.Metrics, names)
-	p.refusals = newRefusalLog(c.Logger, c.Now)
+	p.refusals = newRefusalLog(c.Logger, c.Now, c.Names)
+	p.tooManyLanes = tooManyLanes(c.Names.MaxLanes)
 	for _, up := range p.upstreams() {
 		up.metrics = p.metrics.routes[up.name]
 	}
@@ -145,7 +148,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // which the listener pauses between accepts.
 func (p *Proxy) fdShortage(err error) {
 	p.cfg.Logger.Warn("out of file descriptors: new connections wait until some close "+
-		"(raise the open-file limit, or lower GOVERNOR_MAX_CONNECTIONS)", "err", err)
+		"(raise the open-file limit, or lower "+p.cfg.Names.MaxConnections+")", "err", err)
 }
 
 // awaitListeners marks the Proxy closed to new Serve calls and waits until

@@ -14,18 +14,22 @@ import (
 const refusalInterval = 10 * time.Second
 
 // refusalReasons are the errors by which Governor turns a call away for
-// want of room, with what an operator can do about each.
-var refusalReasons = map[string]string{
-	CodeQueueFull:    "a lane's queue holds GOVERNOR_QUEUE_CAPACITY calls",
-	CodeQueueTimeout: "calls waited longer than GOVERNOR_QUEUE_TIMEOUT",
-	CodeBuffersFull:  "request bodies held reached GOVERNOR_MAX_BUFFERED_BYTES",
-	CodeTooManyLanes: "GOVERNOR_MAX_LANES lanes are in use and none is idle",
+// want of room, with what an operator can do about each, in the settings'
+// names n.
+func refusalReasons(n Names) map[string]string {
+	return map[string]string{
+		CodeQueueFull:    "a lane's queue holds " + n.QueueCapacity + " calls",
+		CodeQueueTimeout: "calls waited longer than " + n.QueueTimeout,
+		CodeBuffersFull:  "request bodies held reached " + n.MaxBufferedBytes,
+		CodeTooManyLanes: n.MaxLanes + " lanes are in use and none is idle",
+	}
 }
 
 // refusalLog logs Governor's refusals in summary. It starts no goroutine.
 type refusalLog struct {
-	log *slog.Logger
-	now func() time.Time
+	log     *slog.Logger
+	now     func() time.Time
+	reasons map[string]string // by code: see refusalReasons
 
 	mu     sync.Mutex
 	byCode map[string]*refusalState
@@ -36,9 +40,10 @@ type refusalState struct {
 	more   int       // refusals since, not written
 }
 
-func newRefusalLog(log *slog.Logger, now func() time.Time) *refusalLog {
-	r := &refusalLog{log: log, now: now, byCode: make(map[string]*refusalState, len(refusalReasons))}
-	for code := range refusalReasons {
+func newRefusalLog(log *slog.Logger, now func() time.Time, names Names) *refusalLog {
+	reasons := refusalReasons(names)
+	r := &refusalLog{log: log, now: now, reasons: reasons, byCode: make(map[string]*refusalState, len(reasons))}
+	for code := range reasons {
 		r.byCode[code] = &refusalState{}
 	}
 	return r
@@ -63,7 +68,7 @@ func (r *refusalLog) refused(code, laneID string) {
 	more, since := s.more, s.lineAt
 	s.lineAt, s.more = now, 0
 	r.mu.Unlock()
-	args := []any{"code", code, "why", refusalReasons[code]}
+	args := []any{"code", code, "why", r.reasons[code]}
 	if laneID != "" {
 		args = append(args, "lane", laneID)
 	}

@@ -19,7 +19,9 @@ func TestRefusalsAreLoggedInSummary(t *testing.T) {
 	var buf bytes.Buffer
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	r := newRefusalLog(slog.New(slog.NewJSONHandler(&buf, nil)), func() time.Time { return now })
+	var names Names
+	names.withDefaults()
+	r := newRefusalLog(slog.New(slog.NewJSONHandler(&buf, nil)), func() time.Time { return now }, names)
 	for i := range 150 { // 100 ms apart: 15 s
 		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
 		r.refused(CodeQueueFull, "default/m/abc")
@@ -38,7 +40,7 @@ func TestRefusalsAreLoggedInSummary(t *testing.T) {
 		assert.Equal(t, "calls refused", l["msg"])
 	}
 	assert.Equal(t, CodeQueueFull, lines[0]["code"])
-	assert.Contains(t, lines[0]["why"], "GOVERNOR_QUEUE_CAPACITY")
+	assert.Contains(t, lines[0]["why"], "Config.QueueCapacity")
 	assert.Equal(t, "default/m/abc", lines[0]["lane"], "the lane whose queue is full")
 	assert.NotContains(t, lines[0], "more")
 	assert.Equal(t, CodeQueueFull, lines[1]["code"])

@@ -501,3 +501,13 @@ func (c config) logAttrs() []any {
 	}
 	return attrs
 }
+
+// variable is the name of the environment variable that sets field of
+// config. An unknown field is a programmer error.
+func variable(field string) string {
+	f, ok := reflect.TypeFor[config]().FieldByName(field)
+	if !ok || f.Tag.Get("env") == "" {
+		panic("governor: no variable sets config." + field)
+	}
+	return f.Tag.Get("env")
+}

@@ -28,6 +28,7 @@ func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Co
 	co, err := coord.New(coord.Config{
 		Options:      cfg.redis,
 		Instance:     cfg.Instance,
+		InstanceName: variable("Instance"),
 		Timeout:      cfg.RedisTimeout,
 		SyncInterval: cfg.RedisSyncInterval,
 		LeaseTTL:     cfg.RedisLeaseTTL,

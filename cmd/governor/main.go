@@ -320,6 +320,14 @@ func proxyConfig(cfg *parsed, maxConns int, coordinator lane.Coordinator, set *m
 		Metrics:           set,
 		Logger:            log,
 		AccessLog:         cfg.access,
+		Names: proxy.Names{
+			QueueCapacity:    variable("QueueCapacity"),
+			QueueTimeout:     variable("QueueTimeout"),
+			MaxBufferedBytes: variable("MaxBufferedBytes"),
+			MaxLanes:         variable("MaxLanes"),
+			MaxConnections:   variable("MaxConnections"),
+			APIToken:         variable("APIToken"),
+		},
 
 		// Bounds every upstream's calls in flight (see warnConnBound).
 		MaxConnsPerUpstream: cfg.MaxConnsPerUp,
@@ -340,6 +348,12 @@ func batchConfig(cfg *parsed, set *metrics.Set, log *slog.Logger) batch.Config {
 		Logger:           log,
 		AccessLog:        cfg.access,
 		MaxResponseBytes: cfg.BatchMaxResponse,
+		Names: batch.Names{
+			MaxJobs:        variable("BatchMaxJobs"),
+			TTL:            variable("BatchTTL"),
+			MaxResultBytes: variable("BatchMaxResultBytes"),
+			Dir:            variable("BatchDir"),
+		},
 	}
 }
 
