@@ -56,9 +56,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 		// would end at once with none run; kept on disk, it would wait
 		// for the next start. The client asks again, and reaches the
 		// Governor that takes over.
-		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
-		writeError(ctx, fasthttp.StatusServiceUnavailable, proxy.CodeDraining,
-			"Governor is shutting down and takes no new batch job: submit it again in a moment")
+		refuseDraining(ctx, "Governor is shutting down and takes no new batch job: submit it again in a moment")
 		return
 	}
 	b, ok := s.parse(ctx)
@@ -129,6 +127,14 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	reply.WriteJSON(ctx, fasthttp.StatusAccepted, j.status(now, s.cfg.TTL))
 }
 
+// refuseDraining answers work that comes during a shutdown: 503
+// draining, to be sent again in a second (to the Governor that takes
+// over).
+func refuseDraining(ctx *fasthttp.RequestCtx, msg string) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+	writeError(ctx, fasthttp.StatusServiceUnavailable, proxy.CodeDraining, msg)
+}
+
 // run runs job j in the background.
 func (s *Server) run(ctx context.Context, j *job) {
 	s.wg.Go(func() {
@@ -144,6 +150,7 @@ func (s *Server) run(ctx context.Context, j *job) {
 		// needed; the rows stay until the job expires.
 		j.exec.items, j.exec.creds = nil, nil
 		close(j.done)
+		notify(s.changed) // a job deleted while it ran is done with
 		s.finished(j.exec, "async")
 	})
 }
@@ -199,7 +206,7 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 	if j.finished() {
 		// Every row is recorded: a client that reads this answer to
 		// its end has the job's results, so the job may make room.
-		whole = func() { j.read.Store(true) }
+		whole = func() { j.read.Store(true); notify(s.changed) }
 	}
 	if rs := s.writeResults(ctx, j.exec, fasthttp.StatusOK, nil); rs != nil {
 		rs.onEnd = whole

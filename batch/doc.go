@@ -27,7 +27,8 @@
 //     in memory then ends (the rest DID_NOT_RUN, stopped "shutdown"), and
 //     one whose results were not read is logged with the items that did
 //     not run; a job kept in a batch directory (Config.Dir) resumes at
-//     the next start.
+//     the next start. Pause and AwaitRead, before Shutdown, let the
+//     clients of jobs held in memory fetch their results first.
 //   - The answers batches hold in memory (async jobs without a batch
 //     directory; sync batches until their document is written) are
 //     bounded by Config.MaxResultBytes: finished jobs are forgotten early

@@ -135,9 +135,13 @@ type Server struct {
 	// a batch directory, at the end of its ctx with one.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// paused is closed at Shutdown: async jobs start no more items.
+	// paused is closed at Pause or Shutdown: async jobs start no more
+	// items.
 	paused chan struct{}
 	pause  func()
+	// changed is signalled (capacity 1) when a job held in memory may
+	// have become one its client is done with (see AwaitRead).
+	changed chan struct{}
 	// closeDir lets the batch directory go, once.
 	closeDir func() error
 	wg       sync.WaitGroup // background runs: async jobs and progress streams
@@ -185,6 +189,7 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.paused = make(chan struct{})
 	s.pause = sync.OnceFunc(func() { close(s.paused) })
+	s.changed = make(chan struct{}, 1)
 	s.closeDir = sync.OnceValue(func() error {
 		if s.dir == nil {
 			return nil
@@ -302,6 +307,7 @@ func (s *Server) sweep() {
 // forget lets go of a job dropped from the store: its answers held in
 // memory, or its folder in the batch directory.
 func (s *Server) forget(j *job) {
+	defer notify(s.changed)
 	if mr, ok := j.exec.rows.(*memRows); ok {
 		mr.release()
 	}
@@ -350,6 +356,50 @@ func (s *Server) makeRoomForJob() bool {
 		"batch", j.exec.id, "max_jobs", s.cfg.MaxJobs)
 	s.forget(j)
 	return true
+}
+
+// Pause begins a shutdown: async jobs start no more items, and a new
+// job or sync batch gets 503 draining. It returns how many jobs held in
+// memory (without a batch directory) have results their clients are not
+// done with: running, or finished and neither read to their end nor
+// deleted. Those results go with the process at Shutdown.
+func (s *Server) Pause() (unread int) {
+	s.pause()
+	return s.unread()
+}
+
+// unread counts the jobs held in memory whose clients are not done with
+// them; with a batch directory, none.
+func (s *Server) unread() int {
+	if s.dir != nil {
+		return 0
+	}
+	n := 0
+	for _, j := range s.jobs.list(s.cfg.Now()) {
+		if !j.doneWith() {
+			n++
+		}
+	}
+	return n
+}
+
+// AwaitRead pauses the async jobs (see Pause) and waits until no job held
+// in memory has results its client is not done with, or ctx ends. The
+// items in flight finish meanwhile. Called in a drain while the proxy
+// still serves Governor's API, it lets clients fetch the results that
+// would otherwise go with the process (or delete the jobs) before
+// Shutdown; with a batch directory it returns at once. It returns ctx's
+// error if ctx ended first.
+func (s *Server) AwaitRead(ctx context.Context) error {
+	s.pause()
+	for s.unread() > 0 {
+		select {
+		case <-s.changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Shutdown stops the async jobs and waits for every background run,
@@ -435,6 +485,10 @@ func (s *Server) reportLost() {
 func (s *Server) serveBatch(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() {
 		methodNotAllowed(ctx, "POST")
+		return
+	}
+	if s.pausing() {
+		refuseDraining(ctx, "Governor is shutting down and takes no new batch: send it again in a moment")
 		return
 	}
 	b, ok := s.parse(ctx)

@@ -156,19 +156,16 @@ func TestJobSubmittedDuringTheDrainIsRefused(t *testing.T) {
 			e := newEnv(t, opts)
 			e.createJSONLJob(t, jsonlJob(1, "300ms"))
 			require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+			// The drain begins (Shutdown pauses the jobs first, as
+			// Pause does), then waits for the item in flight.
+			e.batches.Pause()
 			drained := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				drained <- e.batches.Shutdown(ctx)
 			}()
-			// Shutdown waits for the item in flight meanwhile.
-			var resp *http.Response
-			var out string
-			require.Eventually(t, func() bool {
-				resp, out = e.post(t, batch.PathBatches, "application/jsonl", jsonlJob(2, "0s"))
-				return resp.StatusCode != http.StatusAccepted
-			}, 10*time.Second, time.Millisecond)
+			resp, out := e.post(t, batch.PathBatches, "application/jsonl", jsonlJob(2, "0s"))
 			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, out)
 			assert.Contains(t, out, `"code":"draining"`)
 			assert.NotEmpty(t, resp.Header.Get("Retry-After"))
@@ -177,5 +174,60 @@ func TestJobSubmittedDuringTheDrainIsRefused(t *testing.T) {
 			assert.Len(t, jobs, 1, "only the first job is held")
 			assert.Equal(t, int64(1), e.mock.Stats().Received)
 		})
+	}
+}
+
+// AwaitRead, the first step of a drain, counts and waits for the jobs held
+// in memory whose results nobody is done with: a finished job whose
+// results are unread and a running one. Reading the first to its end and
+// deleting the second ends the wait; a job whose results are never read
+// holds it until its context ends. With a batch directory nothing is
+// waited for: the results stay on disk.
+func TestAwaitReadWaitsForUnreadMemoryJobs(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	done := e.createJSONLJob(t, jsonlJob(1, "0s"))
+	e.waitJob(t, done.ID)
+	running := e.createJSONLJob(t, jsonlJob(1, "5s"))
+	require.Eventually(t, func() bool { return e.mock.Stats().InFlight == 1 }, 10*time.Second, time.Millisecond)
+
+	assert.Equal(t, 2, e.batches.Pause())
+	awaited := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		awaited <- e.batches.AwaitRead(ctx)
+	}()
+	_, lines := e.jsonlResults(t, done.ID, false)
+	require.Len(t, lines, 1)
+	assert.Equal(t, 1, e.batches.Pause(), "the read job is done with")
+	resp, out := e.do(t, http.MethodDelete, batch.PathBatches+"/"+running.ID, "", "")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+	require.NoError(t, <-awaited, "reading one and deleting the other ends the wait")
+	assert.Zero(t, e.batches.Pause())
+
+}
+
+// A job whose results nobody reads holds AwaitRead until its context
+// ends; with a batch directory, where results outlive the process, there
+// is nothing to wait for.
+func TestAwaitReadEndsWithItsContext(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		opts := envOptions{}
+		if durable {
+			dir := t.TempDir()
+			opts.batch = func(c *batch.Config) { c.Dir = dir }
+		}
+		e := newEnv(t, opts)
+		st := e.createJSONLJob(t, jsonlJob(1, "0s"))
+		e.waitJob(t, st.ID)
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		if durable {
+			assert.Zero(t, e.batches.Pause())
+			assert.NoError(t, e.batches.AwaitRead(ended))
+		} else {
+			assert.Equal(t, 1, e.batches.Pause())
+			assert.ErrorIs(t, e.batches.AwaitRead(ended), context.Canceled)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -38,6 +39,8 @@ type Proxy struct {
 	conns   *connTracker
 	clients *clientWatch // the clients of calls under way
 	calls   callCount    // calls of Do in progress
+	// refusing is set by RefuseCalls: calls to forward get draining.
+	refusing atomic.Bool
 
 	// serving guards closed and listeners: Shutdown must stop every Serve,
 	// including one whose goroutine had not yet reached fasthttp.
@@ -303,8 +306,20 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		p.metrics.countRequest(apiRoute, ctx.Response.StatusCode())
 		return
 	}
+	if p.refusing.Load() {
+		p.writeError(ctx, p.anthropicShaped(ctx), apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining, RetryAfter: 1,
+			Message: "Governor is shutting down and takes no new calls; retry in a moment"})
+		return
+	}
 	p.forward(ctx)
 }
+
+// RefuseCalls makes the Proxy answer every call to forward that comes from
+// now on with Governor's draining error (503, Retry-After: 1), while it
+// goes on accepting connections, serving Governor's API and the calls
+// already under way: the start of a drain that keeps the listener open
+// for what clients have left to read there. Shutdown closes the listener.
+func (p *Proxy) RefuseCalls() { p.refusing.Store(true) }
 
 // requestHeadBufferSize is the read buffer of a client connection, which
 // bounds a request's head: a larger one gets 431.

@@ -51,7 +51,10 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	down := "127.0.0.1:1"
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL+",down=http://"+down,
 		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
-		"GOVERNOR_MAX_BODY_BYTES=8192") // a body just over it; far larger ones get their 413 too (RELIABILITY.md, bug 5)
+		"GOVERNOR_MAX_BODY_BYTES=8192", // a body just over it; far larger ones get their 413 too (RELIABILITY.md, bug 5)
+		// The last job's results are never read: the drain serves them
+		// until this timeout, then logs them lost (a log searched too).
+		"GOVERNOR_DRAIN_TIMEOUT=2s")
 	base := "http://" + g.base
 	bearer := map[string]string{"Authorization": "Bearer " + canary, "Content-Type": "application/json"}
 	var outputs []string

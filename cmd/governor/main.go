@@ -372,7 +372,22 @@ func exitOnSecondSignal(ctx context.Context, sigc <-chan os.Signal, log *slog.Lo
 // until ctx ends to finish: the calls of connected clients, sync batches
 // and progress streams, and the items async jobs have started (the jobs
 // start no more; see batch.Server.Shutdown).
+//
+// Async jobs held in memory (no GOVERNOR_BATCH_DIR) lose their results
+// with the process. While some have results their clients have not read,
+// the main listener stays open first, until they are read or deleted or
+// ctx ends: calls to forward, new jobs and sync batches get 503 draining,
+// and the jobs' endpoints answer, so a client can fetch what a job
+// finished during the drain.
 func drain(ctx context.Context, p *proxy.Proxy, batches *batch.Server, log *slog.Logger) {
+	if n := batches.Pause(); n > 0 {
+		p.RefuseCalls()
+		log.Info("draining: new calls refused; batch job results held in memory are served until read or deleted",
+			"jobs", n)
+		if batches.AwaitRead(ctx) == nil {
+			log.Info("the results of every batch job held in memory were read or deleted")
+		}
+	}
 	batchesDone := make(chan struct{})
 	go func() { _ = batches.Shutdown(ctx); close(batchesDone) }()
 	if err := p.Shutdown(ctx); err != nil {
