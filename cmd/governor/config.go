@@ -158,6 +158,11 @@ func loadConfig(environ []string) (*parsed, error) {
 			return nil, &configError{variable: "GOVERNOR_ROUTES", err: errors.New(`route name "default" is taken by GOVERNOR_UPSTREAM`)}
 		}
 	}
+	for _, l := range []struct{ name, addr string }{{"GOVERNOR_LISTEN", c.Listen}, {"GOVERNOR_ADMIN_LISTEN", c.AdminListen}} {
+		if !validListenAddr(l.addr) {
+			return nil, read.bad(l.name, "want host:port or :port, such as 127.0.0.1:8080, with a port from 0 to 65535")
+		}
+	}
 	if err := p.logLevel.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return nil, read.bad("GOVERNOR_LOG_LEVEL", "want debug, info, warn or error")
 	}
@@ -207,6 +212,22 @@ func loadConfig(environ []string) (*parsed, error) {
 		}
 	}
 	return p, nil
+}
+
+// validListenAddr reports whether addr is a TCP listen address in form:
+// host:port or :port, the port a number from 0 to 65535, a service name
+// or empty (any free port, as 0).
+// Whether the host resolves, or the port is free, is learnt when listening.
+func validListenAddr(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if port == "" {
+		return true // any free port, as 0
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err == nil
 }
 
 // isOwnListener reports whether u, an upstream, is Governor's own main

@@ -46,6 +46,10 @@ func TestBadValueSaysWhatIsWanted(t *testing.T) {
 		{"GOVERNOR_LOG_FORMAT=xml", `GOVERNOR_LOG_FORMAT="xml": want auto, json or text`},
 		{"GOVERNOR_AIMD_PRESET=fast", `GOVERNOR_AIMD_PRESET="fast": want default or phoenix`},
 		{"GOVERNOR_INSTANCE=two words", `GOVERNOR_INSTANCE="two words": want at most 128 letters, digits, '.', '_', ':' or '-'`},
+		// listen addresses: malformed is a bad value, not a failure to listen
+		{"GOVERNOR_LISTEN=8080", `GOVERNOR_LISTEN="8080": want host:port or :port, such as 127.0.0.1:8080, with a port from 0 to 65535`},
+		{"GOVERNOR_LISTEN=127.0.0.1:99999", `GOVERNOR_LISTEN="127.0.0.1:99999": want host:port`},
+		{"GOVERNOR_ADMIN_LISTEN=:-1", `GOVERNOR_ADMIN_LISTEN=":-1": want host:port`},
 		// URLs and lists (their own parsers say what is wrong; no value is
 		// quoted, as a URL may hold a password)
 		{"GOVERNOR_UPSTREAM=ftp://example.com", `GOVERNOR_UPSTREAM: `},
