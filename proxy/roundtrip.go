@@ -120,10 +120,12 @@ type governedCall struct {
 	// forward).
 	retry *retrying
 	// cost is the call's estimated token cost (set once the lane knows a
-	// token budget; costed then), and mark its booking's.
-	cost   lane.Cost
-	costed bool
-	mark   lane.TokenMark
+	// token budget; costed then), and mark its booking's; textBytes is
+	// the size of its body that counts toward the cost (see textBytes).
+	cost      lane.Cost
+	costed    bool
+	textBytes int
+	mark      lane.TokenMark
 	// granted is when the attempt's slot was granted: the limit it was
 	// let out under is the one the controller had then (see
 	// aimd.Sample.Dispatched).
@@ -307,7 +309,8 @@ func (c *governedCall) pace(ctx context.Context, queued time.Duration) (context.
 	if l.HasTokenBudget() {
 		body := c.req.in.Body()
 		if !c.costed {
-			c.cost, c.costed = l.EstimateCost(len(body), maxTokensOf(body)), true
+			c.textBytes = textBytes(body)
+			c.cost, c.costed = l.EstimateCost(c.textBytes, maxTokensOf(body)), true
 		}
 		w, mark, err := l.ReserveTokens(c.cost, now)
 		if err != nil {
@@ -590,7 +593,7 @@ func (c *governedCall) complete(a *upstreamAttempt) {
 	c.res.resp, c.res.lane, c.res.attempt, c.res.tenant = resp, l, a.at, o.tenant
 	c.res.granted, c.res.sent = c.granted, a.sent
 	if c.costed && resp.BodyStream() != nil {
-		c.res.usage = &costCorrection{cost: c.cost, bodyBytes: len(c.req.in.Body())}
+		c.res.usage = &costCorrection{cost: c.cost, bodyBytes: c.textBytes}
 	}
 }
 
@@ -815,7 +818,7 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 		if t, ok := answerUsage(resp, c.p.cfg.MaxResponseBytes, &c.p.answers); ok {
 			l.CountTokens(t)
 			if c.costed {
-				l.ObserveUsage(c.cost, len(c.req.in.Body()), t.Prompt, t.Completion, now)
+				l.ObserveUsage(c.cost, c.textBytes, t.Prompt, t.Completion, now)
 			}
 		}
 	}

@@ -169,6 +169,58 @@ func numberAfter(b []byte, label string) (float64, bool) {
 	return n, err == nil
 }
 
+// textBytes returns the size of a request body less the base64 data it
+// carries inline: images (`data:image/png;base64,…`, Anthropic's
+// `"source":{"type":"base64","data":"…"}`), audio and files. Providers
+// count such data by what it shows (an image is some hundreds of tokens
+// whatever its size), never as text at bytes a token, so counting its
+// bytes as prompt would make a photo of 1 MB look like 300,000 tokens
+// and refuse it as larger than a whole budget. Data is told from text
+// as a run of at least minDataRun characters of the base64 alphabet
+// (JSON may escape its slashes as `\/`): text has spaces or punctuation
+// long before that, and text escaped as `\uXXXX` (Chinese sent with
+// ASCII-only JSON) is not such a run. Only calls of lanes with a known
+// token budget pay for it.
+func textBytes(body []byte) int {
+	n, run := len(body), 0
+	for i := 0; i < len(body); i++ {
+		switch b := body[i]; {
+		case base64Char[b]:
+			run++
+			continue
+		case b == '\\' && i+1 < len(body) && body[i+1] == '/':
+			run += 2
+			i++
+			continue
+		}
+		if run >= minDataRun {
+			n -= run
+		}
+		run = 0
+	}
+	if run >= minDataRun {
+		n -= run
+	}
+	return n
+}
+
+// minDataRun is the shortest run of base64 characters textBytes takes for
+// data rather than text: 16 KiB, an image of 12 KB. Text of such a run
+// (a DNA sequence, a hex dump) is rare; smaller images, counted as text,
+// cost a few thousand tokens in the estimate, which a call's usage then
+// corrects.
+const minDataRun = 16 << 10
+
+// base64Char holds the characters of base64 data in a JSON string: the
+// standard and URL-safe alphabets and padding.
+var base64Char = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' ||
+			c == '+' || c == '/' || c == '=' || c == '-' || c == '_'
+	}
+	return t
+}()
+
 // maxTokensOf reads the most output tokens a request body asks for:
 // max_completion_tokens, else max_tokens (OpenAI and Anthropic); 0 when
 // it sets neither or is not JSON. Only calls of lanes with a known token

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -568,4 +570,66 @@ func TestAbsurdUsageDoesNotRefuseTheNextCalls(t *testing.T) {
 			assert.Equal(t, http.StatusOK, status, "%s: short call %d: %s", tc.key, i, body)
 		}
 	}
+}
+
+// Base64 data carried inline (an image, a PDF, audio) is no prompt text:
+// the size the lane weighs at bytes a token leaves it out, and text
+// (English, Chinese escaped as \uXXXX, a long URL) is counted whole.
+func TestTextBytesLeavesOutInlineData(t *testing.T) {
+	data := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xfb, 0xef, 0xbe, 0x01, 0x02}, 3000)) // '+' and '/' included
+	escaped := strings.ReplaceAll(data, "/", `\/`)                                                      // PHP's json_encode
+	chinese, _ := json.Marshal(strings.Repeat("你好世界", 500))
+	ascii := strings.ReplaceAll(string(chinese), "你", `\u4f60`)
+	ascii = strings.ReplaceAll(ascii, "好", `\u597d`)
+	ascii = strings.ReplaceAll(ascii, "世", `\u4e16`)
+	ascii = strings.ReplaceAll(ascii, "界", `\u754c`)
+	for _, tc := range []struct {
+		name, body string
+		data       int // bytes that are data, not text
+	}{
+		{"OpenAI image by data URL", `{"messages":[{"content":[{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,` + data + `"}}]}]}`, len(data)},
+		{"Anthropic base64 source", `{"messages":[{"content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + data + `"}}]}]}`, len(data)},
+		{"escaped slashes", `{"url":"data:image/jpeg;base64,` + escaped + `"}`, len(escaped)},
+		{"English", `{"content":"` + strings.Repeat("word ", 4000) + `"}`, 0},
+		{"Chinese as \\uXXXX", `{"content":` + ascii + `}`, 0},
+		{"a long URL", `{"url":"https://example.com/` + strings.Repeat("a/b?c=d&", 200) + `"}`, 0},
+		{"a run just short of data", `{"k":"` + strings.Repeat("A", minDataRun-1) + `"}`, 0},
+		{"a run as long as data", `{"k":"` + strings.Repeat("A", minDataRun) + `"}`, minDataRun},
+	} {
+		assert.Equal(t, len(tc.body)-tc.data, textBytes([]byte(tc.body)), tc.name)
+	}
+}
+
+// A call carrying a photo inline (1.2 MB of base64) on an account of
+// 200,000 tokens a minute is sent, not refused as larger than the whole
+// budget: the provider counts the image as hundreds of tokens, not its
+// bytes as text.
+func TestInlineImageIsNotCountedAsText(t *testing.T) {
+	checkLeaks(t)
+	var got atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		got.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("x-ratelimit-limit-tokens", "200000")
+		w.Header().Set("x-ratelimit-remaining-tokens", "199000")
+		w.Header().Set("x-ratelimit-reset-tokens", "300ms")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1105,"completion_tokens":5}}`)
+	}))
+	t.Cleanup(up.Close)
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+	c := client(t)
+	photo := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("\xff\xd8\xff\xe0 a photo "), 90000))
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hello"}]}`, // learns the budget
+		`{"model":"m","max_tokens":300,"messages":[{"role":"user","content":[{"type":"text","text":"What is in this photo?"},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,` + photo + `"}}]}]}`,
+	} {
+		resp, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	}
+	assert.Equal(t, int64(2), got.Load(), "both calls reached the provider")
 }
