@@ -248,10 +248,40 @@ func sameDecrease(shared, reported time.Time) bool {
 //
 // A share larger than the last applies only after grace (see grownShare).
 func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration) {
+	var a adoption
 	l.mu.Lock()
+	a.othersCut = l.adoptTargetLocked(snap, s, now)
+	l.adoptShareLocked(&a, s, now, grace)
+	l.adoptPauseLocked(&a, snap, s, now)
+	l.holdLocked(&a, now)
+	l.mu.Unlock()
+	l.applyAdoption(&a, s, now, grace)
+}
+
+// An adoption is what adopt's steps decided under the lane's lock, for
+// applyAdoption to act on after it.
+type adoption struct {
+	// joined is whether the lane was coordinated before this sync, first
+	// whether this is its first join ever.
+	joined, first bool
+	// from is the queue's limit before the sync, applied the share after.
+	from, applied int
+	// othersCut is another Governor's decrease that cut the share.
+	othersCut bool
+	// pauseTo is the end of another Governor's pause now taken (zero:
+	// none); resume ends a pause that a success elsewhere ended.
+	pauseTo time.Time
+	resume  bool
+	// hold pauses the queue for want of a share; unhold ends that.
+	hold, unhold bool
+}
+
+// adoptTargetLocked gives the local controller the shared target, unless
+// it decreased during the sync, and reports whether another Governor's
+// decrease is taken now. It requires l.mu to be held.
+func (l *Lane) adoptTargetLocked(snap syncSnap, s Shared, now time.Time) (othersCut bool) {
 	co := l.co
 	st := l.ctrl.State()
-	othersCut := false // another Governor's decrease is taken now
 	if st.Decreases+st.Collapses == snap.decs {
 		// (A decrease during the sync is reported by the next one.)
 		//
@@ -270,10 +300,18 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 		co.base = s.Target
 	}
 	co.decCount = snap.decs
-	joined := co.joined
-	from := co.share
-	if !joined {
-		from = l.q.Stats().Limit // joining: the start's 1, or a local limit
+	return othersCut
+}
+
+// adoptShareLocked takes this Governor's share of the shared limit, the
+// members and the shared pacing, and marks the lane joined. It requires
+// l.mu to be held.
+func (l *Lane) adoptShareLocked(a *adoption, s Shared, now time.Time, grace time.Duration) {
+	co := l.co
+	a.joined = co.joined
+	a.from = co.share
+	if !a.joined {
+		a.from = l.q.Stats().Limit // joining: the start's 1, or a local limit
 	}
 	// A part that shrinks or holds is taken at once, whatever the others
 	// still have in flight: it takes no slot from them (at a join, the
@@ -282,7 +320,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	// takes what the others' calls leave (Share), and keeps what it had
 	// unless the shared limit fell (then what it had may be over it).
 	share := s.Share
-	if joined && (s.Fair <= co.share || int(s.Target) >= int(co.sharedTarget)) {
+	if a.joined && (s.Fair <= co.share || int(s.Target) >= int(co.sharedTarget)) {
 		share = max(s.Share, min(s.Fair, co.share))
 	}
 	// Every other Governor has synced since cut: since OthersSynced, as
@@ -292,11 +330,17 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	if s.OthersSynced.After(cut) && !s.OthersSynced.After(now) {
 		cut = s.OthersSynced
 	}
-	first := !co.everJoined
+	a.first = !co.everJoined
 	co.joined, co.starting, co.everJoined = true, false, true
-	co.share, co.members, co.sharedTarget = co.grownShare(share, now, cut, from), s.Members, s.Target
+	co.share, co.members, co.sharedTarget = co.grownShare(share, now, cut, a.from), s.Members, s.Target
 	co.seenDec = s.LastDecrease
 	co.rate, co.burst = s.Rate, s.Burst
+}
+
+// adoptPauseLocked takes another Governor's pause, or ends one that a
+// success elsewhere ended. It requires l.mu to be held.
+func (l *Lane) adoptPauseLocked(a *adoption, snap syncSnap, s Shared, now time.Time) {
+	co := l.co
 	if !co.pendingPause.After(snap.pause) {
 		co.pendingPause = time.Time{} // sent
 	}
@@ -305,13 +349,12 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	// before this Governor's last success is over already (under a
 	// concurrency cap, calls succeed while another Governor's is told to
 	// wait; under a request budget, none do).
-	var pauseTo time.Time
 	if s.PausedUntil.After(co.seenPause) {
 		co.seenPause = s.PausedUntil
 		if s.PausedUntil.After(now) && s.PausedUntil.After(l.pausedUntil) && !s.PausedAt.Before(co.lastOK) {
-			pauseTo = s.PausedUntil
-			l.pausedUntil = pauseTo
-			co.remotePause = pauseTo
+			a.pauseTo = s.PausedUntil
+			l.pausedUntil = a.pauseTo
+			co.remotePause = a.pauseTo
 		}
 	}
 	// A pause taken from another Governor that a success elsewhere ended,
@@ -319,54 +362,65 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	// the shared record holds no pause as late (a Governor that has no call
 	// in flight, joining, would else wait out the whole hint while the
 	// others' calls succeed).
-	resume := !co.remotePause.IsZero() && s.PausedUntil.Before(co.remotePause) && l.pausedUntil.Equal(co.remotePause) ||
+	a.resume = !co.remotePause.IsZero() && s.PausedUntil.Before(co.remotePause) && l.pausedUntil.Equal(co.remotePause) ||
 		co.pendingPause.IsZero() && l.pausedUntil.After(now) && l.pausedUntil.Equal(co.seenPause) && s.PausedUntil.UnixMilli() < l.pausedUntil.UnixMilli()
-	if resume || !co.remotePause.After(now) {
+	if a.resume || !co.remotePause.After(now) {
 		co.remotePause = time.Time{}
 	}
-	if resume {
+	if a.resume {
 		l.pausedUntil = time.Time{}
 		l.wakeRetriesLocked()
 	}
+}
+
+// holdLocked makes the share the queue's limit, and decides whether the
+// lane is held for want of one. It requires l.mu to be held.
+func (l *Lane) holdLocked(a *adoption, now time.Time) {
+	co := l.co
 	l.q.SetLimit(co.share)
 	// No share (the others use the whole limit): no call at all, rather
 	// than the one a queue's limit of 1 lets out, until a sync gives one.
 	// The hold lasts a grace at most: a sync that does not come (Redis
 	// lost) does not hold the lane.
-	hold, unhold := co.share == 0, co.held && co.share > 0 && !l.pausedUntil.After(now)
-	co.held = hold
-	applied := co.share
-	othersCut = othersCut && joined && applied < from
-	l.mu.Unlock()
-	if othersCut {
+	a.hold, a.unhold = co.share == 0, co.held && co.share > 0 && !l.pausedUntil.After(now)
+	co.held = a.hold
+	a.applied = co.share
+	a.othersCut = a.othersCut && a.joined && a.applied < a.from
+}
+
+// applyAdoption acts on what adopt decided, without the lane's lock: the
+// cause of a cut, the token budget's spenders, the queue's holds and
+// pauses, the events and logs.
+func (l *Lane) applyAdoption(a *adoption, s Shared, now time.Time, grace time.Duration) {
+	if a.othersCut {
 		l.m.byCause[CauseOtherGovernor].Inc()
 		l.lastCause.Store(uint32(CauseOtherGovernor) + 1)
-		l.events.event(evDecreased, now, slog.Int("from", from), slog.Int("to", applied), slog.String("cause", CauseOtherGovernor.String()))
+		l.events.event(evDecreased, now, slog.Int("from", a.from), slog.Int("to", a.applied), slog.String("cause", CauseOtherGovernor.String()))
 	}
 	l.tokens.setSpenders(s.Members, now)
-	if hold {
+	if a.hold {
 		l.q.PauseUntil(now.Add(grace))
 	}
-	if unhold {
+	if a.unhold {
 		l.q.Resume()
 	}
-	if resume {
+	if a.resume {
 		l.q.Resume()
 		l.log.Debug("lane resumed: a call succeeded in another governor", "lane", l.id)
 	}
-	if !pauseTo.IsZero() {
-		l.q.PauseUntil(pauseTo)
+	if !a.pauseTo.IsZero() {
+		l.q.PauseUntil(a.pauseTo)
 		l.m.pauses.Inc()
-		l.events.event(evPausedRemote, now, slog.String("until", pauseTo.Format(time.RFC3339Nano)))
+		l.events.event(evPausedRemote, now, slog.String("until", a.pauseTo.Format(time.RFC3339Nano)))
 	}
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", applied, "members", s.Members)
+		l.log.Debug("lane synced", "lane", l.id, "shared_target", s.Target, "share", s.Share, "applied", a.applied, "members", s.Members)
 	}
-	if !joined {
+	if !a.joined {
 		// A rejoin follows Redis found again, which the Coordinator logs
 		// once for every lane.
 		level := slog.LevelDebug
-		if first {
+		if a.first {
 			level = slog.LevelInfo
 		}
 		l.log.Log(context.Background(), level, "lane coordinated", "lane", l.id, "members", s.Members, "share", s.Share, "shared_target", s.Target)
