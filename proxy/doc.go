@@ -78,7 +78,8 @@
 // attempt (up to Config.MaxResponseBytes), so a cut one is retried, never
 // passed on short; but a forwarded call's success that does not fit in
 // what Config.MaxBufferedBytes has left is passed on as it arrives, as a
-// stream is.
+// stream is (a JSON one framed by its connection's close alone is
+// followed as it passes, and reaches its client cut if the close cut it).
 //
 // # Bounds
 //

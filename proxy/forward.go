@@ -328,6 +328,13 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	// A successful event stream, readable as it passes: the provider may
 	// still end it with an overload error.
 	body.watchOverload = streamCountsTokens(resp)
+	// A JSON success framed by the close alone, read whole, is checked for
+	// a cut (see cutAtClose); passed on as it arrives, it is checked as it
+	// passes.
+	if res.spilled && resp.Header.ContentLength() == -2 && identityEncoded(resp) &&
+		mediaTypeIs(resp.Header.ContentType(), "application/json") {
+		body.json = new(jsonEnd)
+	}
 	body.done = func() {
 		if ln != nil {
 			if body.watchOverload {

@@ -58,22 +58,25 @@ type streamBody struct {
 	flusher interface{ Flush() error } // w, when writing to it does not flush
 	buf     []byte
 	pending int
-	moved   bool  // beforeUpstreamRead wrote the pending bytes out during a read
 	written int64 // bytes written to w
 	werr    error // the first error writing to w
 	rerr    error // the first error reading the upstream, io.EOF aside
+	moved   bool  // beforeUpstreamRead wrote the pending bytes out during a read
 	// ended says a Read has returned an error or io.EOF: the stream was
 	// read to its end, or the end was found. A stream closed before
 	// that was given up on the client's side (see end).
 	ended bool
 
-	// tokens reads the usage of the body as it passes, when countTokens.
-	tokens      usage.Stream
-	countTokens bool
+	// tokens reads the usage of the body as it passes, when countTokens;
 	// overload watches the events for an overload error, when
 	// watchOverload.
-	overload      overloadWatch
-	watchOverload bool
+	tokens                     usage.Stream
+	overload                   overloadWatch
+	countTokens, watchOverload bool
+	// json, if set, follows a JSON answer framed by its connection's
+	// close alone, passed on as it arrives (too large for the answers'
+	// budget): the close may have cut it.
+	json *jsonEnd
 
 	mu     sync.Mutex // guards closed and timer against the watch
 	closed bool
@@ -150,6 +153,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if b.watchOverload {
 		b.overload.write(p[:n])
 	}
+	if b.json != nil {
+		b.json.write(p[:n])
+	}
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
 	}
@@ -163,6 +169,8 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		// Framed by the connection's close alone, the stream cannot
 		// say by its bytes whether it was cut; its events can.
 		err = errCutBeforeLastEvent
+	case b.json != nil && !b.json.whole():
+		err = errCutAtClose
 	}
 	if err != nil {
 		b.ended = true
