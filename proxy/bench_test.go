@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"strconv"
@@ -285,4 +286,39 @@ func BenchmarkClientConnRequestRead(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDoStream measures a call of Do (a batch item) whose answer is
+// an event stream, read whole inside its attempt: its keep-alives, its
+// last event and an error event are told as it is read.
+func BenchmarkDoStream(b *testing.B) {
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n")
+	done := []byte(": keep-alive\n\ndata: [DONE]\n\n")
+	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStream(&chunkedEvents{event: event, n: 10, last: done}, -1)
+	}}
+	go upSrv.Serve(upLn) //nolint:errcheck
+	defer upSrv.Shutdown()
+
+	p, err := New(Config{Upstream: mustURLb(b, "http://"+upLn.Addr().String()), Metrics: newSet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Shutdown(context.Background()) //nolint:errcheck
+	call := &Call{Path: "/v1/chat/completions", Header: map[string]string{"Authorization": "Bearer sk-bench-0123456789", "Content-Type": "application/json"},
+		Body: []byte(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hello"}]}`), MaxRetries: -1}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res := p.Do(context.Background(), call)
+			if res.Err != nil || res.StatusCode != 200 || len(res.Body) != 10*len(event)+len(done) {
+				b.Fatalf("%v %d %d", res.Err, res.StatusCode, len(res.Body))
+			}
+		}
+	})
 }

@@ -27,6 +27,13 @@ import (
 // response.completed, .incomplete or .failed) was cut, however cleanly its
 // bytes ended.
 //
+// It tells too, read by read, whether the stream carried content or only
+// the events a provider sends to keep an idle stream open (see
+// isKeepAlive): a batch item's stream, read whole inside its attempt, is
+// silent while it carries only keep-alives. One pass over the stream
+// thus tells its keep-alives, its content, its last event and an error
+// event, as it is read.
+//
 // It keeps at most maxEventLine bytes of the line being read: longer lines
 // are content, never such an error, so its memory does not grow with the
 // stream.
@@ -47,15 +54,22 @@ type overloadWatch struct {
 // maxEventLine bounds the line an error event's data may take.
 const maxEventLine = 1024
 
-// write reads the next bytes of the stream. A line that ends in p is read
-// where it is; only the start of one that continues in the next read is
-// kept.
-func (w *overloadWatch) write(p []byte) {
+// maxKeepAliveLine is the longest line read as a keep-alive.
+const maxKeepAliveLine = 64
+
+// write reads the next bytes of the stream, and reports whether they held
+// content: a line they end, or one in progress already longer than a
+// keep-alive, that is no keep-alive (see isKeepAlive). A line that ends in
+// p is read where it is; only the start of one that continues in the next
+// read is kept.
+func (w *overloadWatch) write(p []byte) (content bool) {
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			w.keep(p)
-			return
+			// Every byte of a long line is content, however many
+			// reads it takes to arrive.
+			return content || w.long || len(w.line) > maxKeepAliveLine
 		}
 		line := p[:i]
 		if len(w.line) > 0 || w.long {
@@ -63,13 +77,14 @@ func (w *overloadWatch) write(p []byte) {
 			line = w.line
 		}
 		if w.long {
-			w.begun = true // a line, too long to be read
+			w.begun, content = true, true // a line, too long to be read
 		} else {
-			w.readLine(line)
+			content = w.readLine(line) || content
 		}
 		w.line, w.long = w.line[:0], false
 		p = p[i+1:]
 	}
+	return content
 }
 
 // keep adds part to the start of the line kept, up to maxEventLine.
@@ -88,16 +103,18 @@ var (
 	doneMarker      = []byte("[DONE]")
 )
 
-// readLine reads one line of the stream, without its line feed.
-func (w *overloadWatch) readLine(line []byte) {
+// readLine reads one line of the stream, without its line feed, and
+// reports whether it is content rather than a keep-alive.
+func (w *overloadWatch) readLine(line []byte) (content bool) {
+	content = len(line) > maxKeepAliveLine || !isKeepAlive(line)
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	if len(line) == 0 { // the event ends
 		w.errEvent = false
-		return
+		return content
 	}
 	w.begun = true
 	if len(line) > maxEventLine {
-		return
+		return content
 	}
 	name, value, _ := bytes.Cut(line, []byte{':'})
 	value = bytes.TrimPrefix(value, []byte{' '})
@@ -128,6 +145,32 @@ func (w *overloadWatch) readLine(line []byte) {
 			}
 		}
 	}
+	return content
+}
+
+// isKeepAlive reports whether a line, without its LF, keeps a stream open
+// and says nothing: a blank line, an SSE comment line (": keep-alive"), or
+// Anthropic's ping event ("event: ping", "data: {"type": "ping"}"). Any
+// other line is content.
+func isKeepAlive(line []byte) bool {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] == ':' {
+		return true
+	}
+	if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+		return string(bytes.TrimSpace(v)) == "ping"
+	}
+	if v, ok := bytes.CutPrefix(line, []byte("data:")); ok && len(v) <= maxKeepAliveLine {
+		var b [maxKeepAliveLine]byte
+		compact := b[:0]
+		for _, c := range v {
+			if c != ' ' && c != '\t' {
+				compact = append(compact, c)
+			}
+		}
+		return string(compact) == `{"type":"ping"}`
+	}
+	return false
 }
 
 // errorEventType returns the type of the error that an event's data

@@ -443,6 +443,9 @@ func (c *governedCall) read(a *upstreamAttempt) {
 	oc := lane.Answered
 	err := a.err
 	a.head = err == nil
+	// events reads a stream read whole as it arrives (see bufferStream).
+	var events overloadWatch
+	scanned := false
 	if err != nil {
 		err = unsent(resp, scrubHeadError(err))
 		oc = classifyErr(err)
@@ -456,7 +459,8 @@ func (c *governedCall) read(a *upstreamAttempt) {
 		case needsBuffering(resp):
 			err = bufferBody(resp, o.maxResponse)
 		default:
-			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout)
+			err = bufferStream(resp, o.maxResponse, p.cfg.StreamIdleTimeout, &events)
+			scanned = true
 		}
 		if err != nil {
 			oc = classifyErr(err)
@@ -478,10 +482,11 @@ func (c *governedCall) read(a *upstreamAttempt) {
 	// whole, what its events add (an error that ended it, a cut).
 	served := oc
 	if err == nil && oc == lane.Answered && o.wholeStreams && streamCountsTokens(resp) && resp.BodyStream() == nil {
-		var w overloadWatch
-		w.write(resp.Body())
-		w.write(lineEnd) // the last line, if the stream did not end it
-		oc, a.streamWhy = w.outcome()
+		if !scanned { // read whole by another reader
+			events.write(resp.Body())
+		}
+		events.write(lineEnd) // the last line, if the stream did not end it
+		oc, a.streamWhy = events.outcome()
 	}
 	a.err, a.oc, a.served = err, oc, served
 }

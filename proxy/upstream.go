@@ -540,25 +540,24 @@ func growToward(body []byte, n int, size int64) []byte {
 var errResponseTooLarge = errors.New("upstream response too large")
 
 // bufferStream reads a streamed answer whole, as bufferBody does, under a
-// limit on each silence of the upstream (idle; none when not positive).
-// Keep-alive events (see keepAlives) are silence: nobody reads this stream
-// as it comes, so they keep nothing alive. A stream that carries content
-// has no overall limit: the attempt's deadline bounds the wait for its
-// head only, so a long generation is never cut and sent again. The limit
-// lasts until the connection's next exchange begins (see
-// trackedConn.SetWriteDeadline).
-func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration) error {
-	var seen func([]byte)
-	if c := connOf(resp); c != nil {
+// limit on each silence of the upstream (idle; none when not positive),
+// and shows its bytes to w as they arrive: one pass over its lines tells
+// its keep-alives from its content, its last event and an error event.
+// Keep-alives are silence: nobody reads this stream as it comes, so they
+// keep nothing alive. A stream that carries content has no overall limit:
+// the attempt's deadline bounds the wait for its head only, so a long
+// generation is never cut and sent again. The limit lasts until the
+// connection's next exchange begins (see trackedConn.SetWriteDeadline).
+func bufferStream(resp *fasthttp.Response, limit int64, idle time.Duration, w *overloadWatch) error {
+	c := connOf(resp)
+	if c != nil {
 		c.idle, c.heard = max(idle, 0), time.Now()
-		var k keepAlives
-		seen = func(p []byte) {
-			if k.content(p) {
-				c.heard = time.Now()
-			}
-		}
 	}
-	return readBody(resp, limit, 0, seen)
+	return readBody(resp, limit, 0, func(p []byte) {
+		if w.write(p) && c != nil {
+			c.heard = time.Now()
+		}
+	})
 }
 
 // bufferBody reads a streamed response body of at most limit bytes into the
