@@ -335,6 +335,11 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 		mediaTypeIs(resp.Header.ContentType(), "application/json") {
 		body.json = new(jsonEnd)
 	}
+	// An NDJSON success is followed to its last line: the close may
+	// have cut it.
+	if ndjsonSuccess(resp) && resp.Header.ContentLength() == -2 {
+		body.ndjson = new(ndjsonEnd)
+	}
 	body.done = func() {
 		if ln != nil {
 			if body.watchOverload {

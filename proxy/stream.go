@@ -77,6 +77,9 @@ type streamBody struct {
 	// close alone, passed on as it arrives (too large for the answers'
 	// budget): the close may have cut it.
 	json *jsonEnd
+	// ndjson, if set, follows an NDJSON stream framed by its
+	// connection's close alone to its last line.
+	ndjson *ndjsonEnd
 
 	mu     sync.Mutex // guards closed and timer against the watch
 	closed bool
@@ -156,6 +159,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if b.json != nil {
 		b.json.write(p[:n])
 	}
+	if b.ndjson != nil {
+		b.ndjson.write(p[:n])
+	}
 	if err != nil && b.clientGone.Load() {
 		err = errClientGone
 	}
@@ -171,6 +177,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		err = errCutBeforeLastEvent
 	case b.json != nil && !b.json.whole():
 		err = errCutAtClose
+	case b.ndjson != nil && b.ndjson.cutAtClose():
+		// The same, for an NDJSON stream and its last line.
+		err = errCutBeforeLastEvent
 	}
 	if err != nil {
 		b.ended = true
@@ -183,7 +192,8 @@ func (b *streamBody) Read(p []byte) (int, error) {
 
 // errCutBeforeLastEvent reports a stream framed by the close of its
 // connection (no Content-Length, not chunked) that the upstream closed
-// before the stream's last event (see overloadWatch).
+// before the stream's last event (see overloadWatch), or an NDJSON stream
+// closed before its last line (see ndjsonEnd).
 var errCutBeforeLastEvent = errors.New("upstream closed the connection before the stream's last event")
 
 // end says how the stream ended, for the access log, once it is closed:

@@ -320,3 +320,58 @@ func TestStreamHeadsArriveBeforeTheirFirstEvent(t *testing.T) {
 		up.Close()
 	}
 }
+
+// An NDJSON stream (Ollama's native API) framed by the close of its
+// connection alone is cut the same way when it stops before its last line
+// ("done":true) or an error line: visibly for the client, logged
+// stream_end "cut", and a batch item's attempt fails as a cut.
+func TestNDJSONStreamEndedByTheCloseBeforeItsLastLineIsCut(t *testing.T) {
+	checkSockets(t)
+	checkLeaks(t)
+	const (
+		head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n"
+		line = `{"model":"llama3","created_at":"2026-11-26T19:00:00Z","message":{"role":"assistant","content":"Hi"},"done":false}` + "\n"
+		last = `{"model":"llama3","created_at":"2026-11-26T19:00:01Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","eval_count":2}` + "\n"
+	)
+	for _, tc := range []struct {
+		name, lines string
+		cut         bool
+	}{
+		{"closed before the last line", line + line, true},
+		{"closed half way through a line", line + `{"model":"llama3","crea`, true},
+		{"closed half way through the last line", line + last[:40], true},
+		{"a line that quotes done true", line + `{"message":{"content":"\"done\":true"},"done":false}` + "\n", true},
+		{"the last line then the close", line + last, false},
+		{"the last line without its line end", line + strings.TrimSuffix(last, "\n"), false},
+		{"the last line, spaced", line + `{"model": "llama3", "done": true}` + "\n", false},
+		{"ended by an error line", line + `{"error":"model runner has unexpectedly stopped"}` + "\n", false},
+	} {
+		up := cuttingUpstream(t, func(c *net.TCPConn, _ int) { io.WriteString(c, head+tc.lines) })
+		var logs logtest.Buffer
+		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
+		resp, err := client(t).Post(base+"/api/chat", "application/json", strings.NewReader(`{"model":"llama3"}`))
+		require.NoError(t, err, tc.name)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, 200, resp.StatusCode, tc.name)
+		assert.Equal(t, tc.lines, string(body), "%s: the lines arrive as sent", tc.name)
+		end := "done"
+		if tc.cut {
+			end = "cut"
+			assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "%s: the client sees the cut", tc.name)
+		} else {
+			assert.NoError(t, err, tc.name)
+		}
+		require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond, tc.name)
+		assert.Equal(t, end, logs.Lines(t, "call")[0]["stream_end"], tc.name)
+
+		res := p.Do(context.Background(), &Call{Path: "/api/chat", Body: []byte(`{"model":"llama3"}`), MaxRetries: 0})
+		if tc.cut {
+			assert.Equal(t, []string{"connection error: read upstream body: upstream closed the connection before the stream's last event"},
+				res.Details.Errors, tc.name)
+		} else {
+			assert.Empty(t, res.Details.Errors, tc.name)
+			assert.Equal(t, tc.lines, string(res.Body), tc.name)
+		}
+	}
+}

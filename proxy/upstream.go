@@ -622,6 +622,8 @@ func readBody(resp *fasthttp.Response, limit, reserved int64, seen func([]byte))
 				err = errCutChunked
 			case cutAtClose(resp, body):
 				err = errCutAtClose
+			case ndjsonCutAtClose(resp, body):
+				err = errCutBeforeLastEvent
 			}
 			break
 		}
