@@ -72,6 +72,7 @@ func (s *Server) createJob(ctx *fasthttp.RequestCtx) {
 	j := &job{exec: newExecution(id, b, credentials(&ctx.Request.Header)), created: now,
 		cancel: cancel, done: make(chan struct{}), held: b.bodyBytes()}
 	j.exec.job = true
+	j.seen.Store(now.UnixNano())
 	// The items outlive this request: their bodies count against the
 	// proxy's budget until the job stops running.
 	if !s.p.HoldBodies(j.held) {
@@ -177,6 +178,7 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound, msg)
 		return
 	}
+	j.seen.Store(now.UnixNano())
 	switch {
 	case sub == "results" && ctx.IsGet():
 		s.serveJobResults(ctx, j)

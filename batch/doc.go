@@ -28,7 +28,8 @@
 //     one whose results were not read is logged with the items that did
 //     not run; a job kept in a batch directory (Config.Dir) resumes at
 //     the next start. Pause and AwaitRead, before Shutdown, let the
-//     clients of jobs held in memory fetch their results first.
+//     clients of jobs held in memory fetch their results first (those
+//     who asked about their jobs within the minute before).
 //   - The answers batches hold in memory (async jobs without a batch
 //     directory; sync batches until their document is written) are
 //     bounded by Config.MaxResultBytes: finished jobs are forgotten early

@@ -41,6 +41,9 @@ type job struct {
 	// read is set once the finished job's results were read to their
 	// end: a new job may then take its place before its TTL.
 	read atomic.Bool
+	// seen is when the job was submitted or a client last asked for its
+	// status or results, in Unix nanoseconds.
+	seen atomic.Int64
 
 	mu        sync.Mutex
 	cancelled bool

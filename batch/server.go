@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -139,6 +140,8 @@ type Server struct {
 	// items.
 	paused chan struct{}
 	pause  func()
+	// pausedAt is when pause first ran, in Unix nanoseconds.
+	pausedAt atomic.Int64
 	// changed is signalled (capacity 1) when a job held in memory may
 	// have become one its client is done with (see AwaitRead).
 	changed chan struct{}
@@ -188,7 +191,10 @@ func New(p *proxy.Proxy, cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.paused = make(chan struct{})
-	s.pause = sync.OnceFunc(func() { close(s.paused) })
+	s.pause = sync.OnceFunc(func() {
+		s.pausedAt.Store(s.cfg.Now().UnixNano())
+		close(s.paused)
+	})
 	s.changed = make(chan struct{}, 1)
 	s.closeDir = sync.OnceValue(func() error {
 		if s.dir == nil {
@@ -358,25 +364,34 @@ func (s *Server) makeRoomForJob() bool {
 	return true
 }
 
+// followedWithin is how recently before a shutdown a client must have
+// submitted a job or asked for its status or results for the shutdown to
+// wait for it to read them (see Pause).
+const followedWithin = time.Minute
+
 // Pause begins a shutdown: async jobs start no more items, and a new
 // job or sync batch gets 503 draining. It returns how many jobs held in
-// memory (without a batch directory) have results their clients are not
-// done with: running, or finished and neither read to their end nor
-// deleted. Those results go with the process at Shutdown.
+// memory (without a batch directory) have results a client is still
+// following: not done with (running, or finished and neither read to
+// their end nor deleted), and submitted or asked about within
+// followedWithin before the first Pause. Those results go with the
+// process at Shutdown. A job nobody asked about lately is not counted:
+// its client is gone, and waiting for it would only hold the shutdown.
 func (s *Server) Pause() (unread int) {
 	s.pause()
 	return s.unread()
 }
 
-// unread counts the jobs held in memory whose clients are not done with
-// them; with a batch directory, none.
+// unread counts the jobs held in memory whose clients follow them and are
+// not done with them (see Pause); with a batch directory, none.
 func (s *Server) unread() int {
 	if s.dir != nil {
 		return 0
 	}
+	since := s.pausedAt.Load() - int64(followedWithin)
 	n := 0
 	for _, j := range s.jobs.list(s.cfg.Now()) {
-		if !j.doneWith() {
+		if j.seen.Load() >= since && !j.doneWith() {
 			n++
 		}
 	}
@@ -384,7 +399,8 @@ func (s *Server) unread() int {
 }
 
 // AwaitRead pauses the async jobs (see Pause) and waits until no job held
-// in memory has results its client is not done with, or ctx ends. The
+// in memory has results a client follows and is not done with (see
+// Pause), or ctx ends. The
 // items in flight finish meanwhile. Called in a drain while the proxy
 // still serves Governor's API, it lets clients fetch the results that
 // would otherwise go with the process (or delete the jobs) before

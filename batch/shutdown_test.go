@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,6 +206,32 @@ func TestAwaitReadWaitsForUnreadMemoryJobs(t *testing.T) {
 	require.NoError(t, <-awaited, "reading one and deleting the other ends the wait")
 	assert.Zero(t, e.batches.Pause())
 
+}
+
+// A shutdown waits only for the jobs a client still follows: submitted,
+// or asked about, within a minute before it. A finished job nobody asked
+// about for longer does not hold the drain; asked about again, it does.
+func TestPauseCountsOnlyJobsFollowedLately(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.Now = clock }})
+	left := e.createJSONLJob(t, jsonlJob(1, "0s"))
+	e.waitJob(t, left.ID)
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	followed := e.createJSONLJob(t, jsonlJob(1, "0s"))
+	e.waitJob(t, followed.ID)
+
+	assert.Equal(t, 1, e.batches.Pause(), "the job asked about 2 minutes ago is not waited for")
+	e.jobStatus(t, left.ID)
+	assert.Equal(t, 2, e.batches.Pause(), "asked about again, it is")
+	for _, id := range []string{left.ID, followed.ID} {
+		_, lines := e.jsonlResults(t, id, false)
+		require.Len(t, lines, 1)
+	}
+	assert.Zero(t, e.batches.Pause())
 }
 
 // A job whose results nobody reads holds AwaitRead until its context

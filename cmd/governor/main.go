@@ -374,7 +374,8 @@ func exitOnSecondSignal(ctx context.Context, sigc <-chan os.Signal, log *slog.Lo
 // start no more; see batch.Server.Shutdown).
 //
 // Async jobs held in memory (no GOVERNOR_BATCH_DIR) lose their results
-// with the process. While some have results their clients have not read,
+// with the process. While some that a client followed within the minute
+// before the signal (see batch.Server.Pause) have results it has not read,
 // the main listener stays open first, until they are read or deleted or
 // ctx ends: calls to forward, new jobs and sync batches get 503 draining,
 // and the jobs' endpoints answer, so a client can fetch what a job
