@@ -98,7 +98,8 @@ type Info struct {
 	// LimitedBy says what holds the lane's calls back now, when some
 	// wait: "paused" (a provider's Retry-After), "token_budget" or
 	// "request_budget" (calls held in their slots for the provider's
-	// budget), "connections" (the upstream's connections are all in use),
+	// budget), "connections" (the upstream's connections are all in use:
+	// calls in flight, or queued, wait for one),
 	// or "limit" (the calls in flight fill the lane's limit: the
 	// controller's, or this Governor's share of the shared one); empty
 	// when no call waits, or none of these holds it.
@@ -115,16 +116,17 @@ const (
 )
 
 // limitedBy returns what holds li's waiting calls back (see
-// Info.LimitedBy).
-func limitedBy(li *Info) string {
+// Info.LimitedBy); connWaits counts its calls in flight that wait for a
+// connection to the upstream.
+func limitedBy(li *Info, connWaits int) string {
 	switch {
-	case li.Queued == 0 && li.Held == 0:
+	case li.Queued == 0 && li.Held == 0 && connWaits == 0:
 		return ""
 	case li.PausedUntil != nil:
 		return LimitedByPause
 	case li.Held > 0:
 		return heldBy(li)
-	case li.ConnLimited:
+	case li.ConnLimited || connWaits > 0:
 		return LimitedByConnections
 	case li.InFlight >= li.Limit:
 		return LimitedByLimit
@@ -229,6 +231,6 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	for w := range numTurnaways {
 		li.Refused[w.String()] = l.m.refused[w].Get()
 	}
-	li.LimitedBy = limitedBy(&li)
+	li.LimitedBy = limitedBy(&li, l.connWaits.count())
 	return li
 }

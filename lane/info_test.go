@@ -15,21 +15,23 @@ func TestLimitedBy(t *testing.T) {
 	tokensOut := []TokenBudgetInfo{{Kind: "tokens", PerMinute: 3000, Remaining: -741}}
 	requestsOut := &RequestBudgetInfo{PerMinute: 60, Remaining: 0}
 	cases := []struct {
-		name string
-		li   Info
-		want string
+		name      string
+		li        Info
+		connWaits int
+		want      string
 	}{
-		{"nothing waits", Info{Limit: 4, InFlight: 4}, ""},
-		{"the limit is full", Info{Limit: 4, InFlight: 4, Queued: 3}, LimitedByLimit},
-		{"room under the limit", Info{Limit: 4, InFlight: 2, Queued: 1}, ""},
-		{"paused", Info{Limit: 4, InFlight: 0, Queued: 3, PausedUntil: &paused}, LimitedByPause},
-		{"connections", Info{Limit: 8, InFlight: 2, Queued: 3, ConnLimited: true}, LimitedByConnections},
-		{"held for tokens", Info{Limit: 8, InFlight: 8, Held: 6, TokenBudgets: tokensOut}, LimitedByTokenBudget},
-		{"held for requests", Info{Limit: 8, InFlight: 8, Held: 6, TokenBudgets: tokensLeft, RequestBudget: requestsOut}, LimitedByRequestBudget},
-		{"held, both out: tokens first", Info{Limit: 8, InFlight: 8, Held: 6, TokenBudgets: tokensOut, RequestBudget: requestsOut}, LimitedByTokenBudget},
-		{"held, no budget known but requests", Info{Limit: 8, InFlight: 8, Held: 1}, LimitedByRequestBudget},
+		{"nothing waits", Info{Limit: 4, InFlight: 4}, 0, ""},
+		{"the limit is full", Info{Limit: 4, InFlight: 4, Queued: 3}, 0, LimitedByLimit},
+		{"room under the limit", Info{Limit: 4, InFlight: 2, Queued: 1}, 0, ""},
+		{"paused", Info{Limit: 4, InFlight: 0, Queued: 3, PausedUntil: &paused}, 0, LimitedByPause},
+		{"connections", Info{Limit: 8, InFlight: 2, Queued: 3, ConnLimited: true}, 0, LimitedByConnections},
+		{"held for tokens", Info{Limit: 8, InFlight: 8, Held: 6, TokenBudgets: tokensOut}, 0, LimitedByTokenBudget},
+		{"held for requests", Info{Limit: 8, InFlight: 8, Held: 6, TokenBudgets: tokensLeft, RequestBudget: requestsOut}, 0, LimitedByRequestBudget},
+		{"held, both out: tokens first", Info{Limit: 8, InFlight: 8, Held: 6, TokenBudgets: tokensOut, RequestBudget: requestsOut}, 0, LimitedByTokenBudget},
+		{"held, no budget known but requests", Info{Limit: 8, InFlight: 8, Held: 1}, 0, LimitedByRequestBudget},
+		{"in flight, waiting for connections, none queued", Info{Limit: 8, InFlight: 8, ConnLimited: true}, 6, LimitedByConnections},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, limitedBy(&c.li), c.name)
+		assert.Equal(t, c.want, limitedBy(&c.li, c.connWaits), c.name)
 	}
 }
