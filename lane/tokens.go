@@ -103,7 +103,7 @@ func (r TokenReport) Valid() bool {
 
 // ErrCostExceedsBudget is the error of a call that costs more tokens than
 // a whole budget of its lane: no wait can make it fit.
-var ErrCostExceedsBudget = errors.New("lane: call costs more tokens than the whole budget")
+var ErrCostExceedsBudget = errors.New("call costs more tokens than the whole budget")
 
 // TokenBudgetInfo is one token budget as GET /governor/lanes shows it: its
 // refill a minute (the budget itself for a per-minute one, 1/1440 of it

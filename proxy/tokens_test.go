@@ -93,7 +93,7 @@ func TestTokenBudgetFromHeadersIsSpent(t *testing.T) {
 	status, body := chatMax(t, c, base, 70000)
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Contains(t, body, CodeExceedsTokenBudget)
-	assert.Contains(t, body, "the whole budget is 60000")
+	assert.Contains(t, body, "(call costs more tokens than the whole budget: about 70002 tokens, the whole budget is 60000)", "the message speaks to the user, without a Go package's prefix")
 	assert.Equal(t, received, mock.Stats().Received, "nothing sent")
 }
 
