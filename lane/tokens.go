@@ -486,6 +486,18 @@ func (p *tokenPacer) giveBack(cost Cost, now time.Time) {
 	}
 }
 
+// tooLarge dates at now the size of each known budget that est surely
+// exceeds (see TokensTooLarge).
+func (p *tokenPacer) tooLarge(est Cost, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.buckets {
+		if b := &p.buckets[k]; b.known() && est.sure().of(TokenKind(k)) > b.limit {
+			b.reported = now
+		}
+	}
+}
+
 // observeUsage corrects the estimates with the usage an answer reported:
 // the call was estimated at est (for a body of bodyBytes) and used prompt
 // and completion tokens.
@@ -651,6 +663,16 @@ func (l *Lane) GiveBackTokens(est Cost, mark TokenMark, now time.Time) {
 	if mark != (TokenMark{}) {
 		l.tokens.giveBack(est, now)
 	}
+}
+
+// TokensTooLarge takes the provider's refusal at now of a call estimated
+// at est as larger than a whole token budget ("Request too large"): each
+// known budget whose size the call surely exceeds stands as reported at
+// now, so that it refuses such calls at once for another limitMemory,
+// though the refusal reported no budget (a provider that states its
+// budgets only in its 429 messages, or none in this one).
+func (l *Lane) TokensTooLarge(est Cost, now time.Time) {
+	l.tokens.tooLarge(est, now)
 }
 
 // ObserveUsage corrects the lane's estimates with the usage an answer

@@ -833,6 +833,12 @@ func (c *governedCall) observeBudgets(resp *fasthttp.Response, oc lane.Outcome, 
 	if oc == lane.RateLimited || oc == lane.Quota {
 		l.GiveBackTokens(c.cost, c.mark, now)
 	}
+	if oc == lane.Quota && c.costed && isTooLarge(bufferedBody(resp)) {
+		// The budget has not grown past the call: its size refuses the
+		// next such calls at once again, whether or not this answer
+		// reports it.
+		l.TokensTooLarge(c.cost, now)
+	}
 	reports, n := tokenBudgets(&resp.Header, now)
 	for _, r := range reports[:n] {
 		l.ObserveTokens(r, c.mark, sent, now)

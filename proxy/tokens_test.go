@@ -633,3 +633,61 @@ func TestInlineImageIsNotCountedAsText(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), got.Load(), "both calls reached the provider")
 }
+
+// A provider that states its token budget only in its 429 messages
+// (OpenAI's numbers, no x-ratelimit headers) and refuses a call larger
+// than the whole budget with "Request too large": a minute after the
+// budget was last stated, one such call is sent to learn whether it grew;
+// its refusal, which reports no budget, keeps the size standing, so the
+// next such call gets 400 exceeds_token_budget at once instead of being
+// sent too.
+func TestTooLargeRefusalWithoutHeadersKeepsRefusingAtOnce(t *testing.T) {
+	checkLeaks(t)
+	var large atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		msg := "Rate limit reached for m in organization org-x on tokens per min (TPM): Limit 30000, Used 29990, Requested 20. Please try again in 1s."
+		if len(body) > 100_000 {
+			large.Add(1)
+			msg = "Request too large for m in organization org-x on tokens per min (TPM): Limit 30000, Requested 50000. The input or output tokens must be reduced in order to run successfully."
+		}
+		fmt.Fprintf(w, `{"error":{"message":%q,"type":"tokens","code":"rate_limit_exceeded"}}`, msg)
+	}))
+	t.Cleanup(up.Close)
+	var offset atomic.Int64 // the test's clock, ahead of the wall clock
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL), Now: now, MaxPause: 10 * time.Millisecond}))
+	c := client(t)
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set(HeaderMaxRetries, "0")
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	short := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	big := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}]}`, strings.Repeat("word ", 40000))
+
+	status, body := post(short) // its 429 states the budget: 30,000
+	require.Equal(t, http.StatusTooManyRequests, status, body)
+	status, body = post(big)
+	require.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body, "exceeds_token_budget")
+	assert.Zero(t, large.Load(), "refused at once")
+
+	offset.Add(int64(time.Minute + time.Second))
+	status, body = post(big)
+	require.Equal(t, http.StatusTooManyRequests, status, "a minute on, one is sent: %s", body)
+	assert.Contains(t, body, "Request too large")
+	assert.EqualValues(t, 1, large.Load())
+
+	status, body = post(big)
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body, "exceeds_token_budget")
+	assert.EqualValues(t, 1, large.Load(), "the budget has not grown: the next is refused at once, not sent")
+}
