@@ -73,7 +73,8 @@
 // is returned as soon as its headers arrive and is never retried after its
 // first byte; but a Call of Do reads it whole inside its attempt, and a
 // stream the provider ended with an error event, or that stopped before
-// its last event (an NDJSON stream: its "done":true line), is a failed
+// its last event (an NDJSON stream: its "done":true or
+// {"status":"success"} line), is a failed
 // attempt, retried (see Call.Body). Any other
 // answer, however framed, is read whole inside its
 // attempt (up to Config.MaxResponseBytes), so a cut one is retried, never

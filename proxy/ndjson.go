@@ -13,8 +13,9 @@ func ndjsonSuccess(resp *fasthttp.Response) bool {
 }
 
 // ndjsonEnd reads an NDJSON stream (Ollama's native API) as it passes and
-// tells whether it reached its end: its last line, {"…","done":true,…},
-// or an error line, {"error":"…"}. Framed by the close of its connection
+// tells whether it reached its end: its last line, {"…","done":true,…}
+// (chat, generate) or {"status":"success"} (pull, push, create), or an
+// error line, {"error":"…"}. Framed by the close of its connection
 // alone, such a stream cannot say by its bytes whether it was cut; its
 // lines can. Its memory is a few bytes of the line being read, whatever
 // the length of the lines.
@@ -37,16 +38,17 @@ type ndjsonEnd struct {
 }
 
 // ndjsonTail is as long as the longest marker the scan looks for, less
-// one; ndjsonHead as long as ndjsonError.
+// one; ndjsonHead as long as ndjsonStatusSuccess.
 const (
 	ndjsonTail = 15
-	ndjsonHead = 8
+	ndjsonHead = 20
 )
 
 var (
-	ndjsonDone       = []byte(`"done":true`)
-	ndjsonDoneSpaced = []byte(`"done": true`)
-	ndjsonError      = []byte(`{"error"`)
+	ndjsonDone          = []byte(`"done":true`)
+	ndjsonDoneSpaced    = []byte(`"done": true`)
+	ndjsonError         = []byte(`{"error"`)
+	ndjsonStatusSuccess = []byte(`{"status":"success"}`)
 )
 
 // write reads the next bytes of the stream.
@@ -98,7 +100,8 @@ func hasDone(b []byte) bool {
 func (n *ndjsonEnd) endLine() {
 	if n.text {
 		n.lines = true
-		n.last = n.done || bytes.Equal(n.head[:n.headN], ndjsonError)
+		head := bytes.TrimRight(n.head[:n.headN], " \t\r")
+		n.last = n.done || bytes.HasPrefix(head, ndjsonError) || bytes.Equal(head, ndjsonStatusSuccess)
 	}
 	*n = ndjsonEnd{lines: n.lines, last: n.last}
 }
