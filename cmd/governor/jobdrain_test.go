@@ -26,7 +26,9 @@ func TestSIGTERMLetsMemoryJobItemsFinish(t *testing.T) {
 	defer stop()
 	const n = 6
 
-	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=5s")
+	// The drain waits for the job, which nobody reads, to its timeout:
+	// long enough for items of 1.5 s on a loaded machine.
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=10s")
 	id := drainWithTwoItemsInFlight(t, g, mock, n)
 
 	lost := g.logLines(t, "batch job results lost at shutdown: kept in memory only, and not read to their end (set GOVERNOR_BATCH_DIR to keep jobs across restarts)")
