@@ -99,83 +99,82 @@ func BenchmarkLaneKey(b *testing.B) {
 // over an in-memory listener, upstream on loopback) against the upstream
 // answering at once.
 func BenchmarkProxiedRoundTrip(b *testing.B) {
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
 	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
-	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	p := benchProxy(b, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(body)
-	}}
-	go upSrv.Serve(upLn) //nolint:errcheck
-	defer upSrv.Shutdown()
-
-	p, err := New(Config{Upstream: mustURLb(b, "http://"+upLn.Addr().String()), Metrics: newSet()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln := fasthttputil.NewInmemoryListener()
-	go p.Serve(ln) //nolint:errcheck
-	defer p.server.Shutdown()
-
-	c := &fasthttp.HostClient{Addr: "governor", Dial: func(string) (net.Conn, error) { return ln.Dial() }}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		req := benchRequest()
-		req.SetRequestURI("http://governor/v1/chat/completions")
-		resp := fasthttp.AcquireResponse()
-		for pb.Next() {
-			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-				b.Fatalf("%v %d", err, resp.StatusCode())
-			}
-		}
 	})
+	ln := fasthttputil.NewInmemoryListener()
+	benchRoundTrips(b, p, ln, ln.Dial, len(body))
 }
 
 // BenchmarkProxiedStreamRoundTrip measures a whole streamed call that
 // ends as a chat completion stream does (10 SSE events, then [DONE], each
 // a chunk of its own, flushed back to back by the upstream, as mockllm
-// does; without [DONE] every call would be heard as a cut) and reports the writes to the client per call: what one
-// read from the upstream brought leaves in one write, plus the headers and
-// the end of the chunked body (one write per event before coalescing).
+// does; without [DONE] every call would be heard as a cut) and reports the
+// writes to the client per call: what one read from the upstream brought
+// leaves in one write, plus the headers and the end of the chunked body
+// (one write per event before coalescing).
 func BenchmarkProxiedStreamRoundTrip(b *testing.B) {
+	done := []byte("data: [DONE]\n\n")
+	p := benchProxy(b, eventStream(10, done))
+	mem := fasthttputil.NewInmemoryListener()
+	ln := &countingListener{Listener: mem}
+	benchRoundTrips(b, p, ln, mem.Dial, 10*len(benchEvent)+len(done))
+	b.ReportMetric(float64(ln.writes.Load())/float64(b.N), "writes/op")
+}
+
+// benchEvent is the event of the stream benchmarks' upstream: a chunk of
+// a chat completion stream.
+var benchEvent = []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n")
+
+// eventStream answers with an event stream of n benchEvents, each a
+// chunk of its own, then last.
+func eventStream(n int, last []byte) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStream(&chunkedEvents{event: benchEvent, n: n, last: last}, -1)
+	}
+}
+
+// benchProxy starts an upstream on loopback that answers every call with
+// h and returns a Proxy in front of it. The upstream shuts down when b
+// ends.
+func benchProxy(b *testing.B, h fasthttp.RequestHandler) *Proxy {
+	b.Helper()
 	upLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n")
-	done := []byte("data: [DONE]\n\n")
-	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStream(&chunkedEvents{event: event, n: 10, last: done}, -1)
-	}}
-	go upSrv.Serve(upLn) //nolint:errcheck
-	defer upSrv.Shutdown()
-
+	upSrv := &fasthttp.Server{Handler: h}
+	go upSrv.Serve(upLn)                   //nolint:errcheck
+	b.Cleanup(func() { upSrv.Shutdown() }) //nolint:errcheck
 	p, err := New(Config{Upstream: mustURLb(b, "http://"+upLn.Addr().String()), Metrics: newSet()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln := &countingListener{Listener: fasthttputil.NewInmemoryListener()}
-	go p.Serve(ln) //nolint:errcheck
-	defer p.server.Shutdown()
+	return p
+}
 
-	c := &fasthttp.HostClient{Addr: "governor", Dial: func(string) (net.Conn, error) {
-		return ln.Listener.(*fasthttputil.InmemoryListener).Dial()
-	}}
+// benchRoundTrips serves p on ln and sends benchRequest through it from
+// parallel clients that connect with dial, each answer a 200 of
+// bodyLen bytes. The server shuts down when b ends.
+func benchRoundTrips(b *testing.B, p *Proxy, ln net.Listener, dial func() (net.Conn, error), bodyLen int) {
+	b.Helper()
+	go p.Serve(ln)                            //nolint:errcheck
+	b.Cleanup(func() { p.server.Shutdown() }) //nolint:errcheck
+	c := &fasthttp.HostClient{Addr: "governor", Dial: func(string) (net.Conn, error) { return dial() }}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		req := benchRequest()
 		req.SetRequestURI("http://governor/v1/chat/completions")
 		resp := fasthttp.AcquireResponse()
 		for pb.Next() {
-			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 || len(resp.Body()) != 10*len(event)+len(done) {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 || len(resp.Body()) != bodyLen {
 				b.Fatalf("%v %d %d", err, resp.StatusCode(), len(resp.Body()))
 			}
 		}
 	})
-	b.ReportMetric(float64(ln.writes.Load())/float64(b.N), "writes/op")
 }
 
 // chunkedEvents is a body that fasthttp's server sends as n chunks of one
@@ -292,23 +291,8 @@ func BenchmarkClientConnRequestRead(b *testing.B) {
 // an event stream, read whole inside its attempt: its keep-alives, its
 // last event and an error event are told as it is read.
 func BenchmarkDoStream(b *testing.B) {
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n")
 	done := []byte(": keep-alive\n\ndata: [DONE]\n\n")
-	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/event-stream")
-		ctx.SetBodyStream(&chunkedEvents{event: event, n: 10, last: done}, -1)
-	}}
-	go upSrv.Serve(upLn) //nolint:errcheck
-	defer upSrv.Shutdown()
-
-	p, err := New(Config{Upstream: mustURLb(b, "http://"+upLn.Addr().String()), Metrics: newSet()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := benchProxy(b, eventStream(10, done))
 	defer p.Shutdown(context.Background()) //nolint:errcheck
 	call := &Call{Path: "/v1/chat/completions", Header: map[string]string{"Authorization": "Bearer sk-bench-0123456789", "Content-Type": "application/json"},
 		Body: []byte(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hello"}]}`), MaxRetries: -1}
@@ -316,7 +300,7 @@ func BenchmarkDoStream(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			res := p.Do(context.Background(), call)
-			if res.Err != nil || res.StatusCode != 200 || len(res.Body) != 10*len(event)+len(done) {
+			if res.Err != nil || res.StatusCode != 200 || len(res.Body) != 10*len(benchEvent)+len(done) {
 				b.Fatalf("%v %d %d", res.Err, res.StatusCode, len(res.Body))
 			}
 		}

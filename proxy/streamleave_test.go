@@ -25,46 +25,16 @@ import (
 // does not hear of it.
 func TestClientLeavingAStreamIsNotTheProvidersFault(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		// leave sends the call to addr and leaves; got is closed by
-		// the upstream once it has the request, and the upstream
-		// answers once release is closed.
-		leave func(t *testing.T, addr string, got <-chan struct{}, release chan<- struct{})
+		name  string
+		proto string // the client's HTTP version
+		// midStream: the client leaves once it has the stream's first
+		// event; otherwise before the upstream answers.
+		midStream bool
+		reset     bool // the connection is reset rather than closed
 	}{
-		{"mid-stream", func(t *testing.T, addr string, got <-chan struct{}, release chan<- struct{}) {
-			conn := dialCall(t, addr, "HTTP/1.1")
-			<-got
-			close(release)
-			r := bufio.NewReader(conn)
-			for {
-				line, err := r.ReadString('\n')
-				require.NoError(t, err)
-				if strings.Contains(line, "event 0") {
-					break
-				}
-			}
-			require.NoError(t, conn.Close())
-		}},
-		{"HTTP/1.0 mid-stream", func(t *testing.T, addr string, got <-chan struct{}, release chan<- struct{}) {
-			conn := dialCall(t, addr, "HTTP/1.0")
-			<-got
-			close(release)
-			r := bufio.NewReader(conn)
-			for {
-				line, err := r.ReadString('\n')
-				require.NoError(t, err)
-				if strings.Contains(line, "event 0") {
-					break
-				}
-			}
-			resetClose(t, conn)
-		}},
-		{"before the headers", func(t *testing.T, addr string, got <-chan struct{}, release chan<- struct{}) {
-			conn := dialCall(t, addr, "HTTP/1.1")
-			<-got
-			resetClose(t, conn)
-			close(release)
-		}},
+		{name: "mid-stream", proto: "HTTP/1.1", midStream: true},
+		{name: "HTTP/1.0 mid-stream", proto: "HTTP/1.0", midStream: true, reset: true},
+		{name: "before the headers", proto: "HTTP/1.1", reset: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkLeaks(t)
@@ -92,7 +62,29 @@ func TestClientLeavingAStreamIsNotTheProvidersFault(t *testing.T) {
 			defer up.Close()
 			set := metrics.NewSet()
 			_, base := startProxy(t, limitOne(Config{Upstream: mustURL(t, up.URL), Metrics: set}))
-			tc.leave(t, strings.TrimPrefix(base, "http://"), got, release)
+			// got is closed by the upstream once it has the request, and
+			// the upstream answers once release is closed.
+			conn := dialCall(t, strings.TrimPrefix(base, "http://"), tc.proto)
+			<-got
+			if tc.midStream {
+				close(release)
+				r := bufio.NewReader(conn)
+				for {
+					line, err := r.ReadString('\n')
+					require.NoError(t, err)
+					if strings.Contains(line, "event 0") {
+						break
+					}
+				}
+			}
+			if tc.reset {
+				resetClose(t, conn)
+			} else {
+				require.NoError(t, conn.Close())
+			}
+			if !tc.midStream {
+				close(release)
+			}
 			<-ended
 			c := client(t)
 			var l lane.Info
