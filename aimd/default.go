@@ -267,14 +267,6 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		d.ledger.entries = d.ledger.entries[:0]
 	}
 	d.ledger.answer(dispatched)
-	if c.latencyOn() && (s.Outcome == Success || s.Outcome == Timeout) {
-		// The calls still out of a slow start with no ceiling, if far
-		// fewer are back than the lowest level's latencies make likely,
-		// say that the provider queues them (overdue.go).
-		if to := c.overdueLocked(now); to > 0 {
-			return c.latencyDecreaseLocked(to, now)
-		}
-	}
 	switch s.Outcome {
 	case Success:
 		c.observeLatencyLocked(s.Latency)
@@ -292,6 +284,13 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 			// Answered, but slower than chance explains at a level the
 			// lane still uses: the provider queues (profile.go).
 			if to := c.profileLocked(s, dispatched, now); to > 0 {
+				return c.latencyDecreaseLocked(to, now)
+			}
+			// The calls still out of a slow start with no ceiling, if
+			// far fewer are back than the lowest level's latencies
+			// (this answer's among them) make likely, say that the
+			// provider queues them (overdue.go).
+			if to := c.overdueLocked(now); to > 0 {
 				return c.latencyDecreaseLocked(to, now)
 			}
 		}
@@ -362,6 +361,9 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		}
 		if s.Outcome == Timeout && c.latencyOn() {
 			if to := c.profileLocked(s, dispatched, now); to > 0 && !c.latencyExplodedLocked() {
+				return c.latencyDecreaseLocked(to, now)
+			}
+			if to := c.overdueLocked(now); to > 0 {
 				return c.latencyDecreaseLocked(to, now)
 			}
 		}

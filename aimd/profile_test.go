@@ -476,3 +476,20 @@ func TestLatencyCutBelowTheLowestLevelToTheStartsFirstSteps(t *testing.T) {
 	ev, _ = run(4, false)
 	assert.NotEqual(t, Decreased, ev, "no latency cut yet: the lane's own start is still the reference")
 }
+
+// The answer that brings the last of the lowest level's calls back is
+// one of that level's calls when the calls let out above it are judged:
+// the verdict on them comes at that answer, with its latency in the
+// level's mean and spread, not one answer later without it.
+func TestOverdueCountsTheAnswerThatCompletesTheLowestLevel(t *testing.T) {
+	c := New(Config{AdmissionWindow: -1, Max: 64}, t0)
+	for i, l := range flat[:7] { // 7 of the first 8 calls, each letting out 3
+		now := t0.Add(secs(l)).Add(time.Duration(i) * time.Millisecond)
+		require.NotEqual(t, Decreased, c.ObserveAt(Sample{Outcome: Success, Latency: now.Sub(t0), InFlight: c.Limit(), Dispatched: t0}, now))
+	}
+	require.Equal(t, 22, c.Limit())
+	now := at(4) // the 8th; the 14 calls let out at about 1 s are not back
+	ev := c.ObserveAt(Sample{Outcome: Success, Latency: secs(4), InFlight: c.Limit(), Dispatched: t0}, now)
+	assert.Equal(t, Decreased, ev, "out 3 times as long as the lowest level's calls took, none back")
+	assert.Equal(t, 8, c.Limit())
+}
