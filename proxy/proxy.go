@@ -103,7 +103,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.HandleAPI(APIPrefix+"lanes", p.serveLanes)
 	p.server = &fasthttp.Server{
-		Handler:                      p.Handler,
+		Handler:                      p.handle,
 		ErrorHandler:                 p.serverError,
 		HeaderReceived:               p.headerReceived,
 		MaxRequestBodySize:           c.MaxBodyBytes,
@@ -261,8 +261,8 @@ func (p *Proxy) stop() {
 	}
 }
 
-// Handler serves one request on the main listener.
-func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+// handle serves one request on the main listener.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	// Deadlines on the connection are dealt with where they matter, not
 	// here on every call: a previous answer's write deadline (see
 	// streamBody.moveDeadlines and respond) is replaced or cleared before

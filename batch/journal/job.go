@@ -214,13 +214,6 @@ func (j *Job) sync(end int64) error {
 	return nil
 }
 
-// Recorded reports whether item i has a result recorded.
-func (j *Job) Recorded(i int) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return i >= 0 && i < j.total && j.offsets[i] >= 0
-}
-
 // Close closes the job's journal; the job stays on disk. Later writes
 // fail; Readers opened before keep working.
 func (j *Job) Close() { j.close() }

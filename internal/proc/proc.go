@@ -88,7 +88,7 @@ func (p *Process) Alive() error {
 	select {
 	case <-p.exited:
 		if !stopped {
-			return fmt.Errorf("%s exited unexpectedly (%v)%s", p.name, p.waitErr, p.LogTail())
+			return fmt.Errorf("%s exited unexpectedly (%v)%s", p.name, p.waitErr, p.logTail())
 		}
 	default:
 	}
@@ -120,7 +120,7 @@ func (p *Process) Stop(timeout time.Duration) error {
 	killed := p.killed
 	p.mu.Unlock()
 	if p.waitErr != nil && !killed {
-		return fmt.Errorf("%s: %w%s", p.name, p.waitErr, p.LogTail())
+		return fmt.Errorf("%s: %w%s", p.name, p.waitErr, p.logTail())
 	}
 	return nil
 }
@@ -141,9 +141,9 @@ func (p *Process) Kill() {
 	}
 }
 
-// LogTail is the end of the process's log, for error messages: empty if
+// logTail is the end of the process's log, for error messages: empty if
 // there is none, else a header line and up to 2000 bytes.
-func (p *Process) LogTail() string {
+func (p *Process) logTail() string {
 	b, err := os.ReadFile(p.logPath)
 	if err != nil || len(b) == 0 {
 		return ""
@@ -180,7 +180,7 @@ func (p *Process) WaitForLine(ctx context.Context, match func(line string) (stri
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("%s: not started: %w%s", p.name, ctx.Err(), p.LogTail())
+			return "", fmt.Errorf("%s: not started: %w%s", p.name, ctx.Err(), p.logTail())
 		case <-tick.C:
 		}
 	}
@@ -210,7 +210,7 @@ func (p *Process) WaitHTTP(ctx context.Context, url string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s not ready: %w%s", p.name, url, ctx.Err(), p.LogTail())
+			return fmt.Errorf("%s: %s not ready: %w%s", p.name, url, ctx.Err(), p.logTail())
 		case <-tick.C:
 		}
 	}
