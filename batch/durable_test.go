@@ -61,11 +61,7 @@ func (e *env) jsonlResults(t *testing.T, id string, partial bool) (string, []map
 // same batch directory: every item ends up answered, in input order, and
 // no item whose result was recorded is sent again.
 func TestDurableJobResumesAfterRestart(t *testing.T) {
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(stopMock)
-	dir := t.TempDir()
-	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	mock, _, opts := restartable(t)
 	const n = 20
 
 	e1 := newEnv(t, opts)
@@ -166,11 +162,7 @@ func TestDurableDeleteRemovesTheJob(t *testing.T) {
 
 // A cancelled job stays cancelled after a restart: nothing more is sent.
 func TestDurableCancelledJobStaysCancelled(t *testing.T) {
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(stopMock)
-	dir := t.TempDir()
-	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	mock, _, opts := restartable(t)
 	e1 := newEnv(t, opts)
 	st := e1.createJSONLJob(t, jsonlJob(10, "1h"))
 	require.Eventually(t, func() bool { return mock.Stats().InFlight == 2 }, 10*time.Second, time.Millisecond)
@@ -192,11 +184,7 @@ func TestDurableCancelledJobStaysCancelled(t *testing.T) {
 // and once the other lets the directory go its jobs are listed and
 // resumed here.
 func TestBatchDirectoryInUseIsTakenOnceFree(t *testing.T) {
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(stopMock)
-	dir := t.TempDir()
-	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	mock, _, opts := restartable(t)
 	const n = 10
 
 	old := newEnv(t, opts)
@@ -306,11 +294,7 @@ func nonZero(m map[string]int) map[string]int {
 // good in damaged/ if it is damaged). A job resumed after a restart still
 // sends each item with its headers.
 func TestItemHeadersLeaveTheDiskWithTheJob(t *testing.T) {
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(stopMock)
-	dir := t.TempDir()
-	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	mock, dir, opts := restartable(t)
 	const canary = "sk-item-canary-5f3a"
 	const n = 6
 	var body strings.Builder

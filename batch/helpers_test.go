@@ -45,6 +45,18 @@ type envOptions struct {
 	batch    func(*batch.Config)
 }
 
+// restartable starts a simulated provider and makes a batch directory
+// that outlive the Governors a test starts on them (newEnv(t, opts)), as
+// a restart on the same volume does.
+func restartable(t *testing.T) (mock *mockllm.Server, dir string, opts envOptions) {
+	t.Helper()
+	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(stopMock)
+	dir = t.TempDir()
+	return mock, dir, envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+}
+
 // newEnv starts a simulated provider, a Proxy and a batch Server on
 // loopback; everything stops, and no goroutine is left, when the test ends.
 func newEnv(t testing.TB, o envOptions) *env {

@@ -21,11 +21,7 @@ import (
 // provider received, those before the restart included and marked, so
 // that an audit of the sends finds them all.
 func TestResentItemCountsItsAttemptsBeforeTheRestart(t *testing.T) {
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(stopMock)
-	dir := t.TempDir()
-	opts := envOptions{upstream: mock, mockURL: mockURL, batch: func(c *batch.Config) { c.Dir = dir }}
+	mock, _, opts := restartable(t)
 
 	e1 := newEnv(t, opts)
 	st := e1.createJob(t, mustJSON(t, map[string]any{
