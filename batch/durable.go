@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llmgovernor/governor/batch/journal"
 	"github.com/llmgovernor/governor/proxy"
 )
@@ -440,4 +442,58 @@ func (s *Server) finishJournal(j *job) {
 	if err := j.journal.Finish(payload); err != nil {
 		s.cfg.Logger.Error("batch job: end not stored on disk; it will be finished again after a restart", "batch", e.id, "err", err)
 	}
+}
+
+// dirRetry is how often a batch directory held by another process is
+// tried again.
+const dirRetry = 500 * time.Millisecond
+
+// awaitDir takes the batch directory once the process that holds it lets
+// it go, then lists and resumes its jobs; it gives up at Shutdown.
+func (s *Server) awaitDir() {
+	t := time.NewTicker(dirRetry)
+	defer t.Stop()
+	var last string // the last error logged
+	for {
+		select {
+		case <-s.paused:
+			return
+		case <-t.C:
+		}
+		dir, err := journal.Open(s.cfg.Dir)
+		if err != nil {
+			if !errors.Is(err, journal.ErrLocked) && err.Error() != last {
+				last = err.Error()
+				s.cfg.Logger.Error("batch directory unusable; trying again", "err", err)
+			}
+			continue
+		}
+		s.dir = dir
+		s.restore()
+		close(s.dirOpen)
+		s.cfg.Logger.Info("batch directory taken: async jobs are served", "dir", s.cfg.Dir)
+		return
+	}
+}
+
+// dirReady reports whether the batch directory, if any, is open.
+func (s *Server) dirReady() bool {
+	select {
+	case <-s.dirOpen:
+		return true
+	default:
+		return false
+	}
+}
+
+// codeDirBusy is the error of the async job endpoints while another
+// process holds the batch directory.
+const codeDirBusy = "batch_directory_busy"
+
+// dirBusy answers 503 batch_directory_busy: another process holds the
+// batch directory.
+func (s *Server) dirBusy(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "5")
+	writeError(ctx, fasthttp.StatusServiceUnavailable, codeDirBusy,
+		"the batch directory ("+s.cfg.Names.Dir+") is in use by another process, usually a Governor still draining on the same volume: async jobs are served here once it lets it go; sync batches (POST "+PathBatch+") run meanwhile")
 }

@@ -344,3 +344,69 @@ func (e *execution) notRun(max int) []string {
 	}
 	return out
 }
+
+// sweepEvery is how often expired jobs are dropped when nobody asks for
+// any: their memory, or their disk, is given back within it.
+const sweepEvery = time.Minute
+
+// sweep drops expired jobs every sweepEvery until Shutdown.
+func (s *Server) sweep() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.paused:
+			return
+		case <-t.C:
+			s.jobs.expire(s.cfg.Now())
+		}
+	}
+}
+
+// forget lets go of a job dropped from the store: its answers held in
+// memory, or its folder in the batch directory.
+func (s *Server) forget(j *job) {
+	defer notify(s.changed)
+	if mr, ok := j.exec.rows.(*memRows); ok {
+		mr.release()
+	}
+	if j.journal == nil {
+		return
+	}
+	if err := s.dir.Remove(j.journal); err != nil {
+		s.cfg.Logger.Error("batch directory: job not removed", "batch", j.exec.id, "err", err)
+	}
+}
+
+// evictFinished forgets a finished job to make room for answers: the one
+// that finished first among those its client is done with (see
+// job.doneWith), else the one that finished first; false if none has
+// finished.
+func (s *Server) evictFinished() bool {
+	j := s.jobs.evictFinished((*job).doneWith)
+	if j == nil {
+		j = s.jobs.evictFinished(nil)
+	}
+	if j == nil {
+		return false
+	}
+	s.cfg.Logger.Warn("batch job forgotten before its TTL: answers held in memory reached "+s.cfg.Names.MaxResultBytes,
+		"batch", j.exec.id, "max_bytes", s.cfg.MaxResultBytes)
+	s.forget(j)
+	return true
+}
+
+// makeRoomForJob forgets the finished job that finished first among those
+// its client is done with (results read to their end, or deleted while it
+// ran), to make room for a new job past MaxJobs; false if there is none.
+// A job whose results nobody has read is kept until its TTL.
+func (s *Server) makeRoomForJob() bool {
+	j := s.jobs.evictFinished((*job).doneWith)
+	if j == nil {
+		return false
+	}
+	s.cfg.Logger.Info("batch job forgotten before its TTL to make room: its results were read or it was deleted",
+		"batch", j.exec.id, "max_jobs", s.cfg.MaxJobs)
+	s.forget(j)
+	return true
+}
