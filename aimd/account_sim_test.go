@@ -235,3 +235,143 @@ func TestAccount429(t *testing.T) {
 	}
 	t.Logf("S4, 429s per 100 of a lane's calls, lanes ranked by calls answered, fewest first: %s", strings.Join(ranks, "; "))
 }
+
+var accountGoodput = flag.Int("account-goodput", 0, "seeds of TestAccountGoodput (0: skip); where govbench's large cells lose goodput")
+
+// idleClass is what a lane alone under a cap was doing while part of the
+// cap stood idle.
+type idleClass uint8
+
+const (
+	idleRamp  idleClass = iota // the admission ramp
+	idleWait                   // the ramp's calls out, none answered yet
+	idleClimb                  // the first slow start, until the cap is first full
+	idleYield                  // a yield, until the cap is full again
+	idleCut                    // a decrease, until the cap is full again
+	idleTail                   // every call has been let out: the last calls
+	idleOther                  // anything else (a Retry-After pause, a call's gap)
+	numIdle
+)
+
+var idleNames = [numIdle]string{"start ramp", "first answers awaited", "first slow start", "yields", "cuts", "last calls", "other"}
+
+// idleAccount integrates the idle part of a cap (cap less the calls at the
+// provider) over a simulated run, by what the lane was doing.
+type idleAccount struct {
+	cap, calls   int
+	n            int // calls at the lane
+	sent         map[int]bool
+	last         time.Duration
+	full         bool // the cap has been full once
+	answered     bool // a call has succeeded
+	yielding     bool
+	cutting      bool
+	idle         [numIdle]float64 // slot-seconds
+	busy         float64          // slot-seconds of calls answered
+	yields, cuts int
+}
+
+func (a *idleAccount) class(ctl *Controller) idleClass {
+	switch {
+	case len(a.sent) >= a.calls:
+		return idleTail
+	case ctl.defaultRule.ramp.on:
+		return idleRamp
+	case !a.answered:
+		return idleWait
+	case !a.full:
+		return idleClimb
+	case a.yielding:
+		return idleYield
+	case a.cutting:
+		return idleCut
+	}
+	return idleOther
+}
+
+// advance accounts the idle slots from the last event to now, in the
+// class the lane was in since then.
+func (a *idleAccount) advance(ctl *Controller, now time.Duration) {
+	if free := a.cap - min(a.n, a.cap); free > 0 {
+		a.idle[a.class(ctl)] += float64(free) * (now - a.last).Seconds()
+	}
+	a.last = now
+}
+
+func (a *idleAccount) settle() {
+	if a.n >= a.cap {
+		a.full, a.yielding, a.cutting = true, false, false
+	}
+}
+
+// TestAccountGoodput splits the goodput govbench's large cells lose (a
+// lane alone under a cap of 64 at its Max, or of 256 under a Max of 512,
+// max(64, 2·cap) clients, 100 ms calls, 30 and 120 round trips of work)
+// into where the cap stood idle: each class's idle slot-seconds as a
+// share of cap × the optimum's makespan. Busy (calls' mean latency,
+// above the median the optimum uses) plus every class is the makespan
+// over the optimum; goodput is its inverse. Run with -account-goodput
+// SEEDS -v. DESIGN.md ("Where the large cells lose, slot by slot")
+// quotes it.
+func TestAccountGoodput(t *testing.T) {
+	if *accountGoodput == 0 {
+		t.Skip("run with -account-goodput SEEDS -v")
+	}
+	seeds := *accountGoodput
+	for _, c := range []int{64, 256} {
+		for _, rounds := range []int{30, 120} {
+			var sum [numIdle]float64
+			var busy, goodput, yields, cuts float64
+			for seed := uint64(1); seed <= uint64(seeds); seed++ {
+				p := scenario("cap16", 480*time.Millisecond, seed)
+				p.Caps, p.Sigma, p.Hint = []int{c}, 0.2, time.Second
+				p.Latency, p.Calls, p.Clients = 100*time.Millisecond, rounds*c, 2*c
+				cfg := simConfig(Default)
+				if c > 64 {
+					cfg.Max = 2 * c
+				}
+				a := &idleAccount{cap: c, calls: p.Calls, sent: map[int]bool{}}
+				sentAt := map[int]time.Duration{}
+				p.Sent = func(ctl *Controller, now time.Duration, call, inFlight int) {
+					a.advance(ctl, now)
+					a.n = inFlight
+					a.sent[call] = true
+					sentAt[call] = now
+					a.settle()
+				}
+				p.Answered = func(ctl *Controller, now time.Duration, call int, o Outcome, ev Event) {
+					a.advance(ctl, now)
+					a.n--
+					if o == Success {
+						a.answered = true
+						a.busy += (now - sentAt[call]).Seconds()
+					}
+					switch ev {
+					case Yielded:
+						a.yielding, a.cutting = true, false
+						a.yields++
+					case Decreased, Collapsed:
+						a.cutting, a.yielding = true, false
+						a.cuts++
+					}
+				}
+				r := simulate(cfg, p)
+				whole := float64(c) * r.Optimum.Seconds()
+				for k := range numIdle {
+					sum[k] += a.idle[k] / whole
+				}
+				busy += a.busy / whole
+				goodput += r.Goodput
+				yields += float64(a.yields)
+				cuts += float64(a.cuts)
+			}
+			n := float64(seeds)
+			parts := []string{fmt.Sprintf("busy %.3f", busy/n)}
+			for k := range numIdle {
+				parts = append(parts, fmt.Sprintf("%s %.3f", idleNames[k], sum[k]/n))
+			}
+			t.Logf("cell %d, %d rounds: goodput %.3f, %.1f yields, %.1f cuts a run; makespan/optimum: %s",
+				c, rounds, goodput/n, yields/n, cuts/n, strings.Join(parts, ", "))
+		}
+	}
+}
