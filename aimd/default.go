@@ -59,6 +59,14 @@ type defaultState struct {
 	// none has come since: nobody took what the lane gave back.
 	yieldFrom float64
 	untaken   bool
+	// signalled: a congestion signal has come since New. Until one has,
+	// or while the last yield went untaken, nothing says that anyone
+	// wants the lane's slots (unsought).
+	signalled bool
+	// yieldHold is, after a yield of one call (unsought), the quiet round
+	// trips the lane keeps that call's slot free before growing back
+	// (zero otherwise).
+	yieldHold int
 	// stable: the last two decreases came at the same level, a ceiling
 	// that stays put (prevLevel is the last one's level; prevProbe: it
 	// came with a ceiling known, or from the start's ramp).
@@ -150,7 +158,8 @@ const (
 	// max(target*DecreaseRatio, L-overshootSlack).
 	overshootSlack = 2
 	// yieldRounds quiet round trips make a lane yield yieldShare of its
-	// calls in flight (at most Initial after a yield nobody took).
+	// calls in flight (one call, above Initial/yieldShare calls, while
+	// nobody is known to want them: unsought).
 	yieldRounds = 10
 	yieldShare  = 0.3
 	// yieldGap is the least time between two yields (or a congestion
@@ -158,11 +167,15 @@ const (
 	// millisecond does not make the lane yield every few milliseconds.
 	yieldGap = time.Second
 	// untakenStretch multiplies both the quiet round trips and yieldGap
-	// before a yield of a lane that gives back at most Initial (more
-	// than Initial/yieldShare calls) while its last yield went untaken:
-	// nobody was waiting for the slots, so a lone lane yields half as
-	// often (figures in DESIGN.md, "A yield nobody took").
+	// before a yield of a lane of more than Initial/yieldShare calls
+	// while its last yield went untaken: nobody was waiting for the
+	// slots, so a lone lane yields half as often (figures in DESIGN.md,
+	// "A yield nobody took").
 	untakenStretch = 2
+	// yieldProbeRounds is how many round trips a lane whose yield nobody
+	// is known to want (unsought) keeps the one slot it gives back free:
+	// a process that joins gets in if it asks meanwhile.
+	yieldProbeRounds = 4
 	// A lane whose limit is below recallRatio of its recent peak probes
 	// after one clean round trip instead of the probe hold: capacity that
 	// was there a moment ago often comes back. The peak fades by e every
@@ -331,6 +344,14 @@ func (c *Controller) observeDefaultLocked(s Sample, now time.Time) Event {
 		// down toward the calls the budget lets out.
 		if s.Held || s.InFlight > 0 && s.InFlight < c.limitLocked() {
 			return None
+		}
+		if d.yieldHold > 0 {
+			// The slot a yield of one call freed stays free for
+			// yieldProbeRounds round trips (yieldDefaultLocked).
+			if d.quiet < d.yieldHold {
+				return None
+			}
+			d.yieldHold = 0
 		}
 		if c.latencyOn() {
 			slow := c.slownessLocked(s.Latency, now)

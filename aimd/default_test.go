@@ -838,77 +838,65 @@ func backToMax(t *testing.T, c *Controller, y float64, max int) {
 	}
 }
 
-func TestDefaultYieldNobodyTook(t *testing.T) {
-	// A lane alone, its 20 calls the whole of its Max (Initial 4).
-	t.Run("the next yield gives back at most Initial", func(t *testing.T) {
-		c := aloneAtMax(t, 20, 4)
-		y := untilYield(t, c, 1, 20)
-		assert.Equal(t, 14, c.Limit(), "the first yield: 30% of 20")
-		backToMax(t, c, y, 20)
-		// Back at 20 with no congestion signal on the way: nobody took
-		// the 6 slots. The next yield gives back Initial (4), not 6.
-		y = untilYield(t, c, y+1, 20)
-		assert.Equal(t, 16, c.Limit(), "20 - Initial")
-		backToMax(t, c, y, 20)
-		untilYield(t, c, y+1, 20)
-		assert.Equal(t, 16, c.Limit(), "still nobody took them")
-		assert.EqualValues(t, 3, c.State().Yields)
-	})
-	t.Run("a congestion signal brings back 30%", func(t *testing.T) {
-		c := aloneAtMax(t, 20, 4)
-		y := untilYield(t, c, 1, 20)
-		backToMax(t, c, y, 20)
-		y = untilYield(t, c, y+1, 20)
-		require.Equal(t, 16, c.Limit())
-		backToMax(t, c, y, 20)
-		// A 429: someone else wants slots. The lane cuts to 18; its
-		// clients then keep 15 calls in flight, and its next yield gives
-		// back 30% of them (to 10), not Initial (to 11).
-		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(y+2)))
-		require.Equal(t, 18, c.Limit())
-		untilYield(t, c, y+2, 15)
-		assert.Equal(t, 10, c.Limit(), "15 × 0.7 = 10.5")
-	})
-	t.Run("a yield the lane does not get back from changes nothing", func(t *testing.T) {
-		// Its clients send fewer calls after the first yield: the limit
-		// never gets back to 20, so nothing says the yield was not taken.
-		c := aloneAtMax(t, 20, 4)
-		untilYield(t, c, 1, 20)
-		require.Equal(t, 14, c.Limit())
-		y := untilYield(t, c, 30, 14)
-		assert.Equal(t, 9, c.Limit(), "14 × 0.7 = 9.8: 30%")
-		assert.Greater(t, y, 30.0)
-	})
+// holdOneSlot checks the yield of one call at y: the lane keeps its slot
+// free for yieldProbeRounds round trips of 1 s (each answer to a call sent
+// 0.1 s into its round), the whole limit in use, then grows back to max.
+func holdOneSlot(t *testing.T, c *Controller, y float64, max int) {
+	t.Helper()
+	require.Equal(t, max-1, c.Limit(), "one call given back")
+	for r := 1; r < yieldProbeRounds; r++ {
+		require.Equal(t, None, c.ObserveAt(inUse(c, 0.9), at(y+float64(r))), "round trip %d after the yield", r)
+		require.Equal(t, max-1, c.Limit(), "round trip %d after the yield: the slot stays free", r)
+	}
+	require.Equal(t, Increased, c.ObserveAt(inUse(c, 0.9), at(y+yieldProbeRounds)), "round trip %d after the yield", yieldProbeRounds)
+	require.Equal(t, max, c.Limit())
 }
 
-func TestDefaultUntakenYieldsOfInitialComeHalfAsOften(t *testing.T) {
-	t.Run("above Initial/yieldShare", func(t *testing.T) {
+func TestDefaultYieldNobodyWants(t *testing.T) {
+	// A lane alone, its 64 calls the whole of its Max (Initial 8): no
+	// congestion signal ever comes, so nobody is known to want its slots.
+	t.Run("one call, its slot free for yieldProbeRounds round trips", func(t *testing.T) {
 		c := aloneAtMax(t, 64, 8)
 		y := untilYield(t, c, 1, 64)
-		require.Equal(t, 44, c.Limit(), "the first yield: 30% of 64")
-		backToMax(t, c, y, 64)
-		// Nobody took the 19 slots: the next yield gives back Initial (8),
-		// after 20 quiet round trips (the one back, then 19) instead of 10.
-		next := untilYield(t, c, y+1, 64)
-		assert.Equal(t, y+1+2*yieldRounds, next, "yieldRounds × untakenStretch round trips after the last yield")
-		assert.Equal(t, 56, c.Limit(), "64 - Initial")
-		y = next
-		backToMax(t, c, y, 64)
-		next = untilYield(t, c, y+1, 64)
-		assert.Equal(t, y+1+2*yieldRounds, next, "still nobody took them")
-		y = next
-		backToMax(t, c, y, 64)
+		holdOneSlot(t, c, y, 64)
+		// Back at 64 with no congestion signal on the way: nobody took
+		// the slot. The next yield is one call again, 20 quiet round
+		// trips later (the 4 of the hold count).
+		next := untilYield(t, c, y+yieldProbeRounds, 64)
+		assert.Equal(t, y+2*yieldRounds, next, "yieldRounds × untakenStretch round trips after the last yield")
+		holdOneSlot(t, c, next, 64)
+		assert.EqualValues(t, 2, c.State().Yields)
+	})
+	t.Run("a congestion signal brings back 30%", func(t *testing.T) {
+		c := aloneAtMax(t, 64, 8)
+		y := untilYield(t, c, 1, 64)
+		holdOneSlot(t, c, y, 64)
 		// A 429: someone else wants slots. The yields come every 10 quiet
 		// round trips again, and give back 30%.
-		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 64), at(y+1.9)))
+		y += yieldProbeRounds + 0.5
+		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 64), at(y)))
 		in := c.Limit()
-		next = untilYield(t, c, y+2, in)
-		assert.Equal(t, y+2+yieldRounds, next, "yieldRounds round trips after the 429")
+		next := untilYield(t, c, y+0.1, in)
+		assert.Equal(t, y+0.1+yieldRounds, next, "yieldRounds round trips after the 429")
 		assert.Equal(t, int(float64(in)*(1-yieldShare)), c.Limit(), "30%% of %d", in)
 	})
-	t.Run("at most Initial/yieldShare", func(t *testing.T) {
+	t.Run("a 429 while the slot is held ends the hold", func(t *testing.T) {
+		// A process that joined took the slot, and the lane's next call
+		// beyond what the provider holds is refused: an ordinary decrease,
+		// and slow start back from there.
+		c := aloneAtMax(t, 64, 8)
+		y := untilYield(t, c, 1, 64)
+		require.Equal(t, 63, c.Limit())
+		require.Equal(t, None, c.ObserveAt(inUse(c, 1), at(y+1)))
+		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 63), at(y+1.5)))
+		cut := c.Limit()
+		require.Less(t, cut, 63)
+		assert.Equal(t, Increased, c.ObserveAt(inUse(c, 1), at(y+2.6)), "a call sent after the cut grows the limit at once")
+		assert.Greater(t, c.Limit(), cut)
+	})
+	t.Run("at most Initial/yieldShare calls: 30%", func(t *testing.T) {
 		// 20 calls: a yield of 30% gives back 6, fewer than Initial, and
-		// keeps its period untaken or not.
+		// keeps its size and period untaken or not.
 		c := aloneAtMax(t, 20, 8)
 		y := untilYield(t, c, 1, 20)
 		require.Equal(t, 14, c.Limit())
@@ -916,6 +904,20 @@ func TestDefaultUntakenYieldsOfInitialComeHalfAsOften(t *testing.T) {
 		next := untilYield(t, c, y+1, 20)
 		assert.Equal(t, y+1+yieldRounds, next)
 		assert.Equal(t, 14, c.Limit())
+	})
+	t.Run("a yield the lane does not get back from", func(t *testing.T) {
+		// A lane of 20 calls (Initial 4) that met a 429: its yields give
+		// back 30%. Its clients send fewer calls after the first: the
+		// limit never gets back to where it was, so nothing says the
+		// yield was not taken, and the next one gives back 30% again.
+		c := aloneAtMax(t, 20, 4)
+		require.Equal(t, Decreased, c.ObserveAt(limited(0.001, 20), at(2)))
+		require.Equal(t, 18, c.Limit())
+		untilYield(t, c, 2.1, 18)
+		require.Equal(t, 12, c.Limit(), "18 × 0.7 = 12.6")
+		y := untilYield(t, c, 30, 12)
+		assert.Equal(t, 8, c.Limit(), "12 × 0.7 = 8.4: 30%")
+		assert.Greater(t, y, 30.0)
 	})
 }
 

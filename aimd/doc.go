@@ -43,11 +43,13 @@
 // level at which congestion came and probing above it, a collapse to 1
 // only when nothing at all succeeds across decreases, and, after ten quiet
 // round trips, 30% of the calls in flight given back for a round trip so
-// that other processes sharing the provider can grow (once the lane has
-// got back to its level after such a yield with no congestion signal on
-// the way, nobody having taken the slots, at most Initial calls, and
-// every twenty round trips if that is less than 30%, until the next
-// congestion signal). A lane that keeps
+// that other processes sharing the provider can grow (a lane of more than
+// Initial/0.3 calls that has had no congestion signal since New, or none
+// since a yield nobody took, the lane having got back to its level with
+// no congestion signal on the way, gives back one call instead and keeps
+// its slot free for four round trips, and after a yield nobody took
+// yields every twenty round trips, until the next congestion signal).
+// A lane that keeps
 // finding the same ceiling probes above it less and less often, and gives
 // nothing back meanwhile, until a 429 at another level (or a decrease
 // adopted from other processes) says that the ceiling moved or is shared:

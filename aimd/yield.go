@@ -20,13 +20,21 @@ func (d *defaultState) restartShareClock(now time.Time) {
 // contested notes a congestion signal (a 429, a timeout, a cut on
 // latency, a decrease adopted from others): others may want the slots a
 // yield gives back, and the next yield gives back yieldShare again.
-func (d *defaultState) contested() { d.yieldFrom, d.untaken = 0, false }
+func (d *defaultState) contested() {
+	d.yieldFrom, d.untaken, d.yieldHold = 0, false, 0
+	d.signalled = true
+}
+
+// unsought reports whether nothing says that anyone wants the lane's
+// slots: no congestion signal has come since New, or the last yield went
+// untaken and none has come since.
+func (d *defaultState) unsought() bool { return d.untaken || !d.signalled }
 
 // yieldDueLocked reports whether the share clock has run long enough
 // for a yield: yieldRounds quiet round trips and yieldGap, both
 // stretched by untakenStretch while the last yield went untaken, if the
 // lane yields from more than Initial/yieldShare calls (its yield gives
-// back Initial, not yieldShare). It requires c.mu to be held.
+// back one call, not yieldShare). It requires c.mu to be held.
 func (c *Controller) yieldDueLocked(s Sample, now time.Time) bool {
 	d := &c.defaultRule
 	rounds, gap := yieldRounds, yieldGap
@@ -53,10 +61,11 @@ func (c *Controller) yieldLevelLocked(s Sample) float64 {
 }
 
 // yieldDefaultLocked gives back yieldShare of the lane's calls in flight
-// after yieldRounds quiet round trips (at least one call; at most Initial
-// while the last yield was untaken), and returns Yielded; or None when
-// the lane has fewer than 2 calls to give from. It requires c.mu to be
-// held.
+// after yieldRounds quiet round trips (at least one call; one call, kept
+// free for yieldProbeRounds round trips, from more than
+// Initial/yieldShare calls while the yield is unsought), and returns
+// Yielded; or None when the lane has fewer than 2 calls to give from.
+// It requires c.mu to be held.
 func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	d := &c.defaultRule
 	d.quiet = 0
@@ -69,15 +78,17 @@ func (c *Controller) yieldDefaultLocked(s Sample, now time.Time) Event {
 	// them. Then it slow-starts back to where it was; what a competitor
 	// took shows as a 429 on the way, and the usual decrease follows.
 	keep := level * (1 - yieldShare)
-	if d.untaken {
-		// Nobody took what the last yield gave back, and no congestion
-		// signal has come since: nobody was waiting for slots then. A
-		// process that joins since asks for Initial calls at first (it
-		// grows only as its own calls come back), so give back no more
-		// than that: 30% of 64 calls would leave 11 of them idle for
-		// the round trip. What it takes shows as a 429 on the way back,
-		// and the next yield is 30% again.
-		keep = math.Max(keep, level-c.cfg.Initial)
+	if d.unsought() && level*yieldShare > c.cfg.Initial {
+		// No congestion signal since New, or none since a yield that
+		// nobody took: nobody is known to want slots. The yield is then
+		// a probe for a process that joins, and what finds one is how
+		// long a slot stands free, not how many: a joiner gets in with
+		// one call, which makes the lane's way back meet a 429, and
+		// the yields give back 30% from then on. So give back one call
+		// and keep its slot free for yieldProbeRounds round trips (30%
+		// of 64 calls for one round trip would leave 19 slots idle).
+		keep = level - 1
+		d.yieldHold = yieldProbeRounds
 	}
 	if d.backoff.doubled(latencyCeiling) > 0 {
 		// Backed off at a latency knee, the lane yields to keep the
