@@ -46,8 +46,8 @@ type overloadWatch struct {
 	// ("overloaded_error", "server_error"), empty if none did.
 	errType string
 	// known says the stream began as one whose last event the watch
-	// knows; ended says that event has passed; begun that a line of an
-	// event has passed.
+	// knows; ended says that event has passed; begun that a line of
+	// content (not a keep-alive) has passed.
 	known, ended, begun bool
 }
 
@@ -112,7 +112,7 @@ func (w *overloadWatch) readLine(line []byte) (content bool) {
 		w.errEvent = false
 		return content
 	}
-	w.begun = true
+	w.begun = w.begun || content
 	if len(line) > maxEventLine {
 		return content
 	}
@@ -216,7 +216,8 @@ func (w *overloadWatch) cutAtClose() bool {
 // outcome is what a stream read whole came to, as an attempt: RateLimited
 // when an overload ended it, ServerError when a server error did
 // (api_error, server_error), ConnError when it stopped before its last
-// event without an error (or before its first: no event stream is empty),
+// event without an error (or before its first: no event stream is empty,
+// nor one of keep-alives only),
 // else Answered (another error, which a retry cannot fix, included); why
 // says it in the attempt's errors.
 func (w *overloadWatch) outcome() (o lane.Outcome, why string) {

@@ -247,19 +247,25 @@ func TestCallStreamAlwaysOverloadedSpendsItsBudget(t *testing.T) {
 // A stream that Do reads whole and that stops before its last event
 // (Anthropic's message_stop, OpenAI's [DONE]), however cleanly its bytes
 // end, was cut: the attempt is retried as a connection error. A stream of
-// a shape the watch does not know ends where its bytes end.
+// a shape the watch does not know ends where its bytes end; one that
+// carried only keep-alives ended before its first event.
 func TestCallStreamCutBeforeItsLastEventIsRetried(t *testing.T) {
 	checkLeaks(t)
+	const (
+		cutWhy   = "stream cut before its last event"
+		firstWhy = "stream ended before its first event"
+	)
 	for _, tc := range []struct {
 		name, whole, cut string
-		retried          bool
+		why              string // the retried attempt's error
 	}{
 		{"anthropic", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-			"event: message_start\ndata: {\"type\":\"message_start\"}\n\n", true},
+			"event: message_start\ndata: {\"type\":\"message_start\"}\n\n", cutWhy},
 		{"openai", "data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\ndata: [DONE]\n\n",
-			"data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\n", true},
-		{"closed right after its headers", "data: one\n\n", "", true},
-		{"unknown shape", "data: one\n\n", "data: one\n\n", false},
+			"data: {\"object\":\"chat.completion.chunk\",\"choices\":[]}\n\n", cutWhy},
+		{"closed right after its headers", "data: one\n\n", "", firstWhy},
+		{"closed after keep-alives only", "data: one\n\n", ": keep-alive\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n", firstWhy},
+		{"unknown shape", "data: one\n\n", "data: one\n\n", ""},
 	} {
 		var n atomic.Int32
 		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -275,18 +281,14 @@ func TestCallStreamCutBeforeItsLastEventIsRetried(t *testing.T) {
 		p, _ := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
 		res := p.Do(context.Background(), &Call{Path: "/v1/messages", Body: []byte(`{"stream":true}`), MaxRetries: 3})
 		require.Nil(t, res.Err, tc.name)
-		if !tc.retried {
+		if tc.why == "" {
 			assert.Equal(t, StatusCompleted, res.Details.Status, tc.name)
 			assert.Equal(t, tc.cut, string(res.Body), tc.name)
 			up.Close()
 			continue
 		}
 		assert.Equal(t, StatusCompletedWithRetries, res.Details.Status, tc.name)
-		want := "200 stream cut before its last event"
-		if tc.cut == "" {
-			want = "200 stream ended before its first event"
-		}
-		assert.Equal(t, []string{want}, res.Details.Errors, tc.name)
+		assert.Equal(t, []string{"200 " + tc.why}, res.Details.Errors, tc.name)
 		assert.Equal(t, tc.whole, string(res.Body), tc.name)
 		up.Close()
 	}
@@ -405,6 +407,7 @@ func TestStreamVerdicts(t *testing.T) {
 		{"responses, cut", responses, lane.ConnError, "stream cut before its last event"},
 		{"unknown shape", "data: one\n\n", lane.Answered, ""},
 		{"empty", "", lane.ConnError, "stream ended before its first event"},
+		{"keep-alives only", ": keep-alive\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n", lane.ConnError, "stream ended before its first event"},
 	} {
 		var w overloadWatch
 		w.write([]byte(tc.stream))
