@@ -34,13 +34,15 @@ import (
 // thus tells its keep-alives, its content, its last event and an error
 // event, as it is read.
 //
-// It keeps at most maxEventLine bytes of the line being read: longer lines
-// are content, never such an error, so its memory does not grow with the
-// stream.
+// It keeps at most maxEventLine bytes of the line being read, or
+// maxErrorEventLine in an event named error or response.failed (whose data
+// carries the whole response, its instructions and output included):
+// longer lines are content, never such an error, so its memory does not
+// grow with the stream.
 type overloadWatch struct {
 	line     []byte // the start of the line being read, up to maxEventLine
 	long     bool   // that line is longer than maxEventLine
-	errEvent bool   // the event being read is named "error"
+	errEvent bool   // the event being read is named "error" or "response.failed"
 	seen     bool   // an overload error has passed
 	// errType is the type of the first error event that passed
 	// ("overloaded_error", "server_error"), empty if none did.
@@ -51,8 +53,13 @@ type overloadWatch struct {
 	known, ended, begun bool
 }
 
-// maxEventLine bounds the line an error event's data may take.
+// maxEventLine bounds the line an error's data may take in an event not
+// named as an error's.
 const maxEventLine = 1024
+
+// maxErrorEventLine bounds the line of an event named error or
+// response.failed.
+const maxErrorEventLine = 64 << 10
 
 // maxKeepAliveLine is the longest line read as a keep-alive.
 const maxKeepAliveLine = 64
@@ -87,13 +94,22 @@ func (w *overloadWatch) write(p []byte) (content bool) {
 	return content
 }
 
-// keep adds part to the start of the line kept, up to maxEventLine.
+// keep adds part to the start of the line kept, up to the line's bound
+// (see lineBound).
 func (w *overloadWatch) keep(part []byte) {
-	if w.long || len(w.line)+len(part) > maxEventLine {
+	if w.long || len(w.line)+len(part) > w.lineBound() {
 		w.long = true
 		return
 	}
 	w.line = append(w.line, part...)
+}
+
+// lineBound is the longest line the watch reads for an error.
+func (w *overloadWatch) lineBound() int {
+	if w.errEvent {
+		return maxErrorEventLine
+	}
+	return maxEventLine
 }
 
 // Markers of the streams whose last event the watch knows.
@@ -113,7 +129,7 @@ func (w *overloadWatch) readLine(line []byte) (content bool) {
 		return content
 	}
 	w.begun = w.begun || content
-	if len(line) > maxEventLine {
+	if len(line) > w.lineBound() {
 		return content
 	}
 	name, value, _ := bytes.Cut(line, []byte{':'})
@@ -125,7 +141,9 @@ func (w *overloadWatch) readLine(line []byte) (content bool) {
 			w.errEvent = true
 		case "message_start", "response.created":
 			w.known = true
-		case "message_stop", "response.completed", "response.incomplete", "response.failed":
+		case "response.failed":
+			w.ended, w.errEvent = true, true
+		case "message_stop", "response.completed", "response.incomplete":
 			w.ended = true
 		}
 	case "data":

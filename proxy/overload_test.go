@@ -404,6 +404,7 @@ func TestStreamVerdicts(t *testing.T) {
 		{"responses, error event", responses + "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"x\",\"param\":null,\"sequence_number\":3}\n\n", lane.ServerError, "stream ended by server_error"},
 		{"responses, failed", responses + "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"x\"}}}\n\n", lane.ServerError, "stream ended by server_error"},
 		{"responses, failed for good", responses + "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"invalid_prompt\",\"message\":\"x\"}}}\n\n", lane.Answered, ""},
+		{"responses, failed, the whole response in its line", responses + "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"instructions\":\"" + strings.Repeat("be brief. ", 800) + "\",\"error\":{\"code\":\"server_error\",\"message\":\"x\"}}}\n\n", lane.ServerError, "stream ended by server_error"},
 		{"responses, cut", responses, lane.ConnError, "stream cut before its last event"},
 		{"unknown shape", "data: one\n\n", lane.Answered, ""},
 		{"empty", "", lane.ConnError, "stream ended before its first event"},
@@ -415,6 +416,17 @@ func TestStreamVerdicts(t *testing.T) {
 		o, why := w.outcome()
 		assert.Equal(t, tc.want, o, tc.name)
 		assert.Equal(t, tc.why, why, tc.name)
+
+		var inPieces overloadWatch // as a stream arrives: a few bytes a read
+		for b := []byte(tc.stream); len(b) > 0; {
+			n := min(len(b), 61)
+			inPieces.write(b[:n])
+			b = b[n:]
+		}
+		inPieces.write(lineEnd)
+		o, why = inPieces.outcome()
+		assert.Equal(t, tc.want, o, tc.name+", in pieces")
+		assert.Equal(t, tc.why, why, tc.name+", in pieces")
 	}
 }
 
