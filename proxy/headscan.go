@@ -27,10 +27,12 @@ var errBareLF = errors.New("request head line ends in a bare LF, not CR LF")
 // (fasthttp's one-byte read, see readahead.go) and ends at the head's
 // blank line. A client connection's scan (see startRequest) goes on past
 // it: it skips the request's body, of the length its Content-Length
-// gives, and scans the head of the request pipelined behind it, which
-// fasthttp may have read in the same read, and so on. A body framed
-// otherwise (Transfer-Encoding) ends the scan: what follows it is not
-// scanned. The scan numbers the requests as fasthttp does
+// gives or chunk by chunk when it is chunked (its trailer read as lines),
+// and scans the head of the request pipelined behind it, which fasthttp
+// may have read in the same read, and so on. A body framed otherwise
+// (another Transfer-Encoding, both framings, a length or a chunk size it
+// cannot read) ends the scan: what follows it is not scanned, and
+// fasthttp refuses most such requests itself. The scan numbers the requests as fasthttp does
 // (RequestCtx.ConnRequestNum), so that a head read whole with a bare LF
 // is refused as the request it is, not as the one before it.
 type headScan struct {
@@ -50,9 +52,23 @@ type headScan struct {
 	bareLFReq, handled uint64
 	field              [maxFramingLine]byte // the start of the current line of the head
 	length             int64                // the head's Content-Length; -1 for none
-	unframed           bool                 // the head's body is not framed by a Content-Length alone
-	body               int64                // bytes of the body still to skip
+	chunked            bool                 // the head's body is framed by Transfer-Encoding: chunked alone
+	unframed           bool                 // the head's body is framed neither way the scan follows
+	body               int64                // bytes of the body (or its chunk) still to skip
+	// part is the part of a chunked body the lines scanned belong to.
+	part chunkPart
 }
+
+// chunkPart is a part of a chunked body (RFC 9112 §7.1) that the scan
+// reads as lines.
+type chunkPart uint8
+
+const (
+	inHead       chunkPart = iota // no chunked body: a head's lines
+	chunkSize                     // a chunk's size line
+	chunkEnd                      // the CR LF after a chunk's data
+	chunkTrailer                  // the trailer's lines, up to its blank line
+)
 
 // maxFramingLine is the longest head line the scan reads a
 // Content-Length from; a longer one leaves the body's length unknown.
@@ -85,7 +101,11 @@ func (s *headScan) scan(p []byte) {
 			n := min(int64(len(p)), s.body)
 			s.body -= n
 			p = p[n:]
-			if s.body == 0 {
+			switch {
+			case s.body > 0:
+			case s.chunked:
+				s.part = chunkEnd
+			default:
 				s.nextHead()
 			}
 			continue
@@ -107,6 +127,8 @@ func (s *headScan) scan(p []byte) {
 			line--
 		}
 		switch {
+		case s.part != inHead:
+			s.chunkLine(s.field[:min(line, len(s.field))], line > len(s.field))
 		case line == 0 && !s.started: // an empty line before the request line
 		case !cr:
 			s.bareLF, s.bareLFReq, s.on = true, s.req, false
@@ -140,7 +162,10 @@ func (s *headScan) framing(line []byte, long bool) {
 	}
 	switch {
 	case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-		s.unframed = true
+		if s.chunked || !bytes.EqualFold(bytes.Trim(value, " \t"), []byte("chunked")) {
+			s.unframed = true
+		}
+		s.chunked = true
 	case bytes.EqualFold(name, []byte("Content-Length")):
 		n, ok := parseLength(bytes.Trim(value, " \t"))
 		if long || !ok || s.length >= 0 && s.length != n {
@@ -171,8 +196,12 @@ func (s *headScan) headEnd() {
 	if !s.follow {
 		return
 	}
-	if s.unframed {
+	switch {
+	case s.unframed || s.chunked && s.length >= 0:
 		s.follow = false
+		return
+	case s.chunked:
+		s.on, s.part = true, chunkSize
 		return
 	}
 	s.body = max(s.length, 0)
@@ -181,9 +210,58 @@ func (s *headScan) headEnd() {
 	}
 }
 
+// chunkLine reads a line of a chunked body (its start, when long): a
+// chunk's size, the end of its data, or a line of the trailer.
+func (s *headScan) chunkLine(line []byte, long bool) {
+	switch s.part {
+	case chunkSize:
+		size, _, _ := bytes.Cut(line, []byte{';'})
+		n, ok := parseChunkSize(bytes.Trim(size, " \t"))
+		switch {
+		case long && len(size) == len(line) || !ok:
+			s.on, s.follow = false, false
+		case n == 0:
+			s.part = chunkTrailer
+		default:
+			s.body, s.part = n, chunkEnd
+		}
+	case chunkEnd:
+		if len(line) > 0 {
+			s.on, s.follow = false, false
+			return
+		}
+		s.part = chunkSize
+	case chunkTrailer:
+		if len(line) == 0 {
+			s.nextHead()
+		}
+	}
+}
+
+// parseChunkSize parses a chunk's size: hexadecimal digits.
+func parseChunkSize(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		switch {
+		case '0' <= c && c <= '9':
+			n = n<<4 | int64(c-'0')
+		case 'a' <= c && c <= 'f':
+			n = n<<4 | int64(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			n = n<<4 | int64(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, true
+}
+
 // nextHead begins the scan of the head of the next request pipelined.
 func (s *headScan) nextHead() {
 	s.on, s.started, s.inLine, s.lastCR = true, false, 0, false
 	s.req++
-	s.length, s.unframed = -1, false
+	s.length, s.chunked, s.unframed, s.part = -1, false, false, inHead
 }

@@ -52,8 +52,16 @@ func TestHeadScanFollowsPipelinedRequests(t *testing.T) {
 		{"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\na\n\nb\n" + "GET / HTTP/1.1\nHost: x\n\n", 2},
 		{"POST / HTTP/1.1\r\ncontent-length:\t5 \r\n\r\na\n\nb\n" + "GET / HTTP/1.1\nHost: x\n\n", 2},
 		{"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 2},
+		// Chunked: chunk by chunk, bare LFs in their data, extensions,
+		// sizes in hex and the trailer's lines.
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 2},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nA;x=\"1\"\r\n\n\n\n\n\n\n\n\n\n\n\r\n0\r\nT: 1\r\n\r\n" + good + "GET / HTTP/1.1\nHost: x\n\n", 3},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n\n\r\n0\r\n\r\n" + good, 0},
 		// Framed otherwise: what follows is not scanned.
-		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\na\r\n0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 6\r\n\r\n1\r\na\r\n0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1x\r\na\r\n0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n0\r\n\r\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
 		{"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\na\n\nb\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
 		{"POST / HTTP/1.1\r\nContent-Length: 5x\r\n\r\na\n\nb\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},
 		{"POST / HTTP/1.1\r\nContent-Length: " + strings.Repeat("0", 40) + "5\r\n\r\na\n\nb\n" + "GET / HTTP/1.1\nHost: x\n\n", 0},

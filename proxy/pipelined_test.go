@@ -65,8 +65,12 @@ func TestPipelinedHeadWithBareLFIsRefusedAtOnce(t *testing.T) {
 		// A CR LF CR LF in its body let fasthttp parse the head: it is
 		// the pipelined call that is refused, not the one before it.
 		{good + "POST /v1/x HTTP/1.1\nHost: x\nContent-Length: 8\n\nab\r\n\r\ncd", []int{200, 400}, 1},
+		// Behind a chunked body, its chunks' bare LFs and its trailer.
+		{"POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\na\nb\r\n2;ext=1\r\n\n\n\r\n0\r\n\r\n" + "GET /v1/models HTTP/1.1\nHost: x\n\n", []int{200, 400}, 1},
+		{"POST /v1/x HTTP/1.1\r\nHost: x\r\ntransfer-encoding:  Chunked \r\n\r\n1\r\na\r\n0\r\nX-T: 1\r\n\r\n" + "GET /v1/models HTTP/1.1\r\nHost: x\nX: y\r\n\r\n", []int{200, 400}, 1},
 		// Heads of CR LF lines behind a body with bare LFs are served.
 		{"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\na\n\nb" + good + "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", []int{200, 200, 200}, 3},
+		{"POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\na\n\nb\r\n0\r\n\r\n" + good + "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", []int{200, 200, 200}, 3},
 	} {
 		assert.Equal(t, tc.codes, exchange(tc.raw, len(tc.codes)), "%q", tc.raw)
 		for range tc.upstream {
