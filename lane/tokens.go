@@ -157,15 +157,20 @@ func (b *tokenBucket) resize(now time.Time) {
 // whatever its resets' rounding, a daily one refills in a day and a
 // per-second one in a second, once a report's reset is precise enough to
 // tell (a budget that is full says nothing of its rate). Bounds that cross
-// (the budget changed) give the lower rate.
+// (the budget changed) give the lower rate. A bound beyond what a float
+// holds (a budget of 1e308 tokens, none left, full in a second) bounds
+// nothing: a rate of +Inf would make the lane's numbers unreadable (JSON
+// has no Inf) and its count's arithmetic NaN.
 func (b *tokenBucket) learnRefill(r TokenReport, now time.Time) {
 	if r.Reset > 0 {
 		used := r.Limit - min(r.Remaining, r.Limit)
-		if lo := (used - r.RemainingError) / (r.Reset + r.ResetError).Minutes(); lo > 0 {
+		if lo := (used - r.RemainingError) / (r.Reset + r.ResetError).Minutes(); lo > 0 && !math.IsInf(lo, 1) {
 			b.lows.add(lo, now, math.Max)
 		}
 		if d := r.Reset - r.ResetError; d > 0 && used > 0 {
-			b.ups.add(used/d.Minutes(), now, math.Min)
+			if up := used / d.Minutes(); !math.IsInf(up, 1) {
+				b.ups.add(up, now, math.Min)
+			}
 		}
 	}
 	rate := r.Limit
