@@ -342,10 +342,10 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	body.done = func() {
 		if ln != nil {
-			if body.watchOverload {
-				// The attempt's one outcome, as for an answer read
-				// whole: how the stream ended, from its hand-over to
-				// its end.
+			{
+				// The attempt's one outcome (see heardAtEnd), as for
+				// an answer read whole: how the stream ended, from its
+				// hand-over to its end.
 				now := p.cfg.Now()
 				if oc := body.outcome(); oc == lane.RateLimited {
 					ln.ObserveRefusal(lane.RefusedOverloaded, now.Sub(sent), granted, now)

@@ -254,13 +254,15 @@ func (w *overloadWatch) outcome() (o lane.Outcome, why string) {
 	return lane.Answered, ""
 }
 
-// outcome is the outcome of a stream passed on to its client, once it has
-// ended (closed): RateLimited when an overload error passed; ClientGone
-// when the client left or stopped reading first; ConnError when the
-// upstream broke it off, fell silent for the idle timeout, or stopped it
-// before its last event (or its first); ServerError when a server error
-// ended it; else Answered (an error a retry cannot fix included), as for a
-// stream read whole (see overloadWatch.outcome).
+// outcome is the outcome of an answer passed on to its client as it
+// arrives, once it has ended (closed): RateLimited when an overload error
+// passed; ClientGone when the client left or stopped reading first;
+// ConnError when the upstream broke it off (a cut chunk, an NDJSON stream
+// or a JSON answer closed before its end), fell silent for the idle
+// timeout, or stopped an event stream before its last event (or its
+// first); ServerError when a server error ended an event stream; else
+// Answered (an error a retry cannot fix included), as for a stream read
+// whole (see overloadWatch.outcome).
 func (b *streamBody) outcome() lane.Outcome {
 	if b.overload.seen {
 		return lane.RateLimited
@@ -270,6 +272,9 @@ func (b *streamBody) outcome() lane.Outcome {
 		return lane.ClientGone
 	case "silent", "cut":
 		return lane.ConnError
+	}
+	if !b.watchOverload { // not an event stream it could read
+		return lane.Answered
 	}
 	o, _ := b.overload.outcome()
 	return o

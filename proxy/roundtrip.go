@@ -428,9 +428,10 @@ func (c *governedCall) observe(a *upstreamAttempt) {
 	switch {
 	case emptyBudget:
 		l.ObserveEmptyBudget(c.seq, exchange, c.granted, now)
-	case err == nil && resp.BodyStream() != nil && streamCountsTokens(resp):
-		// An event stream passed on as it arrives: how it ends is its
-		// outcome, heard once it has (see streamBody.outcome).
+	case err == nil && resp.BodyStream() != nil:
+		// An answer passed on as it arrives (an event or NDJSON stream,
+		// one too large to hold): how it ends is its outcome, heard
+		// once it has (see streamBody.outcome).
 	case oc == lane.Answered:
 		l.Observe(oc, exchange, c.granted, now)
 	case oc != lane.RateLimited:

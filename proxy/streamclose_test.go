@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -53,7 +54,8 @@ func TestStreamEndedByTheCloseBeforeItsLastEventIsCut(t *testing.T) {
 	} {
 		up := cuttingUpstream(t, func(c *net.TCPConn, _ int) { io.WriteString(c, head+tc.events) })
 		var logs logtest.Buffer
-		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
+		set := newSet()
+		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), Metrics: set, AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
 		resp, err := client(t).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
 		require.NoError(t, err, tc.name)
 		body, err := io.ReadAll(resp.Body)
@@ -324,7 +326,8 @@ func TestStreamHeadsArriveBeforeTheirFirstEvent(t *testing.T) {
 // An NDJSON stream (Ollama's native API) framed by the close of its
 // connection alone is cut the same way when it stops before its last line
 // ("done":true) or an error line: visibly for the client, logged
-// stream_end "cut", and a batch item's attempt fails as a cut.
+// stream_end "cut", counted as a connection error (the lane hears it
+// once the stream has ended), and a batch item's attempt fails as a cut.
 func TestNDJSONStreamEndedByTheCloseBeforeItsLastLineIsCut(t *testing.T) {
 	checkSockets(t)
 	checkLeaks(t)
@@ -348,7 +351,8 @@ func TestNDJSONStreamEndedByTheCloseBeforeItsLastLineIsCut(t *testing.T) {
 	} {
 		up := cuttingUpstream(t, func(c *net.TCPConn, _ int) { io.WriteString(c, head+tc.lines) })
 		var logs logtest.Buffer
-		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
+		set := newSet()
+		p, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up), Metrics: set, AccessLog: slog.New(slog.NewJSONHandler(&logs, nil))}))
 		resp, err := client(t).Post(base+"/api/chat", "application/json", strings.NewReader(`{"model":"llama3"}`))
 		require.NoError(t, err, tc.name)
 		body, err := io.ReadAll(resp.Body)
@@ -364,6 +368,13 @@ func TestNDJSONStreamEndedByTheCloseBeforeItsLastLineIsCut(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond, tc.name)
 		assert.Equal(t, end, logs.Lines(t, "call")[0]["stream_end"], tc.name)
+		outcome := "answered"
+		if tc.cut {
+			outcome = "connection_error"
+		}
+		l := lanesOf(t, client(t), base)
+		require.Len(t, l, 1, tc.name)
+		assert.Equal(t, "1", sampleOf(promText(set), fmt.Sprintf("governor_attempts_total{lane=%q,outcome=%q}", l[0].ID, outcome)), tc.name)
 
 		res := p.Do(context.Background(), &Call{Path: "/api/chat", Body: []byte(`{"model":"llama3"}`), MaxRetries: 0})
 		if tc.cut {
