@@ -227,7 +227,8 @@ func TestBatchCommandUsage(t *testing.T) {
 		{"two inputs around a flag", []string{input, "-o", filepath.Join(t.TempDir(), "out.jsonl"), input}, nil, "one input file"},
 		{"two inputs after --", []string{"--", input, "-o"}, nil, "one input file, got 2"},
 		{"missing file", []string{filepath.Join(t.TempDir(), "nope.jsonl")}, nil, "no such file"},
-		{"output directory missing", []string{"-o", filepath.Join(t.TempDir(), "no", "out.jsonl"), input}, nil, "-o"},
+		{"output directory missing", []string{"-o", filepath.Join(t.TempDir(), "no", "out.jsonl"), input}, nil, "no such file or directory"},
+		{"output is a directory", []string{"-o", t.TempDir(), input}, nil, "is a directory"},
 		{"both keys for a mixed input", []string{writeMixedInput(t)},
 			[]string{"OPENAI_API_KEY=sk-o", "ANTHROPIC_API_KEY=sk-a"}, "split it in two"},
 	} {
@@ -236,6 +237,7 @@ func TestBatchCommandUsage(t *testing.T) {
 		assert.Equal(t, 2, code, tc.name)
 		assert.Contains(t, stderr.String(), tc.want, tc.name)
 		assert.Contains(t, stderr.String(), "Usage:", tc.name)
+		assert.NotContains(t, stderr.String(), ".governor-batch", "%s: no name of a file the command made up", tc.name)
 	}
 
 	var stdout, stderr bytes.Buffer

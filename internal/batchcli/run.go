@@ -397,12 +397,21 @@ func createBeside(path string) (*os.File, error) {
 }
 
 // CheckOutput reports whether the results can be written to path: Run
-// writes them into a temporary file beside it, then renames it. Check
-// before Run, so that a job does not run for results that cannot be kept.
+// writes them into a temporary file beside it, then renames it, which
+// fails over a directory. Check before Run, so that a job does not run
+// for results that cannot be kept.
 func CheckOutput(path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".governor-batch-*")
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return errors.New("is a directory: name a file")
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".governor-batch-*")
 	if err != nil {
-		return err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // pe names the file the check made up
+		}
+		return fmt.Errorf("cannot create a file in %s: %w", dir, err)
 	}
 	f.Close()
 	return os.Remove(f.Name())
