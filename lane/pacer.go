@@ -17,11 +17,21 @@ type Budget struct {
 	Reset     time.Duration // 0 if unknown
 }
 
-// Valid reports whether b holds numbers a budget can have: a positive,
-// finite Limit, Remaining from 0, Reset from 0.
+// Valid reports whether b holds numbers a budget can have: a positive
+// Limit up to MaxBudget, Remaining from 0, Reset from 0.
 func (b Budget) Valid() bool {
-	return b.Limit > 0 && !math.IsInf(b.Limit, 0) && b.Remaining >= 0 && b.Reset >= 0
+	return b.Limit > 0 && b.Limit <= MaxBudget && b.Remaining >= 0 && b.Reset >= 0
 }
+
+// MaxBudget is the largest size of a budget, of requests or tokens, that
+// a report may give: a thousand times the largest budgets providers set
+// (OpenAI's 150 million tokens a minute, its 15 billion queued for its
+// Batch API). A larger one is a gateway's stand-in for "unlimited" (the
+// largest 64-bit integer) or garbage, and is ignored, as NaN is: its
+// refill (what was used over the time to the reset, a millisecond
+// perhaps, shown a minute) could overflow to +Inf, which neither GET
+// /governor/lanes (JSON has no Inf) nor the pacers' counts can carry.
+const MaxBudget = 1e15
 
 // pacer spaces a lane's dispatches by what the provider says of its request
 // budget, so that a token-bucket limit is met by waiting in Governor rather

@@ -95,9 +95,10 @@ type TokenReport struct {
 	ResetError     time.Duration
 }
 
-// Valid reports whether r holds numbers a budget can have.
+// Valid reports whether r holds numbers a budget can have (a Limit up to
+// MaxBudget).
 func (r TokenReport) Valid() bool {
-	return r.Kind < numTokenKinds && r.Limit > 0 && !math.IsInf(r.Limit, 0) && r.Remaining >= 0 &&
+	return r.Kind < numTokenKinds && r.Limit > 0 && r.Limit <= MaxBudget && r.Remaining >= 0 &&
 		r.RemainingError >= 0 && !math.IsInf(r.RemainingError, 0) && r.Reset >= 0 && r.ResetError >= 0
 }
 
@@ -157,20 +158,15 @@ func (b *tokenBucket) resize(now time.Time) {
 // whatever its resets' rounding, a daily one refills in a day and a
 // per-second one in a second, once a report's reset is precise enough to
 // tell (a budget that is full says nothing of its rate). Bounds that cross
-// (the budget changed) give the lower rate. A bound beyond what a float
-// holds (a budget of 1e308 tokens, none left, full in a second) bounds
-// nothing: a rate of +Inf would make the lane's numbers unreadable (JSON
-// has no Inf) and its count's arithmetic NaN.
+// (the budget changed) give the lower rate.
 func (b *tokenBucket) learnRefill(r TokenReport, now time.Time) {
 	if r.Reset > 0 {
 		used := r.Limit - min(r.Remaining, r.Limit)
-		if lo := (used - r.RemainingError) / (r.Reset + r.ResetError).Minutes(); lo > 0 && !math.IsInf(lo, 1) {
+		if lo := (used - r.RemainingError) / (r.Reset + r.ResetError).Minutes(); lo > 0 {
 			b.lows.add(lo, now, math.Max)
 		}
 		if d := r.Reset - r.ResetError; d > 0 && used > 0 {
-			if up := used / d.Minutes(); !math.IsInf(up, 1) {
-				b.ups.add(up, now, math.Min)
-			}
+			b.ups.add(used/d.Minutes(), now, math.Min)
 		}
 	}
 	rate := r.Limit

@@ -692,51 +692,74 @@ func TestTooLargeRefusalWithoutHeadersKeepsRefusingAtOnce(t *testing.T) {
 	assert.EqualValues(t, 1, large.Load(), "the budget has not grown: the next is refused at once, not sent")
 }
 
-// A token budget of absurd size (1e308 tokens, a tenth of it left, full
-// again in a second: a gateway's stand-in for "unlimited", or garbage) leaves
-// /governor/lanes and the live page readable, every lane shown with finite
-// numbers, and the lane's calls answered: its refill, a budget's size over
-// a second's fraction of a minute, is beyond what a float holds.
-func TestAbsurdTokenBudgetLeavesTheLanesReadable(t *testing.T) {
+// Budgets of absurd size (1e308 tokens or requests, a tenth left, full
+// again in a second or a millisecond: a gateway's stand-in for
+// "unlimited", or garbage) are ignored, as NaN is, and leave
+// /governor/lanes and the live page readable and the lane's calls
+// answered: their rates are beyond what a float holds. A budget of
+// lane.MaxBudget is still taken, its numbers finite.
+func TestAbsurdBudgetsLeaveTheLanesReadable(t *testing.T) {
 	checkLeaks(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		if strings.HasPrefix(r.URL.Path, "/v1/messages") {
-			w.Header().Set("anthropic-ratelimit-input-tokens-limit", "1e308")
-			w.Header().Set("anthropic-ratelimit-input-tokens-remaining", "1e307")
-			w.Header().Set("anthropic-ratelimit-input-tokens-reset", time.Now().Add(time.Second).UTC().Format(time.RFC3339))
-		} else {
-			w.Header().Set("x-ratelimit-limit-tokens", "1e308")
-			w.Header().Set("x-ratelimit-remaining-tokens", "1e307")
-			w.Header().Set("x-ratelimit-reset-tokens", "1s")
-		}
-		fmt.Fprint(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5}}`)
-	}))
-	t.Cleanup(up.Close)
-	_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
-	c := client(t)
-	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
-		for i := range 3 {
-			resp, err := c.Post(base+path, "application/json", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+	for _, tc := range []struct {
+		limit, remaining string
+		budgets          int // token budgets the lane shows
+		requests         bool
+	}{
+		{"1e308", "1e307", 0, false},
+		{"9223372036854775807", "9223372036854775807", 0, false},
+		{"1e15", "1e14", 2, true},
+	} {
+		t.Run(tc.limit, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+					w.Header().Set("anthropic-ratelimit-input-tokens-limit", tc.limit)
+					w.Header().Set("anthropic-ratelimit-input-tokens-remaining", tc.remaining)
+					w.Header().Set("anthropic-ratelimit-input-tokens-reset", time.Now().Add(time.Second).UTC().Format(time.RFC3339))
+				} else {
+					w.Header().Set("x-ratelimit-limit-tokens", tc.limit)
+					w.Header().Set("x-ratelimit-remaining-tokens", tc.remaining)
+					w.Header().Set("x-ratelimit-reset-tokens", "1s")
+					w.Header().Set("x-ratelimit-limit-requests", tc.limit)
+					w.Header().Set("x-ratelimit-remaining-requests", tc.remaining)
+					w.Header().Set("x-ratelimit-reset-requests", "1ms")
+				}
+				fmt.Fprint(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5}}`)
+			}))
+			t.Cleanup(up.Close)
+			_, base := startProxy(t, fastRetries(Config{Upstream: mustURL(t, up.URL)}))
+			c := client(t)
+			for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+				for i := range 3 {
+					resp, err := c.Post(base+path, "application/json", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+					require.NoError(t, err)
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					require.Equal(t, http.StatusOK, resp.StatusCode, "%s call %d: %s", path, i, b)
+				}
+			}
+			resp, err := c.Get(base + "/governor/lanes")
 			require.NoError(t, err)
-			b, _ := io.ReadAll(resp.Body)
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
 			resp.Body.Close()
-			require.Equal(t, http.StatusOK, resp.StatusCode, "%s call %d: %s", path, i, b)
-		}
-	}
-	resp, err := c.Get(base + "/governor/lanes")
-	require.NoError(t, err)
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "GET /governor/lanes: %s", b)
-	var out struct{ Lanes []lane.Info }
-	require.NoError(t, json.Unmarshal(b, &out))
-	require.Len(t, out.Lanes, 1)
-	require.Len(t, out.Lanes[0].TokenBudgets, 2, "%s", b)
-	for _, tb := range out.Lanes[0].TokenBudgets {
-		assert.Equal(t, 1e308, tb.Limit, "%+v", tb)
-		assert.Greater(t, tb.PerMinute, 0.0, "%+v", tb)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "GET /governor/lanes: %s", b)
+			var out struct{ Lanes []lane.Info }
+			require.NoError(t, json.Unmarshal(b, &out))
+			require.Len(t, out.Lanes, 1)
+			l := out.Lanes[0]
+			require.Len(t, l.TokenBudgets, tc.budgets, "%s", b)
+			for _, tb := range l.TokenBudgets {
+				assert.Equal(t, lane.MaxBudget, tb.Limit, "%+v", tb)
+				assert.Greater(t, tb.PerMinute, 0.0, "%+v", tb)
+			}
+			if !tc.requests {
+				assert.Nil(t, l.RequestBudget, "%s", b)
+				return
+			}
+			require.NotNil(t, l.RequestBudget, "%s", b)
+			assert.Equal(t, lane.MaxBudget, l.RequestBudget.Burst, "%+v", l.RequestBudget)
+		})
 	}
 }
