@@ -342,16 +342,14 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, up *upstream, l *lane.Lane, re
 	}
 	body.done = func() {
 		if ln != nil {
-			{
-				// The attempt's one outcome (see heardAtEnd), as for
-				// an answer read whole: how the stream ended, from its
-				// hand-over to its end.
-				now := p.cfg.Now()
-				if oc := body.outcome(); oc == lane.RateLimited {
-					ln.ObserveRefusal(lane.RefusedOverloaded, now.Sub(sent), granted, now)
-				} else {
-					ln.Observe(oc, now.Sub(sent), granted, now)
-				}
+			// The attempt's one outcome (see streamBody.outcome), as
+			// for an answer read whole: how the answer ended, from its
+			// hand-over to its end.
+			now := p.cfg.Now()
+			if oc := body.outcome(); oc == lane.RateLimited {
+				ln.ObserveRefusal(lane.RefusedOverloaded, now.Sub(sent), granted, now)
+			} else {
+				ln.Observe(oc, now.Sub(sent), granted, now)
 			}
 			ln.Done(at)
 			ln.Queue().ReleaseTenant(tenant)

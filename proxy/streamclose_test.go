@@ -69,6 +69,10 @@ func TestStreamEndedByTheCloseBeforeItsLastEventIsCut(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return len(logs.Lines(t, "call")) == 1 }, 5*time.Second, time.Millisecond, tc.name)
 		assert.Equal(t, tc.end, logs.Lines(t, "call")[0]["stream_end"], tc.name)
+		outcome := map[string]string{"cut": "connection_error", "done": "answered", "overloaded_error": "rate_limited"}[tc.end]
+		l := lanesOf(t, client(t), base)
+		require.Len(t, l, 1, tc.name)
+		assert.Equal(t, "1", sampleOf(promText(set), fmt.Sprintf("governor_attempts_total{lane=%q,outcome=%q}", l[0].ID, outcome)), tc.name)
 
 		// A batch item's stream, read whole, fails its attempt the same way.
 		res := p.Do(context.Background(), &Call{Path: "/v1/chat/completions", Body: []byte(`{"stream":true}`), MaxRetries: 0})
