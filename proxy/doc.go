@@ -40,7 +40,10 @@
 // of Do reads it whole inside its attempt, so that a stream cut or ended
 // by an error event is retried there. Any other answer is read whole
 // inside its attempt, up to Config.MaxResponseBytes, so that a cut one is
-// retried, never passed on short.
+// retried, never passed on short; a success that does not fit in what
+// Config.MaxBufferedBytes leaves for answers is passed on as it arrives
+// instead, and a cut aborts it. The lane hears an answer passed on as it
+// arrives once it has ended: how it ended is its outcome.
 //
 // What the proxy holds is bounded: the request bodies of calls waiting or
 // in flight by Config.MaxBufferedBytes (503 buffers_full, before the body
