@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -320,12 +321,14 @@ func TestCallStreamLongerThanTheIdleTimeoutCompletes(t *testing.T) {
 }
 
 // However a provider's stream is cut into reads, the watch comes to the
-// same verdict as from one read, and keeps a bounded line.
+// same verdict as from one read, and keeps a bounded line (longer in an
+// error event, whose data may carry the whole response).
 func FuzzOverloadWatch(f *testing.F) {
 	f.Add([]byte("event: message_start\ndata: {}\n\n"+anthropicOverloadEvent), uint8(3))
 	f.Add([]byte("data: {\"object\":\"chat.completion.chunk\"}\n\ndata: {\"error\":{\"type\":\"server_error\"}}\n\ndata: [DONE]\n\n"), uint8(1))
 	f.Add([]byte("data: {\"error\":null}\r\n\r\n"), uint8(7))
 	f.Add([]byte("data: "+strings.Repeat("x", 2*maxEventLine)+"\n\n"), uint8(64))
+	f.Add([]byte("event: response.failed\ndata: {\"response\":{\"instructions\":\""+strings.Repeat("x", 4*maxEventLine)+"\",\"error\":{\"code\":\"server_error\"}}}\n\n"), uint8(61))
 	f.Fuzz(func(t *testing.T, stream []byte, size uint8) {
 		var whole, cut overloadWatch
 		whole.write(stream)
@@ -342,8 +345,14 @@ func FuzzOverloadWatch(f *testing.F) {
 		if wo != co || wwhy != cwhy || whole.seen != cut.seen {
 			t.Fatalf("reads of %d bytes: %v %q, one read: %v %q", n, co, cwhy, wo, wwhy)
 		}
-		if cap(cut.line) > 2*maxEventLine {
-			t.Fatalf("kept %d bytes of a line", cap(cut.line))
+		// A line is kept up to maxEventLine, or maxErrorEventLine in an
+		// event named error or response.failed.
+		bound := maxEventLine
+		if bytes.Contains(stream, []byte("error")) || bytes.Contains(stream, []byte("response.failed")) {
+			bound = maxErrorEventLine
+		}
+		if cap(cut.line) > 2*bound {
+			t.Fatalf("kept %d bytes of a line (bound %d)", cap(cut.line), bound)
 		}
 	})
 }
