@@ -351,20 +351,23 @@ func stopReason(ctx context.Context) string {
 	return errShutdown.Error()
 }
 
-// Bounds of the wait of an item turned away by a full lane queue before
-// it asks again; the longest is the Retry-After of a queue_full answer.
+// Bounds of the wait of an item turned away (a full lane queue, no lane
+// to be had) before it asks again; the longest is the Retry-After of a
+// queue_full answer.
 const (
 	roomRetryMin = 50 * time.Millisecond
 	roomRetryMax = time.Second
 )
 
-// runQueued runs item i like runItem, but an item that its lane's full
-// queue turned away before it was sent (queue_full, no attempt) is not
-// failed: the batch holds it and asks again, after 50 ms and then up to
-// every second, for as long as the queue stays full. A batch thus waits
-// for room, as a client honouring the 503's Retry-After would, rather than
-// failing every item it has left within milliseconds, and the time waited
-// counts as the item's queue time. When Governor starts shutting down
+// runQueued runs item i like runItem, but an item turned away before it
+// was sent (no attempt), by its lane's full queue (queue_full) or for want
+// of a lane (too_many_lanes: its credential is new and every lane is in
+// use or was used within the last two minutes), is not failed: the batch
+// holds it and asks again, after 50 ms and then up to every second, for
+// as long as that lasts. A batch thus waits for room, as a client
+// honouring the 503's Retry-After would, rather than failing every item
+// it has left within milliseconds, and the time waited counts as the
+// item's queue time. When Governor starts shutting down
 // meanwhile, an async job's item stops waiting: it did not run, and ok is
 // false for a resumable job's (it runs after a restart).
 func (s *Server) runQueued(ctx context.Context, e *execution, i int) (r Row, ok bool) {
@@ -402,10 +405,11 @@ func (s *Server) pausedIf(job bool) <-chan struct{} {
 	return nil
 }
 
-// turnedAway reports whether the row is that of an item its lane's full
-// queue refused before any attempt.
+// turnedAway reports whether the row is that of an item refused before
+// any attempt by its lane's full queue or for want of a lane.
 func (r *Row) turnedAway() bool {
-	return r.Status == proxy.StatusFailed && r.Attempts == 0 && r.Err != nil && r.Err.Code == proxy.CodeQueueFull
+	return r.Status == proxy.StatusFailed && r.Attempts == 0 && r.Err != nil &&
+		(r.Err.Code == proxy.CodeQueueFull || r.Err.Code == proxy.CodeTooManyLanes)
 }
 
 // runItem sends item i and turns its answer into a row.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +235,59 @@ func TestInteractiveCallTakesTheQueuePlaceOfABatchItem(t *testing.T) {
 	g.release <- struct{}{} // the last item
 	st := e.waitJob(t, job.ID)
 	assert.Equal(t, n, st.Counts["COMPLETED"], "%v", st.Counts)
+}
+
+// Items whose credentials need more lanes than the bound allows
+// (GOVERNOR_MAX_LANES, 2 here; a batch whose items carry their end users'
+// own keys) wait for a lane to make room, as they wait for room in a full
+// queue: once the lanes of the first items have been unused for two
+// minutes, the others take their places and are answered, each sent once.
+// No call was answered too_many_lanes, so none is counted.
+func TestItemsWaitForALaneToMakeRoom(t *testing.T) {
+	var skew atomic.Int64 // how far the proxy's clock is ahead
+	e := newEnv(t, envOptions{mock: mockllm.Config{Latency: 5 * time.Millisecond},
+		proxy: func(c *proxy.Config) {
+			c.MaxLanes = 2
+			c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		}})
+	const n = 4
+	items := make([]any, n)
+	for i := range items {
+		items[i] = chatItem("", fmt.Sprint(i), map[string]string{"Authorization": fmt.Sprintf("Bearer sk-user-%d", i), "X-Request-Id": fmt.Sprintf("key-%d", i)})
+	}
+	body := mustJSON(t, map[string]any{"requests": items, "max_retries": 0})
+	done := make(chan batch.Document, 1)
+	go func() { done <- e.runBatch(t, body) }()
+
+	// Two items get the two lanes and are answered; the other two find
+	// no lane to be had. Then the two lanes' last use is two minutes past.
+	require.Eventually(t, func() bool { return e.mock.Stats().Received == 2 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		resp, out := e.do(t, http.MethodGet, "/governor/lanes", "", "")
+		var v struct{ Lanes []lane.Info }
+		require.Equal(t, http.StatusOK, resp.StatusCode, out)
+		require.NoError(t, json.Unmarshal([]byte(out), &v))
+		busy := 0
+		for _, l := range v.Lanes {
+			busy += l.InFlight + l.Queued
+		}
+		return len(v.Lanes) == 2 && busy == 0
+	}, 10*time.Second, time.Millisecond)
+	select {
+	case doc := <-done:
+		t.Fatalf("the batch ended before a lane could make room: %+v", doc.Summary)
+	default:
+	}
+	skew.Store(int64(3 * time.Minute))
+
+	doc := <-done
+	assert.Equal(t, n, doc.Summary.Completed, "%+v", doc.Summary)
+	for i, d := range doc.Details {
+		assert.Equal(t, 1, d.Attempts, "item %d: %+v", i, d)
+	}
+	sent := e.mock.Stats().ByRequestID
+	for i := range n {
+		assert.Equal(t, int64(1), sent[fmt.Sprintf("key-%d", i)], "item %d: sent once", i)
+	}
+	assert.Zero(t, e.counter(t, `governor_errors_total{code="too_many_lanes"}`), "no call was answered too_many_lanes")
 }

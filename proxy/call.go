@@ -41,10 +41,11 @@ type Call struct {
 	// one fails the call (Err: 502 upstream_bad_response, saying so).
 	// Zero means the proxy's MaxResponseBytes.
 	MaxResponseBytes int
-	// Requeue says the caller asks again when a full queue turns the
-	// call away before any attempt (a batch item waiting for room): that
-	// queue_full is then not counted in governor_errors_total nor logged
-	// as a refusal, since nobody is answered with it.
+	// Requeue says the caller asks again when a full queue, or the
+	// bound on lanes, turns the call away before any attempt (a batch
+	// item waiting for room): that queue_full or too_many_lanes is then
+	// not counted in governor_errors_total nor logged as a refusal,
+	// since nobody is answered with it.
 	Requeue bool
 	// OnAttempt, if set, is called with n (1 for the first attempt) each
 	// time an attempt is about to be sent upstream, from the goroutine of
@@ -159,7 +160,9 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	}
 	l, lerr := p.laneOf(up, in)
 	if lerr != nil {
-		p.countError(lerr.Code)
+		if !c.Requeue {
+			p.countError(lerr.Code)
+		}
 		return Result{Err: &Error{Status: lerr.Status, Code: lerr.Code, Message: lerr.Message},
 			Details: Details{Status: StatusDidNotRun}}
 	}
