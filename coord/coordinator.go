@@ -70,6 +70,10 @@ type Report struct {
 	// Config.DecreaseRatio; zero: unknown), which a repeat decrease is
 	// given when the lane is not in a repeat (see doc.go).
 	DecreaseRatio float64
+	// Parked says this Governor holds no share of the lane and dispatches
+	// nothing on it before it syncs again unparked: the others need not
+	// wait for its next sync to take slots it gave up (see OthersSynced).
+	Parked bool
 }
 
 // Shared is the shared record of one lane after a sync.
@@ -432,10 +436,27 @@ func (co *Coordinator) runSync(ctx context.Context, reports []Report, now time.T
 		cmds[i] = syncScript.EvalSha(ctx, pipe, []string{state, members, demand, synced, maximaKey(r.Lane)},
 			toRedis(now, off), co.cfg.Instance, toRedis(now.Add(co.cfg.LeaseTTL), off), demandOf(r), r.Max, num(r.Initial),
 			num(r.Increase), dec, decDispatched, decAt, num(r.DecreaseLevel),
-			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds(), rateSpan.Milliseconds())
+			toRedis(r.PausedUntil, off), num(r.Rate), num(r.Burst), co.keyTTL().Milliseconds(), rateMemory.Milliseconds(), toRedis(r.SeenDecrease, off), toRedis(r.PausedAt, off), toRedis(r.LastSuccess, off), collapsed, r.Latency.Milliseconds(), num(r.DecreaseRatio), co.cfg.SyncInterval.Milliseconds(), rateSpan.Milliseconds(), parkedArg(r.Parked))
 	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
+}
+
+// parkedArg is a report's parked flag for the sync script.
+func parkedArg(p bool) string {
+	if p {
+		return "1"
+	}
+	return "0"
+}
+
+// syncMark is what the record keeps of a sync at now (Unix ms on Redis's
+// clock): the instant, negative for a parked member.
+func syncMark(now int64, parked bool) int64 {
+	if parked {
+		return -now
+	}
+	return now
 }
 
 // demandOf is a report's "demand,in flight" for the record: a Governor
@@ -492,15 +513,16 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 	s := Shared{Target: f[0], DecreaseLevel: f[2], Rate: f[4], Burst: f[5],
 		LastDecrease: fromRedis(f[1], off), PausedUntil: fromRedis(f[3], off), PausedAt: fromRedis(f[6], off)}
 	prev, _ := strconv.ParseInt(vals[8], 10, 64)
-	co.checkInstance(r.Lane, prev, toRedis(now, off))
+	co.checkInstance(r.Lane, prev, syncMark(toRedis(now, off), r.Parked))
 	mems := make([]Member, 0, (len(vals)-9)/3)
 	for i := 9; i+2 < len(vals); i += 3 {
 		ds, fs, _ := strings.Cut(vals[i+1], ",")
 		d, _ := strconv.Atoi(ds)
 		f, _ := strconv.Atoi(fs)
 		m := Member{Instance: vals[i], Demand: d, InFlight: f}
-		if v, err := strconv.ParseInt(vals[i+2], 10, 64); err == nil && v > 0 {
-			m.Synced = fromRedis(float64(v), off)
+		if v, err := strconv.ParseInt(vals[i+2], 10, 64); err == nil && v != 0 {
+			m.Parked = v < 0
+			m.Synced = fromRedis(float64(max(v, -v)), off)
 		}
 		mems = append(mems, m)
 	}
@@ -518,7 +540,8 @@ func (co *Coordinator) parseShared(r Report, vals []string, now time.Time, off i
 	// that does not say: unknown).
 	s.OthersSynced = now
 	for _, m := range mems {
-		if m.Instance == co.cfg.Instance {
+		if m.Instance == co.cfg.Instance || m.Parked {
+			// (A parked member dispatches nothing before it syncs again.)
 			continue
 		}
 		if m.Synced.IsZero() {

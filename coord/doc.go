@@ -11,8 +11,10 @@
 // members a sync returns.
 //
 // The caller keeps its own controller (package aimd) per lane and calls
-// [Coordinator.Sync] for all its lanes every Config.SyncInterval (and at
-// once after a change of a limit or a pause): one atomic Lua script per
+// [Coordinator.Sync] for its lanes every Config.SyncInterval (and at
+// once after a change of a limit or a pause); a lane it parks (idle: it
+// holds no share and syncs before it dispatches again, [Report.Parked])
+// it may sync far less often, within the lease. One atomic Lua script per
 // lane, pipelined in one round trip, merges its increase, decrease, pause
 // and pacing rate into the shared record, renews its lease and returns the
 // shared target with the live members' demands. The caller adopts that
@@ -33,7 +35,7 @@
 //	governor:{<lane id>}:state    hash: target, lastdec, level, paused, paused_at, ok_at, rate, burst, rate_at, ceil, probes, probe_at, rtt, tried, up, born, rate_cur, rate_prev, rate_half
 //	governor:{<lane id>}:members  sorted set: instance id scored by its lease expiry (Unix ms)
 //	governor:{<lane id>}:demand   hash: instance id -> "calls in flight + queued,calls in flight"
-//	governor:{<lane id>}:synced   hash: instance id -> its last sync (Unix ms)
+//	governor:{<lane id>}:synced   hash: instance id -> its last sync (Unix ms; negative: parked)
 //	governor:{<lane id>}:max      hash: instance id -> its maximum target (the largest bounds the shared one)
 //	governor:{<lane id>}:gcra     the theoretical arrival time of the pacing bucket (Unix ms)
 //

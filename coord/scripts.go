@@ -15,7 +15,8 @@ import "github.com/redis/go-redis/v9"
 // reporter's round-trip time (ms, 0: unknown), the reporter's gentle
 // decrease ratio (0: unknown), the reporter's sync interval (ms; absent:
 // 0), the span over which the largest rate published stands (ms; absent:
-// 0, the last rate published stands).
+// 0, the last rate published stands), 1 if the reporter is parked (its
+// last sync is then kept negative).
 // Instants are Unix milliseconds.
 //
 // Returns: target, lastdec, level, paused, rate, burst, paused_at, born (when
@@ -65,7 +66,11 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 -- The last sync under this instance name, for the reporter to tell whether
 -- another Governor syncs under it too.
 local prev = redis.call('HGET', KEYS[4], ARGV[2]) or ''
-redis.call('HSET', KEYS[4], ARGV[2], ARGV[1])
+if ARGV[25] == '1' then
+  redis.call('HSET', KEYS[4], ARGV[2], '-' .. ARGV[1])
+else
+  redis.call('HSET', KEYS[4], ARGV[2], ARGV[1])
+end
 redis.call('HSET', KEYS[5], ARGV[2], ARGV[5])
 
 -- What every Governor wants (calls in flight and queued) and uses (calls

@@ -9,6 +9,8 @@ type Member struct {
 	InFlight int // calls in flight at its last sync
 	// Synced is its last sync (zero: it did not say).
 	Synced time.Time
+	// Parked: it holds no share and syncs before it dispatches again.
+	Parked bool
 }
 
 // Shares splits limit among members by water-filling: a member that needs

@@ -47,6 +47,9 @@ type Config struct {
 	// SyncInterval is how often lanes are synced with the Coordinator.
 	// Default 50ms.
 	SyncInterval time.Duration
+	// LeaseTTL is the Coordinator's lease: a lane idle for a third of it
+	// syncs once a third of it. Default 3s.
+	LeaseTTL time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Metrics receives the lanes' metrics. Required; owned by the caller.
@@ -63,6 +66,7 @@ const (
 	DefaultMaxPause      = 60 * time.Second
 	DefaultMaxBackoff    = 30 * time.Second
 	DefaultSyncInterval  = 50 * time.Millisecond
+	DefaultLeaseTTL      = 3 * time.Second
 
 	DefaultMaxConnsPerUpstream = 1024
 )
@@ -82,6 +86,7 @@ func (c *Config) withDefaults() (Config, error) {
 	setDefault(&out.MaxBackoff, DefaultMaxBackoff)
 	setDefault(&out.MaxConnsPerUpstream, DefaultMaxConnsPerUpstream)
 	setDefault(&out.SyncInterval, DefaultSyncInterval)
+	setDefault(&out.LeaseTTL, DefaultLeaseTTL)
 	if out.Now == nil {
 		out.Now = time.Now
 	}

@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +50,7 @@ type Report struct {
 	Rate, Burst        float64       // the pacing learned from rate-limit headers, if any
 	Latency            time.Duration // the lane's round-trip time (latency EWMA), if known
 	DecreaseRatio      float64       // the controller's gentle cut
+	Parked             bool          // idle: no share, a sync before any dispatch
 }
 
 // Shared is a lane's shared state. Its fields mirror coord.Shared, field
@@ -75,6 +77,11 @@ type Shared struct {
 type laneCoord struct {
 	kick  chan struct{} // asks the sync loop for a sync now
 	coord Coordinator
+	lease time.Duration // the Coordinator's lease (see parkedSync)
+	// parkEvery is how often the lane syncs while parked: between half of
+	// parkedSync and all of it, by its id, so that lanes parked together
+	// do not all sync at the same tick.
+	parkEvery time.Duration
 
 	joined       bool      // the last sync succeeded: the queue's limit is the share
 	everJoined   bool      // a sync succeeded once (the first is logged at info level)
@@ -99,7 +106,20 @@ type laneCoord struct {
 	// shares are the shares the last syncs gave, newest last, for
 	// grownShare.
 	shares []shareAt
+	// parked is set while the lane is idle and synced at the slow pace
+	// (see parkedSync): it holds no share and its queue is paused; a call
+	// that takes it (Registry.Get) unparks it and asks for a sync.
+	parked   atomic.Bool
+	parkedAt time.Time // its last sync while parked
+	// waking is set from the lane's parking to its next sync unparked.
+	waking bool
 }
+
+// parkAfter is how long a lane must have been unused, with nothing to
+// report, before it parks; parkedSync how often a parked lane syncs: a
+// third of the lease, so its lease never lapses.
+func parkAfter(lease time.Duration) time.Duration  { return lease / 3 }
+func parkedSync(lease time.Duration) time.Duration { return lease / 3 }
 
 // shareAt is the share a sync gave at an instant.
 type shareAt struct {
@@ -205,10 +225,11 @@ type syncSnap struct {
 	decs   uint64
 	pause  time.Time
 	decAt  time.Time // the decrease reported, if any
+	parked bool      // the report parks the lane
 }
 
 // report is the lane's report for a sync.
-func (l *Lane) report(maxTarget int, now time.Time, memory time.Duration) (Report, syncSnap) {
+func (l *Lane) report(maxTarget int, now time.Time, memory, lease time.Duration) (Report, syncSnap) {
 	qs := l.q.Stats()
 	rate, burst := l.pace.learned(now)
 	l.mu.Lock()
@@ -232,7 +253,26 @@ func (l *Lane) report(maxTarget int, now time.Time, memory time.Duration) (Repor
 	default:
 		r.Increase = max(0, st.Target-co.base)
 	}
-	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt}
+	r.Parked = l.parkLocked(r, now, lease)
+	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt, parked: r.Parked}
+}
+
+// parkLocked reports whether the lane, joined, idle for parkAfter and
+// with nothing to report, parks at this sync; if so its queue is paused
+// first, so that no call is let out between this report and its adoption.
+// It requires l.mu to be held.
+func (l *Lane) parkLocked(r Report, now time.Time, lease time.Duration) bool {
+	co := l.co
+	if !co.joined || r.Demand != 0 || r.InFlight != 0 || r.Decreased || r.Increase != 0 || !r.PausedUntil.IsZero() ||
+		l.pausedUntil.After(now) || !co.remotePause.IsZero() || now.Sub(time.Unix(0, l.lastUsed.Load())) < parkAfter(lease) {
+		return false
+	}
+	l.q.PauseUntil(now.Add(2 * parkedSync(lease)))
+	if qs := l.q.Stats(); qs.InFlight+qs.Waiting > 0 {
+		l.q.Resume()
+		return false
+	}
+	return true
 }
 
 // sameDecrease reports whether shared, the last decrease a sync returned,
@@ -253,9 +293,24 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	a.othersCut = l.adoptTargetLocked(snap, s, now)
 	l.adoptShareLocked(&a, s, now, grace)
 	l.adoptPauseLocked(&a, snap, s, now)
+	if snap.parked {
+		// Parked: the share is given up, and a share after the lane
+		// wakes grows from none.
+		l.co.share, l.co.waking = 0, true
+		if k := len(l.co.shares); k > 0 {
+			l.co.shares[k-1].share = 0
+		}
+	}
 	l.holdLocked(&a, now)
 	l.mu.Unlock()
 	l.applyAdoption(&a, s, now, grace)
+	if snap.parked {
+		l.mu.Lock()
+		l.co.parkedAt = now
+		l.mu.Unlock()
+		l.q.PauseUntil(now.Add(2 * grace).Add(parkedSync(l.co.lease)))
+		l.co.parked.Store(true)
+	}
 }
 
 // An adoption is what adopt's steps decided under the lane's lock, for
@@ -330,9 +385,16 @@ func (l *Lane) adoptShareLocked(a *adoption, s Shared, now time.Time, grace time
 	if s.OthersSynced.After(cut) && !s.OthersSynced.After(now) {
 		cut = s.OthersSynced
 	}
+	from := a.from
+	if co.waking && !s.OthersSynced.Before(now) {
+		// Waking with no other Governor that could still use the slots
+		// given up (none, or all parked): the share applies at once.
+		co.shares, from = co.shares[:0], share
+	}
+	co.waking = false
 	a.first = !co.everJoined
 	co.joined, co.starting, co.everJoined = true, false, true
-	co.share, co.members, co.sharedTarget = co.grownShare(share, now, cut, a.from), s.Members, s.Target
+	co.share, co.members, co.sharedTarget = co.grownShare(share, now, cut, from), s.Members, s.Target
 	co.seenDec = s.LastDecrease
 	co.rate, co.burst = s.Rate, s.Burst
 }
@@ -434,6 +496,9 @@ func (l *Lane) fallback() {
 	co := l.co
 	held := co.held
 	co.held = false
+	if co.parked.Swap(false) {
+		held = true
+	}
 	if !co.joined {
 		if co.starting {
 			// The first sync failed: govern alone from the start.
@@ -536,21 +601,45 @@ func (r *Registry) syncLoop() {
 	}
 }
 
+// syncDue reports whether the lane syncs at this tick: unless it is
+// parked, with no call waiting (a retry takes the queue without Get), and
+// synced within parkedSync.
+func (l *Lane) syncDue(at time.Time) bool {
+	co := l.co
+	if !co.parked.Load() {
+		return true
+	}
+	l.mu.Lock()
+	last := co.parkedAt
+	l.mu.Unlock()
+	if at.Sub(last) >= co.parkEvery || l.q.Len() > 0 {
+		co.parked.Store(false)
+		return true
+	}
+	return false
+}
+
 // syncLanes syncs every lane with the Coordinator in one call.
 func (r *Registry) syncLanes() {
-	lanes := r.All()
+	all := r.All()
+	at := r.cfg.Now()
+	lanes := make([]*Lane, 0, len(all))
+	for _, l := range all {
+		if l.syncDue(at) {
+			lanes = append(lanes, l)
+		}
+	}
 	if len(lanes) == 0 {
 		return
 	}
 	reports := make([]Report, len(lanes))
 	snaps := make([]syncSnap, len(lanes))
-	at := r.cfg.Now()
 	for i, l := range lanes {
-		reports[i], snaps[i] = l.report(r.cfg.AIMD.Max, at, time.Duration(demandMemory*float64(r.cfg.SyncInterval)))
+		reports[i], snaps[i] = l.report(r.cfg.AIMD.Max, at, time.Duration(demandMemory*float64(r.cfg.SyncInterval)), r.cfg.LeaseTTL)
 	}
 	shared, err := r.cfg.Coordinator.Sync(r.ctx, reports)
 	if err != nil || len(shared) != len(lanes) {
-		for _, l := range lanes {
+		for _, l := range all {
 			l.fallback()
 		}
 		return

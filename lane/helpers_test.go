@@ -95,7 +95,7 @@ func newCoordLane(t *testing.T, opts ...func(*Config)) *coordLane {
 // sync reports the lane at the clock's instant and adopts s then.
 func (c *coordLane) sync(s Shared) Report {
 	now := c.clock.Now()
-	rep, snap := c.l.report(c.r.cfg.AIMD.Max, now, time.Duration(demandMemory*float64(testInterval)))
+	rep, snap := c.l.report(c.r.cfg.AIMD.Max, now, time.Duration(demandMemory*float64(testInterval)), c.r.cfg.LeaseTTL)
 	c.l.adopt(snap, s, now, testGrace)
 	return rep
 }

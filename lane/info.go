@@ -218,8 +218,16 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	if c := l.lastCause.Load(); c > 0 {
 		li.LastDecreaseCause = Cause(c - 1).String()
 	}
-	if qs.PausedUntil.After(now) {
-		t := qs.PausedUntil
+	pausedUntil := qs.PausedUntil
+	if l.co != nil && l.co.parked.Load() {
+		// A parked lane's queue is held until it syncs: only a pause the
+		// provider asked for is one.
+		l.mu.Lock()
+		pausedUntil = l.pausedUntil
+		l.mu.Unlock()
+	}
+	if pausedUntil.After(now) {
+		t := pausedUntil
 		li.PausedUntil = &t
 	}
 	li.QueueCapacity = r.cfg.QueueCapacity

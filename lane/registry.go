@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -139,6 +140,9 @@ func (r *Registry) Get(key Key) (*Lane, error) {
 		r.afterRead()
 	}
 	if l != nil {
+		if l.co != nil && l.co.parked.CompareAndSwap(true, false) {
+			l.co.signal() // a parked lane syncs before its first call
+		}
 		return l, nil
 	}
 	r.mu.Lock()
@@ -246,7 +250,10 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 	l.q = queue.New(queue.Config{Capacity: r.cfg.QueueCapacity, MaxTenants: r.cfg.MaxTenants, Limit: l.ctrl.Limit(), Now: r.cfg.Now})
 	l.pace.maxGap = r.cfg.MaxPause
 	if r.kick != nil {
-		l.co = &laneCoord{kick: r.kick, coord: r.cfg.Coordinator}
+		l.co = &laneCoord{kick: r.kick, coord: r.cfg.Coordinator, lease: r.cfg.LeaseTTL}
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(l.id))
+		l.co.parkEvery = parkedSync(r.cfg.LeaseTTL) * time.Duration(512+h.Sum32()%512) / 1024
 		defer l.co.signal() // join at once
 		if r.cfg.Coordinator.Up() {
 			// Until the first sync tells this Governor its share, the

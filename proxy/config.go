@@ -127,6 +127,8 @@ type Config struct {
 	// SyncInterval is how often lanes are synced with the Coordinator.
 	// Default 50ms.
 	SyncInterval time.Duration
+	// LeaseTTL is the Coordinator's lease (see lane.Config.LeaseTTL).
+	LeaseTTL time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 

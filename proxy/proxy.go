@@ -92,7 +92,7 @@ func New(cfg Config) (*Proxy, error) {
 		up.metrics = p.metrics.routes[up.name]
 	}
 	p.lanes, err = lane.New(lane.Config{AIMD: c.AIMD, QueueCapacity: c.QueueCapacity, MaxLanes: c.MaxLanes, MaxTenants: c.MaxTenants,
-		MaxConnsPerUpstream: c.MaxConnsPerUpstream, MaxPause: c.MaxPause, MaxBackoff: c.BackoffMax, Coordinator: c.Coordinator, SyncInterval: c.SyncInterval,
+		MaxConnsPerUpstream: c.MaxConnsPerUpstream, MaxPause: c.MaxPause, MaxBackoff: c.BackoffMax, Coordinator: c.Coordinator, SyncInterval: c.SyncInterval, LeaseTTL: c.LeaseTTL,
 		Now: c.Now, Metrics: c.Metrics, Logger: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)

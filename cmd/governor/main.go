@@ -317,6 +317,7 @@ func proxyConfig(cfg *parsed, maxConns int, coordinator lane.Coordinator, set *m
 		APIToken:          cfg.APIToken,
 		Coordinator:       coordinator,
 		SyncInterval:      cfg.RedisSyncInterval,
+		LeaseTTL:          cfg.RedisLeaseTTL,
 		Metrics:           set,
 		Logger:            log,
 		AccessLog:         cfg.access,
