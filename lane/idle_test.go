@@ -98,6 +98,17 @@ func TestIdleLanesSyncSlowly(t *testing.T) {
 	}
 	scripts, per := ca.take()
 	t.Logf("%d idle lanes, %d ticks: %d scripts", n, ticks, scripts)
+	parked := func(r *Registry, id string) bool {
+		for _, li := range r.Info(clock.Now()) {
+			if li.ID == id {
+				return li.Parked
+			}
+		}
+		t.Fatalf("no lane %s", id)
+		return false
+	}
+	assert.True(t, parked(ra, fmt.Sprintf("default/m7/%s", b.credHash)), "the lanes API says an idle lane is parked")
+	assert.False(t, parked(rb, b.id), "and a lane in use is not")
 	assert.Less(t, scripts, n*ticks/8, "idle lanes cost a fraction of a script a tick")
 	for i := range n {
 		id := fmt.Sprintf("default/m%d/%s", i, b.credHash)
@@ -135,4 +146,5 @@ func TestIdleLanesSyncSlowly(t *testing.T) {
 	_, per = ca.take()
 	assert.Equal(t, 1, per[a.id], "the idle lane synced at once")
 	assert.True(t, a.q.TryAcquire(queue.Priority{}), "and dispatches after it")
+	assert.False(t, parked(ra, a.id), "a lane that got a call is no longer parked")
 }

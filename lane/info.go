@@ -59,6 +59,10 @@ type Info struct {
 	// Members is the number of Governors sharing the lane at the last
 	// sync (0 when not coordinated).
 	Members int `json:"members"`
+	// Parked reports a coordinated lane that has had no call for a third
+	// of the Redis lease: it has given its share up (Limit reads 1) and
+	// syncs at a slow pace until its next call, which syncs it at once.
+	Parked bool `json:"parked"`
 	// ConnLimited reports that the calls in flight to the lane's upstream,
 	// UpstreamInFlight summed over its lanes, fill its UpstreamMaxConns
 	// connections (Config.MaxConnsPerUpstream): the lane's calls wait for
@@ -192,7 +196,7 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	}
 	if l.co != nil {
 		l.mu.Lock()
-		li.Coordinated, li.Members = l.co.joined, l.co.members
+		li.Coordinated, li.Members, li.Parked = l.co.joined, l.co.members, l.co.parked.Load()
 		if !l.co.joined {
 			li.Members = 0
 		} else {
