@@ -5,15 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmgovernor/governor/aimd"
-	"github.com/llmgovernor/governor/coord"
 	"github.com/llmgovernor/governor/internal/redistest"
 	"github.com/llmgovernor/governor/queue"
 )
@@ -48,18 +43,8 @@ func (c *countingCoordinator) take() (int, map[string]int) {
 // on clock, with no sync loop.
 func idleRegistry(t *testing.T, srv *redistest.Server, instance string, clock *fakeClock) (*Registry, *countingCoordinator) {
 	t.Helper()
-	opts, err := redis.ParseURL(srv.URL())
-	require.NoError(t, err)
-	co, err := coord.New(coord.Config{Options: opts, Instance: instance, Timeout: time.Second,
-		SyncInterval: testInterval, LeaseTTL: DefaultLeaseTTL, Now: clock.Now, Metrics: metrics.NewSet()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = co.Close() })
-	cc := &countingCoordinator{redisCoordinator: redisCoordinator{co}, lanes: map[string]int{}}
-	r, err := newRegistry(Config{AIMD: aimd.Config{Max: 64}, Coordinator: cc, SyncInterval: testInterval,
-		Now: clock.Now, Metrics: metrics.NewSet()})
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
-	return r, cc
+	cc := &countingCoordinator{redisCoordinator: redisCoordinator{redisCoord(t, srv, instance, DefaultLeaseTTL, clock)}, lanes: map[string]int{}}
+	return syncedByHand(t, cc, clock), cc
 }
 
 // Lanes nobody calls sync once every parkedSync or so, not at every tick;

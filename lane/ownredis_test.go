@@ -43,21 +43,37 @@ func (a redisCoordinator) Up() bool { return a.c.Up() }
 
 func (a redisCoordinator) Leave(ctx context.Context, ids []string) error { return a.c.Leave(ctx, ids) }
 
-// redisLane is a lane of a Governor coordinated over srv, on clock, with no
-// sync loop: the test syncs its Registry at the instants it chooses.
-func redisLane(t *testing.T, srv *redistest.Server, instance string, clock *fakeClock) (*Registry, *Lane) {
+// redisCoord is a Coordinator of the Governor named instance over srv,
+// with lease, on clock.
+func redisCoord(t *testing.T, srv *redistest.Server, instance string, lease time.Duration, clock *fakeClock) *coord.Coordinator {
 	t.Helper()
 	opts, err := redis.ParseURL(srv.URL())
 	require.NoError(t, err)
 	co, err := coord.New(coord.Config{Options: opts, Instance: instance, Timeout: time.Second,
-		SyncInterval: testInterval, LeaseTTL: time.Minute, Now: clock.Now, Metrics: metrics.NewSet()})
+		SyncInterval: testInterval, LeaseTTL: lease, Now: clock.Now, Metrics: metrics.NewSet()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = co.Close() })
-	require.True(t, co.Up())
-	r, err := newRegistry(Config{AIMD: aimd.Config{Max: 64}, Coordinator: redisCoordinator{co}, SyncInterval: testInterval,
+	return co
+}
+
+// syncedByHand is a Registry coordinated by co, on clock, with no sync
+// loop: the test syncs it at the instants it chooses.
+func syncedByHand(t *testing.T, co Coordinator, clock *fakeClock) *Registry {
+	t.Helper()
+	r, err := newRegistry(Config{AIMD: aimd.Config{Max: 64}, Coordinator: co, SyncInterval: testInterval,
 		Now: clock.Now, Metrics: metrics.NewSet()})
 	require.NoError(t, err)
 	t.Cleanup(r.Close)
+	return r
+}
+
+// redisLane is a lane of a Governor coordinated over srv, on clock, with no
+// sync loop: the test syncs its Registry at the instants it chooses.
+func redisLane(t *testing.T, srv *redistest.Server, instance string, clock *fakeClock) (*Registry, *Lane) {
+	t.Helper()
+	co := redisCoord(t, srv, instance, time.Minute, clock)
+	require.True(t, co.Up())
+	r := syncedByHand(t, redisCoordinator{co}, clock)
 	l, err := r.Get(Key{Upstream: "default", Model: "m"})
 	require.NoError(t, err)
 	return r, l
