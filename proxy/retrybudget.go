@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -92,4 +95,82 @@ func (b *retryBudget) wait(now time.Time) {
 	if b.since.IsZero() {
 		b.since = now
 	}
+}
+
+// failed accounts for a failed attempt: it notes the provider's hint
+// (and pauses the lane for a 429's), charges the retry budget and gives
+// the slot back. It reports done, having given up, when the budget is
+// spent, the call's context has ended or Governor has shut down;
+// otherwise the call retries.
+func (c *governedCall) failed(ctx context.Context, a *upstreamAttempt) (done bool) {
+	p, l, o, d := c.p, c.l, &c.o, &c.res.details
+	resp, err, oc, now := a.resp, a.err, a.oc, a.now
+	if a.streamWhy != "" {
+		d.Errors = append(d.Errors, strconv.Itoa(resp.StatusCode())+" "+a.streamWhy)
+	} else {
+		d.Errors = append(d.Errors, attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout))
+	}
+	if c.retry == nil {
+		c.retry = new(retrying)
+	}
+	r := c.retry
+	r.hint, r.freed = 0, nil
+	if err == nil {
+		r.hint = min(retryAfter(&resp.Header, now), p.cfg.MaxPause)
+		if oc == lane.RateLimited && r.hint > 0 {
+			l.Pause(now.Add(r.hint), now)
+		}
+	}
+	if oc == lane.RateLimited {
+		r.freed = l.NextSuccess()
+	}
+	charged := oc
+	if a.streamWhy != "" {
+		// Served, then given up on: not a call that lost the race for
+		// a slot (see retryBudget), so it costs a retry.
+		charged = lane.ServerError
+	}
+	spent := r.budget.fail(l, a.at, charged, now, p.cfg.QueueTimeout, o.maxRetries)
+	l.Done(a.at)
+	l.Queue().ReleaseTenant(c.o.tenant)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+	} else {
+		if r.last != nil {
+			fasthttp.ReleaseResponse(r.last)
+		}
+		r.last = resp
+	}
+	if p.ctx.Err() != nil && err != nil {
+		// Cut at the end of a drain (resp is already released).
+		c.giveUp(ctx, &apiError{Status: fasthttp.StatusServiceUnavailable, Code: CodeDraining,
+			Message: "Governor shut down before the provider answered"})
+		return true
+	}
+	if spent || ctx.Err() != nil {
+		if err != nil {
+			e := upstreamError(c.req.up, err)
+			c.giveUp(ctx, &e)
+		} else {
+			c.giveUp(ctx, nil)
+		}
+		return true
+	}
+	l.CountRetry(oc)
+	return false
+}
+
+// maxRetriesOf reads X-Governor-Max-Retries: absent means def; anything
+// but a whole number from 0 to MaxRetriesCeiling is an error, as the same
+// option of a batch is: a budget the client did not mean would run its call
+// with retries it did not ask for, or none.
+func maxRetriesOf(v []byte, def int) (int, error) {
+	if len(v) == 0 {
+		return def, nil
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < 0 || n > MaxRetriesCeiling {
+		return 0, fmt.Errorf("%s: want a whole number of retries from 0 to %d, got %q", HeaderMaxRetries, MaxRetriesCeiling, v)
+	}
+	return n, nil
 }
