@@ -439,7 +439,7 @@ func (l *Lane) adoptPauseLocked(a *adoption, snap syncSnap, s Shared, now time.T
 // lane is held for want of one. It requires l.mu to be held.
 func (l *Lane) holdLocked(a *adoption, now time.Time) {
 	co := l.co
-	l.q.SetLimit(co.share)
+	l.q.SetLimit(max(1, co.share))
 	// No share (the others use the whole limit): no call at all, rather
 	// than the one a queue's limit of 1 lets out, until a sync gives one.
 	// The hold lasts a grace at most: a sync that does not come (Redis

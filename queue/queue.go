@@ -374,13 +374,15 @@ func (q *Queue) freeLocked(t *tenant, name string, freed bool) {
 	q.notifyIdleLocked()
 }
 
-// SetLimit sets the number of calls that may be in flight at once; n < 1
-// means 1. Raising the limit grants waiting calls at once. Lowering it
-// preempts nothing: calls already in flight finish, and no call is granted
-// until fewer than n are in flight.
+// SetLimit sets the number of calls that may be in flight at once; n < 0
+// means 0. A limit of 0 grants no call, for no set time, until the limit is
+// raised: calls may still queue meanwhile (a lane with no share of a limit
+// shared with others). Raising the limit grants waiting calls at once.
+// Lowering it preempts nothing: calls already in flight finish, and no call
+// is granted until fewer than n are in flight.
 func (q *Queue) SetLimit(n int) {
 	q.mu.Lock()
-	q.limit = max(n, 1)
+	q.limit = max(n, 0)
 	q.grantWaitingLocked()
 	q.mu.Unlock()
 }

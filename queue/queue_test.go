@@ -467,8 +467,35 @@ func TestSetLimit(t *testing.T) {
 		require.NoError(t, <-c.done)
 		q.ReleaseTenant("")
 
+		q.SetLimit(-1)
+		assert.Equal(t, 0, q.Stats().Limit, "limits below 0 mean 0")
+	})
+}
+
+// A limit of 0 grants nothing, however long the calls wait, until it is
+// raised; Close still answers the calls waiting.
+func TestSetLimitZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(Config{Limit: 2})
 		q.SetLimit(0)
-		assert.Equal(t, 1, q.Stats().Limit, "limits below 1 mean 1")
+		assert.False(t, q.TryAcquire(fresh(3)), "no slot at a limit of 0")
+		a := start(t, q, "a", fresh(3))
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		_, ok := a.finished()
+		assert.False(t, ok, "a limit of 0 ends at no set time")
+
+		q.SetLimit(1)
+		require.NoError(t, <-a.done, "raising it grants the call waiting")
+		q.SetLimit(0)
+		b := start(t, q, "b", fresh(3))
+		q.ReleaseTenant("")
+		synctest.Wait()
+		_, ok = b.finished()
+		assert.False(t, ok, "a slot freed at a limit of 0 goes to no one")
+
+		q.Close()
+		assert.ErrorIs(t, <-b.done, ErrClosed)
 	})
 }
 
