@@ -77,7 +77,6 @@ type Shared struct {
 type laneCoord struct {
 	kick  chan struct{} // asks the sync loop for a sync now
 	coord Coordinator
-	lease time.Duration // the Coordinator's lease (see parkedSync)
 	// parkEvery is how often the lane syncs while parked: between half of
 	// parkedSync and all of it, by its id, so that lanes parked together
 	// do not all sync at the same tick.
@@ -107,12 +106,28 @@ type laneCoord struct {
 	// grownShare.
 	shares []shareAt
 	// parked is set while the lane is idle and synced at the slow pace
-	// (see parkedSync): it holds no share and its queue is paused; a call
-	// that takes it (Registry.Get) unparks it and asks for a sync.
+	// (see parkedSync): it holds no share and its queue's limit is 0; a
+	// call that takes it (Registry.Get) unparks it and asks for a sync.
 	parked   atomic.Bool
 	parkedAt time.Time // its last sync while parked
 	// waking is set from the lane's parking to its next sync unparked.
 	waking bool
+	// unshared is set from the lane's parking until a sync gives it a
+	// share, or one fails: its queue's limit is 0 meanwhile, so that no
+	// call goes out before that sync, however late it lands (see
+	// queueLimitLocked).
+	unshared bool
+}
+
+// queueLimitLocked is the queue's limit of a coordinated lane: its share,
+// or 0 while it is unshared. A share of 0 otherwise means a limit of 1,
+// the queue held meanwhile for a grace at most (see holdLocked). It
+// requires the lane's mu to be held.
+func (c *laneCoord) queueLimitLocked() int {
+	if c.unshared {
+		return 0
+	}
+	return max(1, c.share)
 }
 
 // parkAfter is how long a lane must have been unused, with nothing to
@@ -226,6 +241,7 @@ type syncSnap struct {
 	pause  time.Time
 	decAt  time.Time // the decrease reported, if any
 	parked bool      // the report parks the lane
+	used   int64     // the lane's last use then (Lane.lastUsed)
 }
 
 // report is the lane's report for a sync.
@@ -253,23 +269,24 @@ func (l *Lane) report(maxTarget int, now time.Time, memory, lease time.Duration)
 	default:
 		r.Increase = max(0, st.Target-co.base)
 	}
-	r.Parked = l.parkLocked(r, now, lease)
-	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt, parked: r.Parked}
+	used := l.lastUsed.Load()
+	r.Parked = l.parkLocked(r, now, used, lease)
+	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt, parked: r.Parked, used: used}
 }
 
-// parkLocked reports whether the lane, joined, idle for parkAfter and
-// with nothing to report, parks at this sync; if so its queue is paused
-// first, so that no call is let out between this report and its adoption.
-// It requires l.mu to be held.
-func (l *Lane) parkLocked(r Report, now time.Time, lease time.Duration) bool {
+// parkLocked reports whether the lane, joined, idle for parkAfter since
+// used and with nothing to report, parks at this sync; if so its queue's
+// limit is 0 first, so that no call is let out between this report and
+// its adoption. It requires l.mu to be held.
+func (l *Lane) parkLocked(r Report, now time.Time, used int64, lease time.Duration) bool {
 	co := l.co
 	if !co.joined || r.Demand != 0 || r.InFlight != 0 || r.Decreased || r.Increase != 0 || !r.PausedUntil.IsZero() ||
-		l.pausedUntil.After(now) || !co.remotePause.IsZero() || now.Sub(time.Unix(0, l.lastUsed.Load())) < parkAfter(lease) {
+		l.pausedUntil.After(now) || !co.remotePause.IsZero() || now.Sub(time.Unix(0, used)) < parkAfter(lease) {
 		return false
 	}
-	l.q.PauseUntil(now.Add(2 * parkedSync(lease)))
+	l.q.SetLimit(0)
 	if qs := l.q.Stats(); qs.InFlight+qs.Waiting > 0 {
-		l.q.Resume()
+		l.q.SetLimit(co.queueLimitLocked())
 		return false
 	}
 	return true
@@ -296,7 +313,8 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	if snap.parked {
 		// Parked: the share is given up, and a share after the lane
 		// wakes grows from none.
-		l.co.share, l.co.waking = 0, true
+		l.co.share, l.co.waking, l.co.unshared = 0, true, true
+		l.co.parkedAt = now
 		if k := len(l.co.shares); k > 0 {
 			l.co.shares[k-1].share = 0
 		}
@@ -305,11 +323,14 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	l.mu.Unlock()
 	l.applyAdoption(&a, s, now, grace)
 	if snap.parked {
-		l.mu.Lock()
-		l.co.parkedAt = now
-		l.mu.Unlock()
-		l.q.PauseUntil(now.Add(2 * grace).Add(parkedSync(l.co.lease)))
 		l.co.parked.Store(true)
+		// A call that took the lane since the report found it not
+		// parked, and asked for no sync: it wakes now. (Registry.Get
+		// marks the lane used before it unparks it: one of the two sees
+		// the other.)
+		if l.lastUsed.Load() != snap.used && l.co.parked.CompareAndSwap(true, false) {
+			l.co.signal()
+		}
 	}
 }
 
@@ -439,12 +460,14 @@ func (l *Lane) adoptPauseLocked(a *adoption, snap syncSnap, s Shared, now time.T
 // lane is held for want of one. It requires l.mu to be held.
 func (l *Lane) holdLocked(a *adoption, now time.Time) {
 	co := l.co
-	l.q.SetLimit(max(1, co.share))
+	co.unshared = co.unshared && co.share == 0
+	l.q.SetLimit(co.queueLimitLocked())
 	// No share (the others use the whole limit): no call at all, rather
 	// than the one a queue's limit of 1 lets out, until a sync gives one.
 	// The hold lasts a grace at most: a sync that does not come (Redis
-	// lost) does not hold the lane.
-	a.hold, a.unhold = co.share == 0, co.held && co.share > 0 && !l.pausedUntil.After(now)
+	// lost) does not hold the lane. (An unshared lane's limit of 0 needs
+	// no hold: a sync gives it a share, or one that fails ends it.)
+	a.hold, a.unhold = co.share == 0 && !co.unshared, co.held && co.share > 0 && !l.pausedUntil.After(now)
 	co.held = a.hold
 	a.applied = co.share
 	a.othersCut = a.othersCut && a.joined && a.applied < a.from
@@ -495,10 +518,8 @@ func (l *Lane) fallback() {
 	l.mu.Lock()
 	co := l.co
 	held := co.held
-	co.held = false
-	if co.parked.Swap(false) {
-		held = true
-	}
+	co.held, co.unshared = false, false
+	co.parked.Store(false)
 	if !co.joined {
 		if co.starting {
 			// The first sync failed: govern alone from the start.

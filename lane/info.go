@@ -60,8 +60,9 @@ type Info struct {
 	// sync (0 when not coordinated).
 	Members int `json:"members"`
 	// Parked reports a coordinated lane that has had no call for a third
-	// of the Redis lease: it has given its share up (Limit reads 1) and
-	// syncs at a slow pace until its next call, which syncs it at once.
+	// of the Redis lease: it has given its share up (Limit reads 0) and
+	// syncs at a slow pace until its next call, which syncs it at once
+	// and goes out once that sync gave the lane a share (or failed).
 	Parked bool `json:"parked"`
 	// ConnLimited reports that the calls in flight to the lane's upstream,
 	// UpstreamInFlight summed over its lanes, fill its UpstreamMaxConns
@@ -222,16 +223,8 @@ func (r *Registry) info(l *Lane, now time.Time, upstreamInFlight int) Info {
 	if c := l.lastCause.Load(); c > 0 {
 		li.LastDecreaseCause = Cause(c - 1).String()
 	}
-	pausedUntil := qs.PausedUntil
-	if l.co != nil && l.co.parked.Load() {
-		// A parked lane's queue is held until it syncs: only a pause the
-		// provider asked for is one.
-		l.mu.Lock()
-		pausedUntil = l.pausedUntil
-		l.mu.Unlock()
-	}
-	if pausedUntil.After(now) {
-		t := pausedUntil
+	if qs.PausedUntil.After(now) {
+		t := qs.PausedUntil
 		li.PausedUntil = &t
 	}
 	li.QueueCapacity = r.cfg.QueueCapacity

@@ -256,7 +256,7 @@ func (l *Lane) control(o Outcome, refusal Cause, latency time.Duration, dispatch
 			// tells the others.
 			co.share = max(1, (co.share*limit+before-1)/before)
 		}
-		qlimit = max(1, co.share)
+		qlimit = co.queueLimitLocked()
 	}
 	l.q.SetLimit(qlimit)
 	if l.ramping.Load() {

@@ -250,7 +250,7 @@ func (r *Registry) newLaneLocked(key Key) *Lane {
 	l.q = queue.New(queue.Config{Capacity: r.cfg.QueueCapacity, MaxTenants: r.cfg.MaxTenants, Limit: l.ctrl.Limit(), Now: r.cfg.Now})
 	l.pace.maxGap = r.cfg.MaxPause
 	if r.kick != nil {
-		l.co = &laneCoord{kick: r.kick, coord: r.cfg.Coordinator, lease: r.cfg.LeaseTTL}
+		l.co = &laneCoord{kick: r.kick, coord: r.cfg.Coordinator}
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(l.id))
 		l.co.parkEvery = parkedSync(r.cfg.LeaseTTL) * time.Duration(512+h.Sum32()%512) / 1024

@@ -208,7 +208,7 @@
       badges.push(badge('upstream failing', 'bad', title));
     }
     if (l.coordinated) badges.push(badge(`shared × ${l.members}`, 'info', 'Governed with the other Governors on Redis'));
-    if (l.parked) badges.push(badge('idle', 'info', 'No call for a while: its share is given back to the other Governors until its next call'));
+    if (l.parked) badges.push(badge('idle', 'info', 'No call for a while: its share is given back to the other Governors (its limit reads 0) until its next call'));
     if (l.conn_limited) {
       const title = `The upstream's ${l.upstream_max_conns} connections are all in use (${l.upstream_in_flight} calls in flight)`;
       badges.push(badge('connections full', 'warn', title));
