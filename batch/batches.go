@@ -166,7 +166,7 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	id, sub, _ := strings.Cut(rest, "/")
 	now := s.cfg.Now()
 	j := s.jobs.get(id, now)
-	if j == nil || (sub != "" && sub != "results") {
+	if j == nil || (sub != "" && sub != "results" && sub != "cancel") {
 		early := "" // jobs kept on disk are not forgotten for memory
 		if s.dir == nil {
 			early = ", or earlier when the answers held in memory reach " + s.cfg.Names.MaxResultBytes
@@ -186,8 +186,12 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(now, s.cfg.TTL))
 	case sub == "" && ctx.IsDelete():
 		s.deleteJob(ctx, j)
+	case sub == "cancel" && ctx.IsPost():
+		s.cancelJob(ctx, j)
 	case sub == "results":
 		methodNotAllowed(ctx, "GET")
+	case sub == "cancel":
+		methodNotAllowed(ctx, "POST")
 	default:
 		methodNotAllowed(ctx, "GET, DELETE")
 	}
@@ -220,6 +224,21 @@ func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
 func (s *Server) deleteJob(ctx *fasthttp.RequestCtx, j *job) {
 	if j.finished() {
 		s.jobs.remove(j.exec.id)
+		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(s.cfg.Now(), s.cfg.TTL))
+		return
+	}
+	j.mu.Lock()
+	j.deleted = true
+	j.mu.Unlock()
+	s.cancelJob(ctx, j)
+}
+
+// cancelJob cancels a running job, as deleteJob does, and answers a
+// finished one with its status, leaving it and its results as they are:
+// a cancel that arrives once the job has finished (the user asked while
+// its last items ended, or sent the cancel again) loses nothing.
+func (s *Server) cancelJob(ctx *fasthttp.RequestCtx, j *job) {
+	if j.finished() {
 		reply.WriteJSON(ctx, fasthttp.StatusOK, j.status(s.cfg.Now(), s.cfg.TTL))
 		return
 	}

@@ -47,6 +47,9 @@ type job struct {
 
 	mu        sync.Mutex
 	cancelled bool
+	// deleted is set when the job was deleted while it ran (DELETE,
+	// not the cancel endpoint, whose client still wants the results).
+	deleted bool
 }
 
 // JobStatus is a job's progress.
@@ -90,7 +93,7 @@ func (j *job) doneWith() bool {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.cancelled
+	return j.deleted
 }
 
 func (j *job) status(now time.Time, ttl time.Duration) JobStatus {

@@ -325,3 +325,48 @@ func (e *env) lanePaused(t *testing.T, model string) bool {
 	}
 	return false
 }
+
+// POST /governor/batches/{id}/cancel cancels a running job as DELETE
+// does, but never forgets one: sent again, or once the job has finished
+// by itself, it answers the job's status and leaves its results to
+// fetch, where a second DELETE would forget them. A job so cancelled is
+// not done with until its results are read.
+func TestCancelTwiceKeepsTheResults(t *testing.T) {
+	e := newEnv(t, envOptions{batch: func(c *batch.Config) { c.MaxJobs = 2 }})
+	cancel := func(id string) (*http.Response, batch.JobStatus) {
+		t.Helper()
+		resp, out := e.do(t, http.MethodPost, batch.PathBatches+"/"+id+"/cancel", "", "")
+		var st batch.JobStatus
+		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+		return resp, st
+	}
+	items := []any{chatItem("a", "quick", nil), chatItem("b", "slow", map[string]string{"X-Mock-Latency": "1h"})}
+	running := e.createJob(t, mustJSON(t, map[string]any{"requests": items, "concurrency": 1}))
+	require.Eventually(t, func() bool { return e.mock.Stats().Received >= 2 }, 10*time.Second, time.Millisecond)
+	resp, _ := cancel(running.ID)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	e.waitJob(t, running.ID)
+	resp, st := cancel(running.ID)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a finished job's cancel answers its status")
+	assert.Equal(t, batch.JobCancelled, st.Status)
+	assert.Equal(t, 1, st.Counts["COMPLETED"])
+
+	finished := e.createJob(t, mustJSON(t, map[string]any{"requests": []any{chatItem("c", "x", nil)}}))
+	e.waitJob(t, finished.ID)
+	resp, st = cancel(finished.ID)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, batch.JobCompleted, st.Status, "a job that finished by itself stays completed")
+
+	resp, out := e.post(t, batch.PathBatches, "application/json", mustJSON(t, map[string]any{"requests": []any{chatItem("", "x", nil)}}))
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "neither job is done with: %s", out)
+	for _, id := range []string{running.ID, finished.ID} {
+		resp, out = e.do(t, http.MethodGet, batch.PathBatches+"/"+id+"/results", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", id, out)
+		var doc batch.Document
+		require.NoError(t, json.Unmarshal([]byte(out), &doc))
+		assert.Equal(t, proxy.StatusCompleted, doc.Details[0].Status, id)
+	}
+	resp, _ = e.do(t, http.MethodGet, batch.PathBatches+"/"+running.ID+"/cancel", "", "")
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+}

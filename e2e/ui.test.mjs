@@ -177,7 +177,7 @@ test('the live page shows lanes and jobs, and cancels a job', { skip, timeout: 6
   await page.screenshot({ path: shot, fullPage: true });
   t.diagnostic(`screenshot: ${shot}`);
 
-  // Cancel: the button asks, DELETEs, and the job ends cancelled.
+  // Cancel: the button asks, posts to the job's cancel endpoint, and the job ends cancelled.
   await bigRow.locator('button', { hasText: 'Cancel' }).click();
   await bigRow.locator('.badge', { hasText: 'cancelled' }).waitFor({ timeout: 10_000 });
   const status = await api(`batches/${big.id}`);

@@ -9,10 +9,11 @@
 // The page is static HTML, CSS and JavaScript embedded in the binary; it
 // loads nothing from elsewhere and holds no data of its own. Its script
 // polls Governor's JSON API (GET /governor/lanes, GET
-// /governor/batches?sync=true, DELETE /governor/batches/{id}) every second
-// with relative URLs, so the page also works behind a reverse proxy that
-// adds a path prefix. The charts show what the page has seen since it was
-// opened, up to five minutes.
+// /governor/batches?sync=true) every second, cancels a job with POST
+// /governor/batches/{id}/cancel and removes a finished one with DELETE
+// /governor/batches/{id}, all with relative URLs, so the page also works
+// behind a reverse proxy that adds a path prefix. The charts show what
+// the page has seen since it was opened, up to five minutes.
 //
 // The page's files are served without the API token, because a browser
 // cannot send a header when it opens a page; they contain nothing to guard.

@@ -528,3 +528,59 @@ func TestBatchCommandInterruptCancelsWhenTold(t *testing.T) {
 	require.NotNil(t, results[199].Error, "the last item never started")
 	assert.Equal(t, "did_not_run", results[199].Error.Code)
 }
+
+// A job that finishes while Ctrl-C's question waits for its answer is
+// not lost when the answer is "y": cancelling a finished job leaves it
+// as it is, and its results are written.
+func TestBatchCommandCancelOfAFinishedJobKeepsItsResults(t *testing.T) {
+	leakcheck.Check(t)
+	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer stop()
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=4")
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	interrupt := make(chan os.Signal, 1)
+	var stderr lockedWriter
+	stderr.w = &bytes.Buffer{}
+	said := func(s string) bool {
+		stderr.mu.Lock()
+		defer stderr.mu.Unlock()
+		return strings.Contains(stderr.w.(*bytes.Buffer).String(), s)
+	}
+	answer, typed := io.Pipe()
+	code := make(chan int, 1)
+	const n = 20
+	go func() {
+		code <- batchcli.Run(context.Background(), batchcli.Config{
+			URL: "http://" + g.base, Input: writeInput(t, n), Output: out, Poll: 20 * time.Millisecond,
+			Interrupt: interrupt, Stdin: answer, StdinTerminal: true, Stderr: &stderr,
+		})
+	}()
+	require.Eventually(t, func() bool { return said("submitted") }, 10*time.Second, 5*time.Millisecond)
+	interrupt <- syscall.SIGINT
+	require.Eventually(t, func() bool { return said("cancel job") }, 10*time.Second, 5*time.Millisecond)
+	var id string
+	for _, f := range strings.Fields(func() string {
+		stderr.mu.Lock()
+		defer stderr.mu.Unlock()
+		return stderr.w.(*bytes.Buffer).String()
+	}()) {
+		if strings.HasPrefix(f, "batch_") {
+			id = strings.TrimRight(f, "?:;,.")
+			break
+		}
+	}
+	require.NotEmpty(t, id)
+	require.Eventually(t, func() bool { return jobState(t, g.base, id) == "completed" }, 30*time.Second, 10*time.Millisecond,
+		"the job finishes while the question waits")
+	_, err = typed.Write([]byte("y\n"))
+	require.NoError(t, err)
+	require.Equal(t, 0, <-code, "every item completed; stderr:\n%s", func() string {
+		stderr.mu.Lock()
+		defer stderr.mu.Unlock()
+		return stderr.w.(*bytes.Buffer).String()
+	}())
+	assertInOrder(t, readResults(t, out), n)
+	assert.Equal(t, "completed", jobState(t, g.base, id), "the job is still held, its results unread by anyone else")
+	assert.Equal(t, int64(n), mock.Stats().Received)
+}

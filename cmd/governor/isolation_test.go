@@ -168,6 +168,7 @@ func TestAPITokenGuardsEveryGovernorEndpoint(t *testing.T) {
 			{"GET", "/governor/batches/x", "", ""},
 			{"GET", "/governor/batches/x/results", "", ""},
 			{"DELETE", "/governor/batches/x", "", ""},
+			{"POST", "/governor/batches/x/cancel", "", ""},
 			{"GET", "/governor/lanes", "", ""},
 			{"GET", "/governor/nope", "", ""},
 			{"GET", "/governor", "", ""},

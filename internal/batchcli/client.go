@@ -169,7 +169,9 @@ func (c *client) status(ctx context.Context, id string, timeout time.Duration) (
 func (c *client) cancel(ctx context.Context, id string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := c.request(ctx, http.MethodDelete, pathBatches+"/"+url.PathEscape(id), nil)
+	// The cancel endpoint, not DELETE: a job that finished meanwhile is
+	// left as it is, its results to fetch, where DELETE would forget it.
+	req, err := c.request(ctx, http.MethodPost, pathBatches+"/"+url.PathEscape(id)+"/cancel", nil)
 	if err != nil {
 		return err
 	}

@@ -568,7 +568,9 @@
     btn.disabled = true;
     btn.textContent = running ? 'Cancelling…' : 'Removing…';
     try {
-      await api(`batches/${encodeURIComponent(id)}`, { method: 'DELETE' });
+      // Cancel by the cancel endpoint: a job that finished while the
+      // question waited keeps its results, where DELETE would forget it.
+      await api(`batches/${encodeURIComponent(id)}${running ? '/cancel' : ''}`, { method: running ? 'POST' : 'DELETE' });
     } catch (e) {
       if (e instanceof Unauthorized) return askToken(true);
       setStatus('error', `Could not ${running ? 'cancel' : 'remove'} ${id}: ${e.message}`);
