@@ -22,7 +22,8 @@ import (
 )
 
 // ErrLocal is returned by Sync and Reserve while the Coordinator is in
-// local mode (Redis unreachable or slow): the caller governs on its own.
+// local mode (Redis unreachable, slow or refusing): the caller governs on
+// its own.
 var ErrLocal = errors.New("coord: redis coordination is down; governing locally")
 
 // Report is what one Governor tells the shared record of one lane at a sync.
@@ -112,6 +113,7 @@ type Coordinator struct {
 	log *slog.Logger
 
 	up     atomic.Bool
+	cause  atomic.Value  // Cause: the last failure's
 	states *stateLog     // logs up's changes
 	wake   chan struct{} // a failure: the loop starts pinging
 	stop   chan struct{}
@@ -144,8 +146,11 @@ type Coordinator struct {
 
 // New returns a Coordinator for cfg and starts its background loop, which
 // pings Redis while it is unreachable. It does not wait for Redis: if Redis
-// does not answer at once, the Coordinator starts in local mode and joins
-// when it does.
+// does not answer at once, or refuses what it is asked (a user not allowed
+// the commands, a replica, a full Redis), the Coordinator starts in local
+// mode and joins when it can. If Redis answers and refuses what the
+// options say, the credentials (WRONGPASS, NOAUTH) or the database
+// number, which no wait can change, New fails with a *StartError.
 func New(cfg Config) (*Coordinator, error) {
 	c := cfg.withDefaults()
 	if err := c.Validate(); err != nil {
@@ -159,36 +164,56 @@ func New(cfg Config) (*Coordinator, error) {
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1 // a failure means local mode, not a retry on the call's time
 	opts.DialerRetries = 1
+	// go-redis waits DialerRetryTimeout (default 100ms) after a failed
+	// dial even when it tries no more: longer than Timeout, the wait
+	// would turn every refused connection into a timeout.
+	opts.DialerRetryTimeout = time.Nanosecond
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	co := &Coordinator{
-		cfg:       c,
-		rdb:       redis.NewClient(&opts),
-		log:       c.Logger,
-		wake:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		fallbacks: c.Metrics.NewCounter("governor_redis_fallbacks_total"),
-		errors:    c.Metrics.NewCounter("governor_redis_errors_total"),
-		syncTime:  c.Metrics.NewPrometheusHistogramExt("governor_redis_sync_seconds", syncBuckets),
-		born:      time.Now(),
-		recalled:  map[string]recalled{},
-		bookings:  map[string]*booking{},
+		cfg:      c,
+		rdb:      redis.NewClient(&opts),
+		log:      c.Logger,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		born:     time.Now(),
+		recalled: map[string]recalled{},
+		bookings: map[string]*booking{},
 	}
 	co.states = &stateLog{log: c.Logger, instance: c.Instance, now: c.Now, up: co.up.Load}
 	co.clockCheck.Store(int64(clockCheck))
+	joinErr := co.join()
+	cause := Classify(joinErr)
+	if refusedForGood(cause) {
+		_ = co.rdb.Close()
+		return nil, &StartError{Addr: opts.Addr, Cause: cause, Err: joinErr}
+	}
+	co.fallbacks = c.Metrics.NewCounter("governor_redis_fallbacks_total")
+	co.errors = c.Metrics.NewCounter("governor_redis_errors_total")
+	co.syncTime = c.Metrics.NewPrometheusHistogramExt("governor_redis_sync_seconds", syncBuckets)
 	c.Metrics.NewGauge("governor_redis_up", func() float64 {
 		if co.up.Load() {
 			return 1
 		}
 		return 0
 	})
-	if err := co.join(); err != nil {
-		co.errors.Inc()
-		co.log.Warn("redis unreachable at start: governing locally until it answers", "err", err, "addr", opts.Addr)
-	} else {
+	switch {
+	case joinErr == nil:
 		co.up.Store(true)
 		co.log.Info("redis coordination on", "addr", opts.Addr, "instance", c.Instance)
+	case answered(cause):
+		co.errors.Inc()
+		co.setCause(cause)
+		co.states.lastErr = joinErr
+		co.log.Warn("redis refuses coordination at start: governing locally until it accepts",
+			"cause", cause, "err", joinErr, "addr", opts.Addr)
+	default:
+		co.errors.Inc()
+		co.setCause(cause)
+		co.states.lastErr = joinErr
+		co.log.Warn("redis unreachable at start: governing locally until it answers",
+			"cause", cause, "err", joinErr, "addr", opts.Addr)
 	}
 	go co.loop()
 	return co, nil
@@ -237,6 +262,19 @@ func defaultInstance() string {
 // Up reports whether coordination is on: Redis answered the last command.
 func (co *Coordinator) Up() bool { return co.up.Load() }
 
+// Cause says why coordination is off: the cause of the last failure
+// (CauseAuth, CauseTimeout ...); empty while it is on.
+func (co *Coordinator) Cause() Cause {
+	if co.up.Load() {
+		return ""
+	}
+	c, _ := co.cause.Load().(Cause)
+	return c
+}
+
+// setCause records the cause of the last failure.
+func (co *Coordinator) setCause(c Cause) { co.cause.Store(c) }
+
 // Close stops the background loop and closes the connections to Redis.
 func (co *Coordinator) Close() error {
 	var err error
@@ -269,7 +307,13 @@ func (co *Coordinator) loop() {
 			return
 		case <-t.C:
 		}
-		if err := co.join(); err == nil && co.up.CompareAndSwap(false, true) {
+		err := co.join()
+		if err != nil {
+			co.setCause(Classify(err))
+			co.states.still(err)
+			continue
+		}
+		if co.up.CompareAndSwap(false, true) {
 			co.states.changed(true, nil)
 		}
 	}
@@ -362,6 +406,7 @@ func (co *Coordinator) failed(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	co.errors.Inc()
+	co.setCause(Classify(err))
 	if co.up.CompareAndSwap(true, false) {
 		co.fallbacks.Inc()
 		co.states.changed(false, err)

@@ -58,6 +58,12 @@
 // logged ("redis coordination lost", "redis coordination restored"; past a
 // loss and its end, those within 10 s are summed up in one line with
 // flaps=N) and counted (governor_redis_up, governor_redis_fallbacks_total).
+// Each failure logged carries its [Cause] (auth, noperm, refused, timeout,
+// tls ...), as does [Coordinator.Cause] while the Coordinator is local;
+// a new cause of the rejoins failing is logged ("redis coordination still
+// lost"). A Redis that answers New and refuses what the options say, the
+// credentials or the database number, fails New with a *[StartError]:
+// a configuration to fix, not an outage to wait out.
 //
 // Instants in the record (Unix milliseconds) are on Redis's clock: a
 // Coordinator measures its host's clock against Redis's (TIME) when it

@@ -33,7 +33,8 @@ type stateLog struct {
 	since   time.Time // when the interval began; zero: none yet
 	lines   int       // changes logged in it
 	flaps   int       // changes in it not logged
-	lastErr error     // the failure behind the last loss
+	lastErr error     // the failure behind the last loss, or the last logged by still
+	stillAt time.Time // when still last logged
 	timer   *time.Timer
 	closed  bool
 }
@@ -65,6 +66,21 @@ func (s *stateLog) changed(up bool, err error) {
 	s.mu.Unlock()
 }
 
+// still logs a failure to rejoin whose cause differs from the last one
+// logged (a Redis that was down and now refuses the credentials, say), at
+// most once per flapInterval.
+func (s *stateLog) still(err error) {
+	s.mu.Lock()
+	now := s.now()
+	if s.closed || Classify(err) == Classify(s.lastErr) || !s.stillAt.IsZero() && now.Sub(s.stillAt) < flapInterval {
+		s.mu.Unlock()
+		return
+	}
+	s.lastErr, s.stillAt = err, now
+	s.mu.Unlock()
+	s.log.Warn("redis coordination still lost: governing locally", "instance", s.instance, "cause", Classify(err), "err", err)
+}
+
 // settle writes the state once the interval after the last line has
 // passed, if changes were counted since.
 func (s *stateLog) settle() {
@@ -89,7 +105,7 @@ func (s *stateLog) lineLocked(up bool, now time.Time) func() {
 	level, msg := slog.LevelInfo, "redis coordination restored"
 	if !up {
 		level, msg = slog.LevelWarn, "redis coordination lost: governing locally"
-		args = append(args, "err", s.lastErr)
+		args = append(args, "cause", Classify(s.lastErr), "err", s.lastErr)
 	}
 	if !now.IsZero() {
 		if s.flaps > 0 {

@@ -24,6 +24,9 @@ type Coordinator interface {
 	Reserve(ctx context.Context, lane string, rate, burst float64) (time.Duration, error)
 	// Up reports whether coordination is on.
 	Up() bool
+	// Cause says why coordination is off, in a word (package coord's
+	// causes: auth, noperm, refused, timeout ...); empty while it is on.
+	Cause() string
 	// Leave gives this Governor's shares of the lanes back (shutdown, or
 	// a lane evicted).
 	Leave(ctx context.Context, lanes []string) error

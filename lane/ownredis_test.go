@@ -41,6 +41,8 @@ func (a redisCoordinator) Reserve(ctx context.Context, id string, rate, burst fl
 
 func (a redisCoordinator) Up() bool { return a.c.Up() }
 
+func (a redisCoordinator) Cause() string { return string(a.c.Cause()) }
+
 func (a redisCoordinator) Leave(ctx context.Context, ids []string) error { return a.c.Leave(ctx, ids) }
 
 // redisCoord is a Coordinator of the Governor named instance over srv,

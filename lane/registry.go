@@ -382,6 +382,15 @@ func (r *Registry) Coordinated() (on, up bool) {
 	return true, r.cfg.Coordinator.Up()
 }
 
+// CoordinationCause says why the registry's coordination is off (see
+// Coordinator.Cause); empty while it is on, or without a Coordinator.
+func (r *Registry) CoordinationCause() string {
+	if r.cfg.Coordinator == nil {
+		return ""
+	}
+	return r.cfg.Coordinator.Cause()
+}
+
 // Queued counts the calls waiting in every lane.
 func (r *Registry) Queued() int {
 	n := 0

@@ -163,6 +163,9 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 	}{Lanes: p.lanes.Info(p.cfg.Now())}
 	if on, up := p.lanes.Coordinated(); on {
 		out.Redis = &redisStatus{Up: up}
+		if !up {
+			out.Redis.Cause = p.lanes.CoordinationCause()
+		}
 	}
 	reply.WriteJSON(ctx, fasthttp.StatusOK, out)
 }
@@ -171,4 +174,8 @@ func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
 // shows it.
 type redisStatus struct {
 	Up bool `json:"up"`
+	// Cause, while coordination is off, says why in a word: auth,
+	// noperm, database, readonly, full, refused, timeout, tls, dns or
+	// other (package coord's causes).
+	Cause string `json:"cause,omitempty"`
 }

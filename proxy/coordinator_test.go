@@ -56,6 +56,13 @@ func (f *fakeCoordinator) Reserve(ctx context.Context, id string, rate, burst fl
 
 func (f *fakeCoordinator) Up() bool { f.mu.Lock(); defer f.mu.Unlock(); return !f.down }
 
+func (f *fakeCoordinator) Cause() string {
+	if f.Up() {
+		return ""
+	}
+	return "refused"
+}
+
 func (f *fakeCoordinator) Leave(ctx context.Context, ids []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,10 +17,11 @@ import (
 // startCoordination connects to Redis when GOVERNOR_REDIS_URL is set and
 // returns the lanes' Coordinator and its Close; nil, nil without one.
 // Redis need not be up: the Coordinator starts in local mode and joins when
-// it answers.
-func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Coordinator, func()) {
+// it answers. A Redis that answers and refuses the URL's credentials or
+// database is an error: the configuration is wrong, and no wait fixes it.
+func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Coordinator, func(), error) {
 	if cfg.redis == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	// go-redis logs through a package-wide logger (to stderr by default):
 	// its messages go to ours, at debug level, where they do not repeat
@@ -35,11 +37,15 @@ func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Co
 		Metrics:      set,
 		Logger:       log,
 	})
+	var refused *coord.StartError
+	if errors.As(err, &refused) {
+		return nil, nil, fmt.Errorf("GOVERNOR_REDIS_URL: %w", err)
+	}
 	if err != nil {
 		// The configuration was validated: this is a programmer error.
 		panic(err)
 	}
-	return coordinator{co}, func() { _ = co.Close() }
+	return coordinator{co}, func() { _ = co.Close() }, nil
 }
 
 // coordinator adapts *coord.Coordinator to lane.Coordinator: the two
@@ -68,6 +74,8 @@ func (a coordinator) Reserve(ctx context.Context, id string, rate, burst float64
 }
 
 func (a coordinator) Up() bool { return a.c.Up() }
+
+func (a coordinator) Cause() string { return string(a.c.Cause()) }
 
 func (a coordinator) Leave(ctx context.Context, lanes []string) error { return a.c.Leave(ctx, lanes) }
 

@@ -395,9 +395,29 @@ func TestRedisDownAtStart(t *testing.T) {
 	g := coordinated(t, srv, mockURL, 1)[0]
 	require.NoError(t, complete(call(g.base, false, 0), false), "serves without Redis")
 	assert.Equal(t, "0", g.metric(t, "governor_redis_up"))
+	assert.Equal(t, redisView{Up: false, Cause: "refused"}, g.redis(t), "GET /governor/lanes says why")
 	srv.Restart()
 	require.Eventually(t, func() bool { l, _ := g.lane(t); return l.Coordinated }, 5*time.Second, 20*time.Millisecond, "joins when Redis comes up")
+	assert.Equal(t, redisView{Up: true}, g.redis(t))
 	assert.Contains(t, g.logs(), "redis unreachable at start")
+	assert.Contains(t, g.logs(), `"cause":"refused"`)
+}
+
+type redisView struct {
+	Up    bool   `json:"up"`
+	Cause string `json:"cause"`
+}
+
+// redis returns the "redis" object of GET /governor/lanes.
+func (g *governorProcess) redis(t *testing.T) redisView {
+	t.Helper()
+	resp, err := oneShot.Get("http://" + g.base + "/governor/lanes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ Redis *redisView }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	require.NotNil(t, out.Redis, "GOVERNOR_REDIS_URL is set: the answer has a redis object")
+	return *out.Redis
 }
 
 // Two Governors in front of a provider with a request budget (a token

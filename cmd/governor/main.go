@@ -146,7 +146,10 @@ func serve(cfg *parsed, demo bool, stdout io.Writer, log *slog.Logger) error {
 
 	set, draining := newMetricsSet()
 
-	coordinator, closeCoordinator := startCoordination(cfg, set, log)
+	coordinator, closeCoordinator, err := startCoordination(cfg, set, log)
+	if err != nil {
+		return err
+	}
 	if closeCoordinator != nil {
 		defer closeCoordinator()
 	}

@@ -32,15 +32,17 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	args []string // redis-server's own, after the test's
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
 }
 
-// Start starts redis-server on a free loopback port; it is killed when the
-// test ends.
-func Start(t testing.TB) *Server {
+// Start starts redis-server on a free loopback port, with args added to
+// its command line (--requirepass s3cret); it is killed when the test
+// ends.
+func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -49,7 +51,7 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("redis-server is not on PATH: skipping a test of coordination over Redis (apt-get install redis-server)")
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Kill)
 	for try := 1; ; try++ {
 		s.port = freePort(t)
@@ -112,7 +114,17 @@ func (s *Server) signal(sig os.Signal) {
 // it answers.
 func (s *Server) Restart() {
 	s.t.Helper()
+	s.RestartWith(s.args...)
+}
+
+// RestartWith is Restart with args in place of the server's added
+// arguments, here and in later restarts.
+func (s *Server) RestartWith(args ...string) {
+	s.t.Helper()
 	s.Kill()
+	s.mu.Lock()
+	s.args = args
+	s.mu.Unlock()
 	if err := s.start(); err != nil {
 		s.t.Fatalf("redis-server on %s again: %v; its log:\n%s", s.Addr(), err, s.log())
 	}
@@ -128,8 +140,8 @@ func (s *Server) start() error {
 	defer s.mu.Unlock()
 	logFile := filepath.Join(s.dir, "redis.log")
 	_ = os.Remove(logFile)
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", logFile)
+	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", logFile}, s.args...)...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -162,7 +174,8 @@ func (s *Server) log() string {
 	return string(b)
 }
 
-// ping sends PING in RESP and waits for +PONG.
+// ping sends PING in RESP and waits for +PONG, or -NOAUTH from a server
+// with a password.
 func ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
@@ -177,7 +190,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("redis answered %q", line)
 	}
 	return nil

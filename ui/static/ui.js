@@ -362,7 +362,8 @@
     const b = $('redis');
     b.hidden = !redis;
     if (!redis) return;
-    b.textContent = redis.up ? 'Redis: shared' : 'Redis: lost, governing alone';
+    b.textContent = redis.up ? 'Redis: shared'
+      : `Redis: lost${redis.cause ? ` (${redis.cause})` : ''}, governing alone`;
     b.className = `badge ${redis.up ? 'ok' : 'bad'}`;
     b.title = redis.up
       ? 'Lanes are shared with the other Governors on the same Redis'
