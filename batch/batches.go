@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -156,23 +158,27 @@ func (s *Server) run(ctx context.Context, j *job) {
 	})
 }
 
-// serveJob answers /governor/batches/{id} and /governor/batches/{id}/results.
+// serveJob answers /governor/batches/{id}, /governor/batches/{id}/results
+// and /governor/batches/{id}/cancel.
 func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
+	id, sub, bad := jobPath(ctx)
+	if bad != "" {
+		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound, bad)
+		return
+	}
 	if !s.dirReady() {
 		s.dirBusy(ctx)
 		return
 	}
-	rest := strings.TrimPrefix(string(ctx.Path()), PathBatches+"/")
-	id, sub, _ := strings.Cut(rest, "/")
 	now := s.cfg.Now()
 	j := s.jobs.get(id, now)
-	if j == nil || (sub != "" && sub != "results" && sub != "cancel") {
+	if j == nil {
 		early := "" // jobs kept on disk are not forgotten for memory
 		if s.dir == nil {
 			early = ", or earlier when the answers held in memory reach " + s.cfg.Names.MaxResultBytes
 		}
 		msg := fmt.Sprintf("no batch job %q (finished jobs expire %s after they finish%s)", id, s.cfg.TTL, early)
-		if why, ok := s.lost[id]; ok && j == nil {
+		if why, ok := s.lost[id]; ok {
 			msg = fmt.Sprintf("batch job %q was lost: %s", id, why)
 		}
 		writeError(ctx, fasthttp.StatusNotFound, proxy.CodeNotFound, msg)
@@ -195,6 +201,49 @@ func (s *Server) serveJob(ctx *fasthttp.RequestCtx) {
 	default:
 		methodNotAllowed(ctx, "GET, DELETE")
 	}
+}
+
+// jobIDs is what a job id may be: those New makes (batch_ and 16 hex
+// digits), and any a batch directory holds (package journal's rule).
+var jobIDs = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// jobPaths names the endpoints of a job, for the error of a path that is
+// none of them.
+const jobPaths = "a job's paths are " + PathBatches + "/{id} (GET, DELETE), " +
+	PathBatches + "/{id}/results (GET) and " + PathBatches + "/{id}/cancel (POST)"
+
+// jobPath splits the path of a request under PathBatches/ into the job id
+// and what follows it ("", "results" or "cancel"), or returns why the path
+// names no job endpoint. It reads the path as the client sent it: the
+// normalized path drops empty segments (batches//results would name a job
+// "results") and decodes %2F.
+func jobPath(ctx *fasthttp.RequestCtx) (id, sub, bad string) {
+	path := string(ctx.Request.URI().PathOriginal())
+	rest, ok := strings.CutPrefix(path, PathBatches+"/")
+	if !ok {
+		// An absolute-form request line, or dot segments: the
+		// normalized path is all there is to go by.
+		path = string(ctx.Path())
+		rest = strings.TrimPrefix(path, PathBatches+"/")
+	}
+	id, sub, more := strings.Cut(rest, "/")
+	switch {
+	case id == "":
+		return "", "", fmt.Sprintf("no batch job id in the path %s: %s", clip(path), jobPaths)
+	case !jobIDs.MatchString(id):
+		return "", "", fmt.Sprintf("%s is not a batch job id (letters, digits, _ and -, as in batch_0123456789abcdef): %s", clip(id), jobPaths)
+	case more && sub != "results" && sub != "cancel":
+		return "", "", fmt.Sprintf("no batch endpoint %s: %s", clip(path), jobPaths)
+	}
+	return id, sub, ""
+}
+
+// clip quotes s for an error message, cut to 100 bytes.
+func clip(s string) string {
+	if len(s) > 100 {
+		return strconv.Quote(s[:100]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 func (s *Server) serveJobResults(ctx *fasthttp.RequestCtx, j *job) {
