@@ -1,13 +1,10 @@
 package proxy
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/stretchr/testify/assert"
@@ -30,18 +27,7 @@ func TestAPIRefusesCrossOriginWrites(t *testing.T) {
 	require.NoError(t, err)
 	var ran atomic.Int32
 	p.HandleAPI("/governor/batches", func(ctx *fasthttp.RequestCtx) { ran.Add(1) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		assert.NoError(t, p.Shutdown(ctx))
-		assert.NoError(t, <-done)
-	}()
-	host := ln.Addr().String()
-	base := "http://" + host
+	base := serveProxy(t, p)
 	c := client(t)
 
 	send := func(method string, headers map[string]string) int {

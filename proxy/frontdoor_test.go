@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -222,17 +221,8 @@ func TestHTTP10ClientsGetGovernorsStreamsEndedByTheClose(t *testing.T) {
 		ctx.SetContentType("application/x-ndjson")
 		ctx.Response.SetBodyStream(io.NopCloser(strings.NewReader("{\"a\":1}\n{\"b\":2}\n")), -1)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		assert.NoError(t, p.Shutdown(ctx))
-		assert.NoError(t, <-done)
-	})
-	out := rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.0\r\nHost: localhost\r\n\r\n")
+	addr := strings.TrimPrefix(serveProxy(t, p), "http://")
+	out := rawExchange(t, addr, "GET /governor/lines HTTP/1.0\r\nHost: localhost\r\n\r\n")
 	head, body, ok := strings.Cut(out, "\r\n\r\n")
 	require.True(t, ok, "%q", out)
 	assert.Contains(t, head, " 200 OK")
@@ -240,7 +230,7 @@ func TestHTTP10ClientsGetGovernorsStreamsEndedByTheClose(t *testing.T) {
 	assert.Contains(t, head, "\r\nConnection: close", head)
 	assert.Equal(t, "{\"a\":1}\n{\"b\":2}\n", body)
 
-	out = rawExchange(t, ln.Addr().String(), "GET /governor/lines HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+	out = rawExchange(t, addr, "GET /governor/lines HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
 	assert.Contains(t, out, "\r\nTransfer-Encoding: chunked\r\n", "HTTP/1.1 keeps its chunks")
 }
 

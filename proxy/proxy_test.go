@@ -29,6 +29,13 @@ func startProxy(t *testing.T, cfg Config) (*Proxy, string) {
 	}
 	p, err := New(cfg)
 	require.NoError(t, err)
+	return p, serveProxy(t, p)
+}
+
+// serveProxy serves p on a port of its own, shuts it down when the test
+// ends, and returns its base URL.
+func serveProxy(t *testing.T, p *Proxy) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -39,7 +46,7 @@ func startProxy(t *testing.T, cfg Config) (*Proxy, string) {
 		assert.NoError(t, p.Shutdown(ctx))
 		assert.NoError(t, <-done)
 	})
-	return p, "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String()
 }
 
 // client returns an HTTP client whose idle connections are closed when the
