@@ -1,7 +1,6 @@
 package batch_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmgovernor/governor/batch"
+	"github.com/llmgovernor/governor/internal/rawupstream"
 	"github.com/llmgovernor/governor/proxy"
 )
 
@@ -21,29 +21,8 @@ import (
 // then closes the connection: an answer the provider began and broke off.
 func cuttingProvider(t *testing.T, answer string) *url.URL {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r := bufio.NewReader(c)
-			for {
-				l, err := r.ReadString('\n')
-				if err != nil || l == "\r\n" {
-					break
-				}
-			}
-			_, _ = io.WriteString(c, answer)
-			c.Close()
-		}
-	}()
-	u, err := url.Parse("http://" + ln.Addr().String())
+	addr := rawupstream.Start(t, func(c *net.TCPConn, _ string, _ int) { _, _ = io.WriteString(c, answer) })
+	u, err := url.Parse("http://" + addr)
 	require.NoError(t, err)
 	return u
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmgovernor/governor/internal/rawupstream"
 )
 
 // cuttingUpstream is a provider on a raw socket: each connection reads one
@@ -22,30 +24,7 @@ import (
 // so far (1 for the first).
 func cuttingUpstream(t *testing.T, answer func(c *net.TCPConn, n int)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var n atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r := bufio.NewReader(c)
-			for {
-				line, err := r.ReadString('\n')
-				if err != nil || line == "\r\n" {
-					break
-				}
-			}
-			answer(c.(*net.TCPConn), int(n.Add(1)))
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return "http://" + ln.Addr().String()
+	return "http://" + rawupstream.Start(t, func(c *net.TCPConn, _ string, n int) { answer(c, n) })
 }
 
 const chunkedJSONHead = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"

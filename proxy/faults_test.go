@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"crypto/tls"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmgovernor/governor/internal/rawupstream"
 	"github.com/llmgovernor/governor/mockllm"
 )
 
@@ -125,28 +125,15 @@ func TestMalformedAnswerAndTLSFailureGiveGovernorErrors(t *testing.T) {
 	t.Parallel()
 	checkLeaks(t)
 	// An upstream that answers garbage.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				bufio.NewReader(c).ReadString('\n')
-				io.WriteString(c, "THIS IS NOT HTTP\r\n\r\n")
-			}()
-		}
-	}()
+	garbage := rawupstream.Start(t, func(c *net.TCPConn, _ string, _ int) {
+		io.WriteString(c, "THIS IS NOT HTTP\r\n\r\n")
+	})
 	// A plain HTTP server addressed as https: the TLS handshake fails.
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer plain.Close()
 
 	_, base := startProxy(t, fastRetries(Config{
-		Upstream:   mustURL(t, "http://"+ln.Addr().String()),
+		Upstream:   mustURL(t, "http://"+garbage),
 		Routes:     []Route{{Name: "tls", URL: mustURL(t, strings.Replace(plain.URL, "http://", "https://", 1))}},
 		TLSConfig:  &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the test server has no certificate at all
 		MaxRetries: 2,

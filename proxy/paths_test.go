@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/internal/rawupstream"
 )
 
 // rawUpstream is an upstream that records the raw request line of every
@@ -19,32 +20,12 @@ import (
 // exactly the bytes Governor sends, malformed or not.
 func rawUpstream(t *testing.T) (addr string, lines <-chan string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	got := make(chan string, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			br := bufio.NewReader(c)
-			line, _ := br.ReadString('\n')
-			for { // the rest of the headers
-				h, err := br.ReadString('\n')
-				if err != nil || h == "\r\n" {
-					break
-				}
-			}
-			got <- strings.TrimSuffix(line, "\r\n")
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return ln.Addr().String(), got
+	addr = rawupstream.Start(t, func(c *net.TCPConn, line string, _ int) {
+		got <- strings.TrimSuffix(line, "\r\n")
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	})
+	return addr, got
 }
 
 // The path a client sends arrives at the upstream meaning what it meant:
