@@ -172,3 +172,23 @@ func seedOf(b []byte) uint64 {
 	sum := sha256.Sum256(b)
 	return binary.LittleEndian.Uint64(sum[:8])
 }
+
+// answer is a prepared successful answer: a JSON body or the events of a
+// stream.
+type answer struct {
+	body   []byte
+	events [][]byte
+	// overload are the events that end a stream the provider gives up
+	// on, overloaded, after it has begun (see faultOverloadMidStream).
+	overload [][]byte
+	// ping is the keep-alive event of a stream kept open (see
+	// faultPingMidStream); nil means an SSE comment line.
+	ping     []byte
+	idHeader string
+	id       string
+	model    string
+	// cost is what the request costs the token budgets; output is the
+	// output tokens the answer uses (at most cost.output).
+	cost   tokenCost
+	output int
+}

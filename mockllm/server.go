@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -483,65 +482,4 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 		return nil, &e
 	}
 	return b, nil
-}
-
-// answer is a prepared successful answer: a JSON body or the events of a
-// stream.
-type answer struct {
-	body   []byte
-	events [][]byte
-	// overload are the events that end a stream the provider gives up
-	// on, overloaded, after it has begun (see faultOverloadMidStream).
-	overload [][]byte
-	// ping is the keep-alive event of a stream kept open (see
-	// faultPingMidStream); nil means an SSE comment line.
-	ping     []byte
-	idHeader string
-	id       string
-	model    string
-	// cost is what the request costs the token budgets; output is the
-	// output tokens the answer uses (at most cost.output).
-	cost   tokenCost
-	output int
-}
-
-// endpoint is one API route.
-type endpoint struct {
-	method string
-	build  func(body []byte, o buildOptions) (answer, *apiError)
-}
-
-var (
-	epChat       = endpoint{http.MethodPost, buildChat}
-	epEmbeddings = endpoint{http.MethodPost, buildEmbeddings}
-	epModels     = endpoint{http.MethodGet, buildModels}
-	epModel      = endpoint{http.MethodGet, nil} // built per path
-	epMessages   = endpoint{http.MethodPost, buildMessages}
-)
-
-func route(path string) (endpoint, bool) {
-	switch path {
-	case "/v1/chat/completions":
-		return epChat, true
-	case "/v1/embeddings":
-		return epEmbeddings, true
-	case "/v1/models":
-		return epModels, true
-	case "/v1/messages":
-		return epMessages, true
-	}
-	if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
-		ep := epModel
-		ep.build = func([]byte, buildOptions) (answer, *apiError) { return buildModel(id) }
-		return ep, true
-	}
-	return endpoint{}, false
-}
-
-// shapeOf is the error shape of a path: Anthropic's under /v1/messages.
-func shapeOf(path string) shape {
-	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
-		return shapeAnthropic
-	}
-	return shapeOpenAI
 }
