@@ -149,9 +149,7 @@ func (c *cliProcess) jobID(t *testing.T) string {
 var noKeys = []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "GOVERNOR_API_TOKEN="}
 
 func TestBatchCommandWritesResultsInOrder(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 5 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 5 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_API_TOKEN=tok")
 	env := append(noKeys, "GOVERNOR_API_TOKEN=tok", "OPENAI_API_KEY=sk-test")
 	out := filepath.Join(t.TempDir(), "results.jsonl")
@@ -371,9 +369,7 @@ func jobState(t *testing.T, base, id string) string {
 }
 
 func TestBatchCommandReattachesAfterDroppedConnection(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 50 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=2")
 	r := startRelay(t, g.base)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
@@ -399,9 +395,7 @@ func TestBatchCommandReattachesAfterDroppedConnection(t *testing.T) {
 // same batch directory, finishes the job; the command reattaches by
 // itself and writes every result, in input order.
 func TestBatchCommandSurvivesGovernorRestart(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 15 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 15 * time.Millisecond})
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + t.TempDir(), "GOVERNOR_MAX_CONCURRENCY=4"}
 	g := startGovernor(t, env...)
 	r := startRelay(t, g.base)
@@ -432,9 +426,7 @@ func TestBatchCommandSurvivesGovernorRestart(t *testing.T) {
 // A -job id Governor does not have is a bad argument: the command says
 // so, names the id, and exits 2 at once, as for a mistyped flag.
 func TestBatchCommandUnknownJob(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 
@@ -451,9 +443,7 @@ func TestBatchCommandUnknownJob(t *testing.T) {
 // Without a batch directory a restart loses the job: the command says so
 // and why, and exits 1.
 func TestBatchCommandJobLostInRestart(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{Latency: 50 * time.Millisecond})
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_MAX_CONCURRENCY=1"}
 	g := startGovernor(t, env...)
 	r := startRelay(t, g.base)
@@ -470,9 +460,7 @@ func TestBatchCommandJobLostInRestart(t *testing.T) {
 }
 
 func TestBatchCommandInterruptLeavesJobRunning(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 50 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=2")
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 
@@ -495,9 +483,7 @@ func TestBatchCommandInterruptLeavesJobRunning(t *testing.T) {
 // had not started are reported as did not run.
 func TestBatchCommandInterruptCancelsWhenTold(t *testing.T) {
 	leakcheck.Check(t)
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{Latency: 50 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=1")
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	interrupt := make(chan os.Signal, 1)

@@ -17,9 +17,7 @@ import (
 // SIGPIPE at its next line with every call in progress. Here stderr goes
 // to `head -n 1`, which passes the start-up line on and exits.
 func TestBrokenLogPipeKeepsServing(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{Latency: 50 * time.Millisecond})
 	g := startGovernorVia(t, []string{"bash", "-c", `exec "$0" 2> >(head -n 1 >&2)`},
 		"GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ACCESS_LOG=true")
 

@@ -182,9 +182,7 @@ func TestContractHelp(t *testing.T) {
 // endpoints and governor_lane_tokens_total.
 func TestContractNames(t *testing.T) {
 	// Answers as long as their max_tokens: one too large for a batch.
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{FillMaxTokens: true})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{FillMaxTokens: true})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL,
 		"GOVERNOR_ROUTES=anthropic="+mockURL+",dead=http://127.0.0.1:1",
 		"GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms",
@@ -421,9 +419,7 @@ func TestContractNames(t *testing.T) {
 // queue_timeout; X-Governor-Tenant names the share a call takes; the
 // phoenix preset has Phoenix's constants.
 func TestContractQueue(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_AIMD_PRESET=phoenix",
 		"GOVERNOR_MAX_CONCURRENCY=1", "GOVERNOR_QUEUE_CAPACITY=3", "GOVERNOR_QUEUE_TIMEOUT=5s")
 	base := "http://" + g.base

@@ -148,9 +148,7 @@ func (l *load) wait() (map[int]int, []error) {
 // measures them (-scenarios s4 -s4-variants redis). This test logs them.
 func TestSharedBudgetAcrossProcesses(t *testing.T) {
 	srv := redistest.Start(t)
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
-	require.NoError(t, err)
-	defer stopMock()
+	mock, mockURL := startMock(t, mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
 	gs := coordinated(t, srv, mockURL, 2)
 
 	stop := make(chan struct{})
@@ -222,9 +220,7 @@ func median(xs []int) float64 {
 // expires, in Unix milliseconds).
 func TestLeaseExpiresWhenAGovernorIsKilled(t *testing.T) {
 	srv := redistest.Start(t)
-	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
-	require.NoError(t, err)
-	defer stopMock()
+	_, mockURL := startMock(t, mockllm.Config{MaxConcurrency: 8, Latency: 40 * time.Millisecond})
 	gs := coordinated(t, srv, mockURL, 2)
 	stop := make(chan struct{})
 	loads := []*load{startLoad(gs[0], 12, stop), startLoad(gs[1], 12, stop)}
@@ -290,9 +286,7 @@ func sum(m map[int]int) int {
 // other, whose next call reaches the provider only after the pause.
 func TestPausePropagates(t *testing.T) {
 	srv := redistest.Start(t)
-	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stopMock()
+	_, mockURL := startMock(t, mockllm.Config{})
 	gs := coordinated(t, srv, mockURL, 2)
 	// B's lane exists and is coordinated.
 	require.NoError(t, complete(call(gs[1].base, false, 0), false))
@@ -342,9 +336,7 @@ func TestPausePropagates(t *testing.T) {
 // Governors fall back to local governing and rejoin, and say so.
 func TestRedisKilledMidRun(t *testing.T) {
 	srv := redistest.Start(t)
-	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{MaxConcurrency: 8, Latency: 30 * time.Millisecond})
-	require.NoError(t, err)
-	defer stopMock()
+	_, mockURL := startMock(t, mockllm.Config{MaxConcurrency: 8, Latency: 30 * time.Millisecond})
 	gs := coordinated(t, srv, mockURL, 2)
 	stop := make(chan struct{})
 	loads := []*load{startLoad(gs[0], 8, stop), startLoad(gs[1], 8, stop)}
@@ -389,9 +381,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 func TestRedisDownAtStart(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	_, mockURL, stopMock, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stopMock()
+	_, mockURL := startMock(t, mockllm.Config{})
 	g := coordinated(t, srv, mockURL, 1)[0]
 	require.NoError(t, complete(call(g.base, false, 0), false), "serves without Redis")
 	assert.Equal(t, "0", g.metric(t, "governor_redis_up"))
@@ -432,9 +422,7 @@ func (g *governorProcess) redis(t *testing.T) redisView {
 // Governors book in Redis is the provider's, learned from its headers.
 func TestSharedPacing(t *testing.T) {
 	srv := redistest.Start(t)
-	mock, mockURL, stopMock, err := mockllm.Start(mockllm.Config{Rate: 40, Burst: 10, Latency: 10 * time.Millisecond})
-	require.NoError(t, err)
-	defer stopMock()
+	mock, mockURL := startMock(t, mockllm.Config{Rate: 40, Burst: 10, Latency: 10 * time.Millisecond})
 	gs := coordinated(t, srv, mockURL, 2)
 	stop := make(chan struct{})
 	loads := []*load{startLoad(gs[0], 8, stop), startLoad(gs[1], 8, stop)}

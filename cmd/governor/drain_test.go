@@ -46,6 +46,16 @@ type governorProcess struct {
 	exited      chan struct{}
 }
 
+// startMock starts a simulated provider for the test, stopped when the
+// test ends, and returns it and its base URL.
+func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, string) {
+	t.Helper()
+	s, base, stop, err := mockllm.Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	return s, base
+}
+
 func startGovernor(t *testing.T, env ...string) *governorProcess {
 	t.Helper()
 	return startGovernorVia(t, nil, env...)
@@ -254,9 +264,7 @@ func complete(a answer, stream bool) error {
 }
 
 func TestSIGTERMDrainsEveryCall(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 400 * time.Millisecond, ChunkDelay: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 400 * time.Millisecond, ChunkDelay: 50 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=10", "GOVERNOR_DRAIN_TIMEOUT=30s")
 
 	const calls, streams, items = 50, 5, 10
@@ -295,9 +303,7 @@ func TestSIGTERMDrainsEveryCall(t *testing.T) {
 }
 
 func TestDrainTimeoutAnswersWhatCannotFinish(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 20 * time.Second})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 20 * time.Second})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=2", "GOVERNOR_AIMD_INITIAL=2", "GOVERNOR_DRAIN_TIMEOUT=500ms")
 
 	answers := make([]answer, 6)
@@ -317,9 +323,7 @@ func TestDrainTimeoutAnswersWhatCannotFinish(t *testing.T) {
 }
 
 func TestSecondSignalExitsAtOnce(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 20 * time.Second})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{Latency: 20 * time.Second})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=60s")
 	go call(g.base, false, 0)
 	require.Eventually(t, func() bool {

@@ -68,9 +68,7 @@ func waitStalled(t *testing.T, g *governorProcess, id string) fullJobStatus {
 // takes results again. Stopped while it waits, Governor exits without
 // waiting for the disk, and the job completes after a restart.
 func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 2 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 2 * time.Millisecond})
 	dir := t.TempDir()
 	// A window of 8 items (twice the concurrency).
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=4", "GOVERNOR_DRAIN_TIMEOUT=30s"}
@@ -165,9 +163,7 @@ func TestFullBatchDirectoryPausesTheJob(t *testing.T) {
 // be written to the journal either) stays cancelled: after a restart on
 // the directory, with room again, it is not resumed and sends nothing more.
 func TestJobCancelledOnAFullBatchDirectoryStaysCancelled(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 2 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 2 * time.Millisecond})
 	dir := t.TempDir()
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=4", "GOVERNOR_DRAIN_TIMEOUT=30s"}
 	const n = 150

@@ -92,9 +92,7 @@ type outLine struct {
 // the same batch directory finishes the job: every result, in input order,
 // and no item whose result was recorded before a kill is sent again.
 func TestKilledMidJobResumesFromTheBatchDirectory(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 15 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 15 * time.Millisecond})
 	dir := t.TempDir()
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=8"}
 	const n = 400
@@ -150,9 +148,7 @@ func TestKilledMidJobResumesFromTheBatchDirectory(t *testing.T) {
 // and after a restart on the same directory the job completes without
 // sending them again.
 func TestSIGTERMLetsJobItemsInFlightFinish(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 1500 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 1500 * time.Millisecond})
 	dir := t.TempDir()
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_DRAIN_TIMEOUT=30s"}
 	const n = 6
@@ -208,9 +204,7 @@ func drainWithTwoItemsInFlight(t *testing.T, g *governorProcess, mock *mockllm.S
 // journal is cut resumes from the records before the cut; a job whose
 // input is cut is moved aside and reported lost.
 func TestTruncatedBatchDirectory(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 15 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 15 * time.Millisecond})
 	dir := t.TempDir()
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=4"}
 	const n = 200
@@ -269,9 +263,7 @@ func TestTruncatedBatchDirectory(t *testing.T) {
 // directory, and, once the old one has drained and exited, takes the
 // directory and completes its job: every item answered, none sent twice.
 func TestOverlappingGovernorsHandOverTheBatchDirectory(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 300 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 300 * time.Millisecond})
 	dir := t.TempDir()
 	env := []string{"GOVERNOR_UPSTREAM=" + mockURL, "GOVERNOR_BATCH_DIR=" + dir, "GOVERNOR_MAX_CONCURRENCY=2", "GOVERNOR_DRAIN_TIMEOUT=30s"}
 	const n = 12

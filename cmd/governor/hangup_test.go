@@ -17,9 +17,7 @@ import (
 // complete, then it exits 0. Go's default for SIGHUP is to exit at once,
 // which dropped every call in progress.
 func TestSIGHUPDrainsLikeSIGTERM(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 400 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 400 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=2", "GOVERNOR_AIMD_INITIAL=2", "GOVERNOR_DRAIN_TIMEOUT=30s")
 
 	answers := make([]answer, 4)

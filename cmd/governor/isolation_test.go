@@ -43,9 +43,7 @@ func exchange(t *testing.T, method, url string, body string, headers map[string]
 // the debug logs.
 func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 	const canary = "sk-canary-batch-8d1e3f"
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	// Nothing listens on port 1 (tcpmux), and no test can take it, as
 	// another test's listener can take a port just freed.
 	down := "127.0.0.1:1"
@@ -151,9 +149,7 @@ func TestCanaryKeyNeverLeaksFromBatchesOrErrors(t *testing.T) {
 // need no token.
 func TestAPITokenGuardsEveryGovernorEndpoint(t *testing.T) {
 	const token = "tok-guard-51c9"
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_API_TOKEN="+token)
 	base := "http://" + g.base
 	batchBody := `{"requests":[{"url":"/v1/chat/completions","body":{"model":"m","messages":[]}}]}`
@@ -203,9 +199,7 @@ func TestMainListenerIsLoopbackByDefault(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, net.ParseIP(host).IsLoopback(), "GOVERNOR_LISTEN defaults to loopback, not %q", cfg.Listen)
 
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	bin, err := buildGovernor()
 	require.NoError(t, err)
 	for _, tc := range []struct {

@@ -21,9 +21,7 @@ import (
 // exits (not cut), and since the job's results go with the process, the
 // log names the job, its counts and the items that did not run.
 func TestSIGTERMLetsMemoryJobItemsFinish(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 1500 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 1500 * time.Millisecond})
 	const n = 6
 
 	// The drain waits for the job, which nobody reads, to its timeout:
@@ -49,9 +47,7 @@ func TestSIGTERMLetsMemoryJobItemsFinish(t *testing.T) {
 // Meanwhile new work is refused with 503 draining: a call to forward, a
 // new job, a sync batch.
 func TestMemoryJobResultsFetchedDuringTheDrain(t *testing.T) {
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 1500 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 1500 * time.Millisecond})
 	const n = 6
 
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=60s")

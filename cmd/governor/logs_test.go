@@ -63,9 +63,7 @@ func TestAccessLogVariable(t *testing.T) {
 	assert.Equal(t, "/v1/chat/completions", line["path"])
 	assert.Equal(t, "COMPLETED", line["status"])
 
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	quiet := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL)
 	require.NoError(t, complete(call(quiet.base, false, 1), false))
 	require.NoError(t, completeBatch(runBatch(quiet.base, 2), 2))

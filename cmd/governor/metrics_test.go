@@ -48,9 +48,7 @@ func sampleValue(exposition, name string) float64 {
 func TestMetricsAreDescribed(t *testing.T) {
 	// A provider that reports its request and token budgets, far from
 	// binding: the lanes' budget families are exported too.
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Rate: 1000, TokensPerMinute: 10_000_000})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{Rate: 1000, TokensPerMinute: 10_000_000})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL)
 	require.NoError(t, complete(call(g.base, false, 1), false))
 	require.NoError(t, complete(call(g.base, true, 2), true))
@@ -138,9 +136,7 @@ func ptrs(fs []metricFamily) map[string]*metricFamily {
 
 // While Governor drains, governor_draining is 1.
 func TestDrainingGauge(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 2 * time.Second})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{Latency: 2 * time.Second})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_DRAIN_TIMEOUT=20s")
 	done := make(chan answer, 1)
 	go func() { done <- call(g.base, false, 1) }()

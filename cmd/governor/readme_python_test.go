@@ -32,9 +32,7 @@ func TestREADMEPythonExample(t *testing.T) {
 		}
 		t.Skipf("python3 with requests is missing: %v", err)
 	}
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -27,12 +27,8 @@ import (
 // sends before the kill are exactly those noted. The Governor started
 // again sends to a provider that answers.
 func TestKilledJobDetailsCountEverySend(t *testing.T) {
-	hung, hungURL, stopHung, err := mockllm.Start(mockllm.Config{Latency: time.Hour})
-	require.NoError(t, err)
-	defer stopHung()
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 5 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	hung, hungURL := startMock(t, mockllm.Config{Latency: time.Hour})
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 5 * time.Millisecond})
 	const slots = 8
 	env := []string{"GOVERNOR_BATCH_DIR=" + t.TempDir(), fmt.Sprintf("GOVERNOR_MAX_CONCURRENCY=%d", slots),
 		fmt.Sprintf("GOVERNOR_AIMD_INITIAL=%d", slots), "GOVERNOR_AIMD_ADMISSION_WINDOW=-1ns"}

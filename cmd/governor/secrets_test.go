@@ -18,9 +18,7 @@ import (
 // (at debug level), metrics or /governor/lanes.
 func TestCanaryKeyNeverLeaks(t *testing.T) {
 	const canary = "sk-canary-5f0c2a7d9e"
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_ROUTES=anthropic="+mockURL,
 		"GOVERNOR_LOG_LEVEL=debug", "GOVERNOR_ACCESS_LOG=true", "GOVERNOR_MAX_RETRIES=1", "GOVERNOR_BACKOFF_BASE=1ms", "GOVERNOR_BACKOFF_MAX=2ms")
 
@@ -60,9 +58,7 @@ func TestCanaryKeyNeverLeaks(t *testing.T) {
 }
 
 func TestStartupLogRedactsTheAPIToken(t *testing.T) {
-	_, mockURL, stop, err := mockllm.Start(mockllm.Config{})
-	require.NoError(t, err)
-	defer stop()
+	_, mockURL := startMock(t, mockllm.Config{})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_API_TOKEN=tok-canary-77")
 	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 0, g.exitCode(t, 10*time.Second))

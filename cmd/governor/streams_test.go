@@ -31,9 +31,7 @@ func TestThreeThousandConcurrentStreams(t *testing.T) {
 	if rl.Cur < 3*streams+1000 {
 		t.Skipf("needs %d open files, the limit is %d", 3*streams+1000, rl.Cur)
 	}
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 100 * time.Millisecond, StreamChunks: 10, ChunkDelay: 50 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 100 * time.Millisecond, StreamChunks: 10, ChunkDelay: 50 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=4000", "GOVERNOR_MAX_CONNS_PER_UPSTREAM=4000",
 		"GOVERNOR_AIMD_INITIAL=4000")
 	before := goroutines(t, g)
