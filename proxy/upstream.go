@@ -459,6 +459,12 @@ func newTrackedConn(c net.Conn, now func() time.Time) *trackedConn {
 // LocalAddr returns the connection's local address, as a connAddr of its
 // own for the exchange about to begin (fasthttp asks once per exchange, as
 // it takes the connection for it).
+//
+// It allocates one each time, on purpose: the response keeps its connAddr
+// after the connection has gone back to the pool (an answer read whole
+// returns it before DoDeadline does), and the next exchange, on another
+// goroutine, must not move the handed of an exchange whose timing is still
+// to be read (see handedAt).
 func (c *trackedConn) LocalAddr() net.Addr {
 	a := &connAddr{Addr: c.addr, conn: c}
 	c.exchange.Store(a)
