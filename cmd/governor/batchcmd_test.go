@@ -520,9 +520,7 @@ func TestBatchCommandInterruptCancelsWhenTold(t *testing.T) {
 // as it is, and its results are written.
 func TestBatchCommandCancelOfAFinishedJobKeepsItsResults(t *testing.T) {
 	leakcheck.Check(t)
-	mock, mockURL, stop, err := mockllm.Start(mockllm.Config{Latency: 20 * time.Millisecond})
-	require.NoError(t, err)
-	defer stop()
+	mock, mockURL := startMock(t, mockllm.Config{Latency: 20 * time.Millisecond})
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=4")
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	interrupt := make(chan os.Signal, 1)
@@ -559,7 +557,7 @@ func TestBatchCommandCancelOfAFinishedJobKeepsItsResults(t *testing.T) {
 	require.NotEmpty(t, id)
 	require.Eventually(t, func() bool { return jobState(t, g.base, id) == "completed" }, 30*time.Second, 10*time.Millisecond,
 		"the job finishes while the question waits")
-	_, err = typed.Write([]byte("y\n"))
+	_, err := typed.Write([]byte("y\n"))
 	require.NoError(t, err)
 	require.Equal(t, 0, <-code, "every item completed; stderr:\n%s", func() string {
 		stderr.mu.Lock()
