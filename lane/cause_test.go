@@ -202,7 +202,7 @@ func TestBudgetSeriesGoWithTheirLane(t *testing.T) {
 	a.ObserveTokens(lane.TokenReport{Kind: lane.Tokens, Limit: 30000, Remaining: 20000}, lane.TokenMark{}, now, now)
 	require.Contains(t, promText(set), `governor_lane_budget_per_minute{lane="`+a.ID()+`",kind="tokens"} 30000`)
 
-	now = now.Add(r.EvictAfter() + time.Second)
+	now = now.Add(2*time.Minute + time.Second) // idle past the eviction bound (defaults)
 	b, err := r.Get(lane.Key{Upstream: "default", Model: "m", Credential: [32]byte{2}})
 	require.NoError(t, err)
 	require.Len(t, r.All(), 1, "the idle lane made room")

@@ -37,8 +37,9 @@ type Config struct {
 	MaxConnsPerUpstream int
 	// MaxBackoff is the longest wait between a call's attempts when the
 	// provider gives no hint. With MaxPause it sets how long a lane must
-	// be idle before it may be evicted (see Registry.EvictAfter), so that
-	// no lane is evicted under a call about to retry. Default 30s.
+	// be idle before it may be evicted (2 minutes, or twice the longer of
+	// the two), so that no lane is evicted under a call about to retry.
+	// Default 30s.
 	MaxBackoff time.Duration
 	// Coordinator, if set, shares every lane with the other Governors
 	// that use it; the Registry then runs a sync loop until Close. Nil:

@@ -9,7 +9,8 @@
 // past it a new model of a known credential shares that credential's
 // OtherModel lane, and a new credential takes the place of a lane whose
 // credential the provider refused on every answer (ObserveCredential), or
-// else of the least recently used lane idle for EvictAfter, or gets
+// else of the least recently used lane idle for 2 minutes (or twice
+// Config.MaxPause or Config.MaxBackoff, if longer), or gets
 // ErrTooManyLanes.
 //
 // Each Lane has a queue.Queue and an aimd.Controller. For each attempt the

@@ -39,8 +39,10 @@ var ErrTooManyLanes = errors.New("lane: the lane limit is reached and no lane ha
 const OtherModel = "other"
 
 // minEvictAfter is the least time a lane must have been unused, with
-// nothing waiting or in flight, before a new lane may evict it (see
-// Registry.EvictAfter).
+// nothing waiting or in flight, before a new lane may evict it. The bound
+// (Registry.evictAfter) is also at least twice the longest wait between a
+// call's attempts (MaxPause, MaxBackoff), so that a lane is not evicted
+// under a call about to retry.
 const minEvictAfter = 2 * time.Minute
 
 // A Registry holds every lane, created on first use. It is safe for
@@ -51,8 +53,8 @@ const minEvictAfter = 2 * time.Minute
 // credential's "other" lane (isolation is per credential, so that costs
 // nothing but per-model accounting). A new credential, or a known one's
 // first "other" lane, evicts a lane whose credential the provider refused
-// on every answer, else the least recently used idle lane (see
-// EvictAfter); with none, a new credential is refused (ErrTooManyLanes),
+// on every answer, else the least recently used lane unused for 2 minutes,
+// or twice MaxPause or MaxBackoff if longer; with none, a new credential is refused (ErrTooManyLanes),
 // which keeps every credential's calls apart from every other's while
 // bounding the lanes at 2×MaxLanes.
 type Registry struct {
@@ -114,12 +116,6 @@ func newRegistry(cfg Config) (*Registry, error) {
 	c.Metrics.RegisterMetricsWriter(r.writeBudgets)
 	return r, nil
 }
-
-// EvictAfter is how long a lane must have been unused, with nothing waiting
-// or in flight, before a new lane may take its place: at least 2 minutes,
-// and at least twice the longest wait between a call's attempts (MaxPause,
-// MaxBackoff), so that a lane is not evicted under a call about to retry.
-func (r *Registry) EvictAfter() time.Duration { return r.evictAfter }
 
 // Get returns the lane of key, creating it on first use, or
 // ErrTooManyLanes. Once MaxLanes lanes exist, a new model gets its

@@ -96,9 +96,9 @@ func TestRefusedCredentialsAreEvictedFirst(t *testing.T) {
 	_, err = get("sk-new-3")
 	assert.NoError(t, err, "and goes once it is not")
 
-	// Past EvictAfter, idle lanes go as before, least recently used first,
-	// after any refused one.
-	clock.Set(t0.Add(r.EvictAfter() + time.Second))
+	// Past the eviction bound, idle lanes go as before, least recently
+	// used first, after any refused one.
+	clock.Set(t0.Add(r.evictAfter + time.Second))
 	_, err = r.Get(key("sk-real", "m")) // used again: the most recent
 	require.NoError(t, err)
 	_, err = get("sk-new-4")
