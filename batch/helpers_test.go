@@ -38,7 +38,9 @@ type env struct {
 
 type envOptions struct {
 	mock mockllm.Config
-	// upstream, if set, is a running provider to use instead of a new one.
+	// upstream, if set, is a running provider to use instead of a new one,
+	// at mockURL; mockURL alone is another server to use (env.mock is
+	// then nil).
 	upstream *mockllm.Server
 	mockURL  string
 	proxy    func(*proxy.Config)
@@ -63,7 +65,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	checkLeaks(t)
 	mock, mockURL := o.upstream, o.mockURL
-	if mock == nil {
+	if mock == nil && mockURL == "" {
 		var stopMock func()
 		var err error
 		mock, mockURL, stopMock, err = mockllm.Start(o.mock)

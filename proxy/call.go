@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llmgovernor/governor/lane"
 )
 
 // Call is a governed call made by Governor itself rather than forwarded
@@ -24,6 +27,8 @@ type Call struct {
 	// Prefix routes apply. It must be relative (see ValidatePath).
 	Path string
 	// Header holds the request headers (credentials, content type, …).
+	// Accept-Encoding is always sent as identity: the answer's Body is
+	// returned decoded (gzip and deflate) or not at all.
 	Header map[string]string
 	// Body is the request body.
 	Body []byte
@@ -135,6 +140,11 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 	for k, v := range c.Header {
 		in.Header.Set(k, v)
 	}
+	// The answer goes to the caller as bytes, without the header that
+	// would say how they are encoded: ask for them as they are, whatever
+	// the call's own header says (see decodeAnswer for an upstream that
+	// encodes them all the same).
+	in.Header.Set(fasthttp.HeaderAcceptEncoding, "identity")
 	in.SetBody(c.Body)
 
 	// Route on the normalized path, as for a proxied call.
@@ -191,7 +201,42 @@ func (p *Proxy) Do(ctx context.Context, c *Call) Result {
 		Lane: l.ID(), Details: res.details}
 	// The answer's buffer becomes the result's: the body is not copied.
 	out.Body = resp.SwapBody(nil)
+	if enc := resp.Header.ContentEncoding(); len(enc) > 0 && !bytes.EqualFold(enc, []byte("identity")) {
+		return p.decodeAnswer(out, enc, up, l, int(opts.maxResponse))
+	}
 	return out
+}
+
+// decodeAnswer returns out with its body decoded from enc, the
+// Content-Encoding an upstream used though the Call asked for none
+// (RFC 9110 lets a server encode an answer to a request that names no
+// encoding, and some do whatever the request says): gzip and deflate are
+// decoded, up to limit bytes, taking room from the answers' budget while
+// they are. An answer Governor cannot decode, or whose decoding fails,
+// fails the call, as an answer too large does: its bytes would reach the
+// caller as if they were the answer itself.
+func (p *Proxy) decodeAnswer(out Result, enc []byte, up *upstream, l *lane.Lane, limit int) Result {
+	plain, held, err := decompress(enc, out.Body, limit, &p.answers)
+	p.answers.give(held)
+	if err == nil {
+		out.Body = plain
+		return out
+	}
+	why := fmt.Sprintf("answer encoded as %q, which Governor cannot decode (it asked for identity)", enc)
+	switch {
+	case errors.Is(err, errResponseTooLarge):
+		why = fmt.Sprintf("answer too large: more than %d bytes once decoded from %s", limit, enc)
+	case errors.Is(err, errNoRoomToDecompress):
+		why = fmt.Sprintf("answer encoded as %s: %v", enc, err)
+	case !errors.Is(err, errUnknownEncoding):
+		why = fmt.Sprintf("answer encoded as %s does not decode: %v", enc, err)
+	}
+	p.countCallError(l, CodeUpstreamBadResponse)
+	d := out.Details
+	d.Status = StatusFailed
+	d.Errors = append(d.Errors, why)
+	return Result{Err: &Error{Status: fasthttp.StatusBadGateway, Code: CodeUpstreamBadResponse,
+		Message: fmt.Sprintf("upstream %s (%s): %s", up.name, up.url.Redacted(), why)}, Details: d, Lane: out.Lane}
 }
 
 // ClientContext returns a context for work done on behalf of the client of
