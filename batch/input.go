@@ -139,6 +139,11 @@ func (ps *parser) parseJSON(body []byte) (*Batch, error) {
 		if name, ok := strings.CutPrefix(err.Error(), "unknown field "); ok {
 			return nil, inputErr("", "unknown option %s (want requests, %s)", name, strings.Join(optionNames, ", "))
 		}
+		if got, ok := strings.CutPrefix(err.Error(), "want an object, got "); ok {
+			// The body is valid JSON of another kind: say what the
+			// object holds.
+			return nil, inputErr("", `invalid batch: want an object such as {"requests": [...]}, got %s`, got)
+		}
 		return nil, &InputError{Err: fmt.Errorf("invalid batch: %w", err)}
 	}
 	if len(jb.Requests) == 0 {
@@ -443,9 +448,9 @@ func describeJSONError(data []byte, err error) error {
 	var typ *json.UnmarshalTypeError
 	if errors.As(err, &typ) {
 		if typ.Field != "" {
-			return fmt.Errorf("field %s: want %s, got %s", typ.Field, typ.Type, typ.Value)
+			return fmt.Errorf("field %s: want %s, got %s", typ.Field, jsonKind(typ.Type), typ.Value)
 		}
-		return fmt.Errorf("want %s, got %s", typ.Type, typ.Value)
+		return fmt.Errorf("want %s, got %s", jsonKind(typ.Type), typ.Value)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return fmt.Errorf("unknown field %s", name)
@@ -454,6 +459,30 @@ func describeJSONError(data []byte, err error) error {
 		return errors.New("empty body")
 	}
 	return err
+}
+
+// jsonKind names the JSON values a Go type decodes from, in JSON's words
+// ("an object", not the name of a type of Governor's).
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	default:
+		return "a JSON value"
+	}
 }
 
 // position returns the 1-based line and column of byte offset off.

@@ -66,6 +66,14 @@ func TestBadInputRunsNothing(t *testing.T) {
 		{"JSONL without a type", batch.PathBatches, "", line("a"), 400, `no Content-Type: send it with the header "Content-Type: application/jsonl"`},
 		{"JSONL as a form", batch.PathBatch + "?max_retries=2", "application/x-www-form-urlencoded", line("a"), 400, `"Content-Type: application/jsonl"`},
 		{"async: invalid", batch.PathBatches, "application/json", `{"requests":[{"url":"https://evil.example/","body":{}}]}`, 400, "requests[0].url"},
+		// Values of the wrong JSON type are named in JSON's words.
+		{"a JSON array of requests", batch.PathBatch, "application/json", `[` + item + `]`, 400, `want an object such as {"requests": [...]}, got array`},
+		{"requests an object", batch.PathBatch, "application/json", `{"requests":{}}`, 400, "field requests: want an array, got object"},
+		{"a request a number", batch.PathBatch, "application/json", `{"requests":[1]}`, 400, "requests[0]: invalid request: want an object, got number"},
+		{"headers an array", batch.PathBatch, "application/json", `{"requests":[{"url":"/v1/x","body":{},"headers":[1]}]}`, 400, "field headers: want an object, got array"},
+		{"concurrency a fraction", batch.PathBatch, "application/json", `{"requests":[` + item + `],"concurrency":1.5}`, 400, "field concurrency: want an integer, got number 1.5"},
+		{"exit_on_error a string", batch.PathBatch, "application/json", `{"requests":[` + item + `],"exit_on_error":"yes"}`, 400, "field exit_on_error: want true or false, got string"},
+		{"JSONL line an array", batch.PathBatch, "application/jsonl", `[1]`, 400, "line 1: invalid request: want an object, got array"},
 	}
 	for _, c := range cases {
 		resp, out := e.post(t, c.path, c.contentType, c.body)
@@ -75,6 +83,7 @@ func TestBadInputRunsNothing(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(out), &msg), "%s: %s", c.name, out)
 		assert.Contains(t, msg.Error.Message, c.want, c.name)
+		assert.NotRegexp(t, `batch\.|interface \{\}|\[\]`, msg.Error.Message, "%s: no Go type names", c.name)
 		assert.Equal(t, "governor_error", msg.Error.Type, c.name)
 	}
 	assert.Zero(t, e.mock.Stats().Received, "no bad batch sent anything")
