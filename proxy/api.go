@@ -148,10 +148,12 @@ func reboundHost(ctx *fasthttp.RequestCtx) bool {
 		!strings.HasSuffix(host, ".localhost") && !strings.HasSuffix(host, ".internal")
 }
 
-// serveLanes answers GET /governor/lanes.
+// serveLanes answers GET and HEAD /governor/lanes (RFC 9110 §9.1: a
+// server that answers GET answers HEAD).
 func (p *Proxy) serveLanes(ctx *fasthttp.RequestCtx) {
-	if !ctx.IsGet() {
-		p.writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET"})
+	if !ctx.IsGet() && !ctx.IsHead() {
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, HEAD")
+		p.writeError(ctx, false, apiError{Status: fasthttp.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "use GET or HEAD"})
 		return
 	}
 	out := struct {
