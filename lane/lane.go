@@ -153,6 +153,26 @@ func (l *Lane) ObserveFailure(o Outcome, why string, latency time.Duration, disp
 	}
 }
 
+// ObserveCallerTimeout accounts, as ObserveFailure(Timeout, ...) does, for
+// an attempt that timed out under a timeout its caller chose, shorter than
+// Governor's own (a batch's "timeout"). Such a timeout that ran out sooner
+// than the lane's calls are usually answered (their latency EWMA) says
+// the caller gave up, not that the provider slowed down: it is counted as
+// a timeout, and the controller hears it as no congestion signal, so one
+// caller's impatience does not cut the limit of every caller of the lane.
+// A longer one (a provider that hangs) is a congestion signal as any
+// timeout is.
+func (l *Lane) ObserveCallerTimeout(why string, latency time.Duration, dispatched, now time.Time) {
+	if !l.countAttempt(Timeout, why, latency, now) {
+		return
+	}
+	out := aimd.Timeout
+	if latency < l.ctrl.State().LatencyEWMA {
+		out = aimd.Failure
+	}
+	l.controlAs(Timeout, out, CauseRateLimited, latency, dispatched, now)
+}
+
 // ObserveRefusal accounts, as Observe(RateLimited, ...) does, for an
 // attempt the provider refused (429 or 529) for why. To the controller a
 // provider overloaded and an account's limit or budget reached are alike;
@@ -224,6 +244,11 @@ func (l *Lane) countAttempt(o Outcome, why string, latency time.Duration, now ti
 // limit follows the controller's. refusal is the cause a decrease that a
 // refusal (o RateLimited) brings is counted and logged under.
 func (l *Lane) control(o Outcome, refusal Cause, latency time.Duration, dispatched, now time.Time) {
+	l.controlAs(o, aimdOutcome(o), refusal, latency, dispatched, now)
+}
+
+// controlAs is control with the controller told out for o.
+func (l *Lane) controlAs(o Outcome, out aimd.Outcome, refusal Cause, latency time.Duration, dispatched, now time.Time) {
 	inFlight := l.q.Stats().InFlight
 	// The calls held in their slots for a budget, or waiting for a
 	// connection to the upstream, now are not at the provider; the call
@@ -242,7 +267,7 @@ func (l *Lane) control(o Outcome, refusal Cause, latency time.Duration, dispatch
 	if sent.IsZero() {
 		sent = now.Add(-latency)
 	}
-	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: aimdOutcome(o), Latency: latency, InFlight: inFlight, Unsent: unsent,
+	ev := l.ctrl.ObserveAt(aimd.Sample{Outcome: out, Latency: latency, InFlight: inFlight, Unsent: unsent,
 		Dispatched: dispatched, Held: l.held.since(sent) || l.connWaits.since(sent)}, now)
 	limit := l.ctrl.Limit()
 	qlimit := limit

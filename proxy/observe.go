@@ -48,7 +48,11 @@ func (c *governedCall) observe(a *upstreamAttempt) {
 		} else {
 			why = attemptError(oc, resp.StatusCode(), bufferedBody(resp), err, o.attemptTimeout)
 		}
-		l.ObserveFailure(oc, why, exchange, c.granted, now)
+		if oc == lane.Timeout && o.attemptTimeout < c.p.cfg.AttemptTimeout {
+			l.ObserveCallerTimeout(why, exchange, c.granted, now)
+		} else {
+			l.ObserveFailure(oc, why, exchange, c.granted, now)
+		}
 	case err == nil && (resp.StatusCode() == statusOverloaded || a.streamWhy != ""):
 		// A 529, or a stream read whole that overloaded_error ended.
 		l.ObserveRefusal(lane.RefusedOverloaded, exchange, c.granted, now)
