@@ -239,6 +239,7 @@ const demandMemory = 2.5
 
 // syncSnap is what report saw, for adopt to know what changed since.
 type syncSnap struct {
+	at     time.Time // the report's instant
 	target float64
 	decs   uint64
 	pause  time.Time
@@ -274,7 +275,7 @@ func (l *Lane) report(maxTarget int, now time.Time, memory, lease time.Duration)
 	}
 	used := l.lastUsed.Load()
 	r.Parked = l.parkLocked(r, now, used, lease)
-	return r, syncSnap{target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt, parked: r.Parked, used: used}
+	return r, syncSnap{at: now, target: st.Target, decs: decs, pause: co.pendingPause, decAt: r.DecreaseAt, parked: r.Parked, used: used}
 }
 
 // parkLocked reports whether the lane, joined, idle for parkAfter since
@@ -311,7 +312,7 @@ func (l *Lane) adopt(snap syncSnap, s Shared, now time.Time, grace time.Duration
 	var a adoption
 	l.mu.Lock()
 	a.othersCut = l.adoptTargetLocked(snap, s, now)
-	l.adoptShareLocked(&a, s, now, grace)
+	l.adoptShareLocked(&a, s, snap.at, now, grace)
 	l.adoptPauseLocked(&a, snap, s, now)
 	if snap.parked {
 		// Parked: the share is given up, and a share after the lane
@@ -383,9 +384,9 @@ func (l *Lane) adoptTargetLocked(snap syncSnap, s Shared, now time.Time) (others
 }
 
 // adoptShareLocked takes this Governor's share of the shared limit, the
-// members and the shared pacing, and marks the lane joined. It requires
-// l.mu to be held.
-func (l *Lane) adoptShareLocked(a *adoption, s Shared, now time.Time, grace time.Duration) {
+// members and the shared pacing, from the sync reported at reported, and
+// marks the lane joined. It requires l.mu to be held.
+func (l *Lane) adoptShareLocked(a *adoption, s Shared, reported, now time.Time, grace time.Duration) {
 	co := l.co
 	a.joined = co.joined
 	a.from = co.share
@@ -410,9 +411,13 @@ func (l *Lane) adoptShareLocked(a *adoption, s Shared, now time.Time, grace time
 		cut = s.OthersSynced
 	}
 	from := a.from
-	if co.waking && !s.OthersSynced.Before(now) {
+	if co.waking && !s.OthersSynced.Before(reported) {
 		// Waking with no other Governor that could still use the slots
-		// given up (none, or all parked): the share applies at once.
+		// given up (none, or all parked; OthersSynced is then the
+		// Coordinator's instant of this sync, after the report): the
+		// share applies at once. (One that synced between the report
+		// and that instant counts as synced since, a window of the sync
+		// loop's own work.)
 		co.shares, from = co.shares[:0], share
 	}
 	co.waking = false

@@ -185,3 +185,50 @@ func TestWakingLaneGoesLocalWhenRedisIsFrozen(t *testing.T) {
 	assert.True(t, l.q.TryAcquire(queue.Priority{}), "and lets its call out at once")
 	l.q.ReleaseTenant("")
 }
+
+// A woken lane that no other Governor could have taken slots from (none
+// on the lane, or every other parked) takes its share from the one sync
+// its call asked for, with a real Coordinator's instants: the lane reports
+// at one instant, the Coordinator reads its clock after it (OthersSynced,
+// when no other Governor counts), and the lane adopts the answer later.
+func TestLoneWakingLaneGoesAfterOneSync(t *testing.T) {
+	c := newCoordLane(t)
+	// syncOver reports at ms(at), the Coordinator's instant is 1 ms
+	// later, and the lane adopts 2 ms later. other, if not 0, is when
+	// another Governor, busy on the lane, synced last (ms).
+	syncOver := func(at, other int) Report {
+		c.clock.Set(ms(at))
+		rep, snap := c.l.report(64, ms(at), time.Duration(demandMemory*float64(testInterval)), c.r.cfg.LeaseTTL)
+		s := Shared{Target: 16, Members: 1, Share: 16, Fair: 16, OthersSynced: ms(at + 1)}
+		if other != 0 {
+			s = Shared{Target: 16, Members: 2, Share: 8, Fair: 8, OthersSynced: ms(other)}
+		}
+		c.clock.Set(ms(at + 2))
+		c.l.adopt(snap, s, ms(at+2), testGrace)
+		return rep
+	}
+	idle := int(parkAfter(c.r.cfg.LeaseTTL) / time.Millisecond)
+	syncOver(0, 0)
+	syncOver(50, 0)
+	require.Equal(t, 16, c.info().Limit, "alone: the whole limit")
+	require.True(t, syncOver(100+idle, 0).Parked)
+
+	_, err := c.r.Get(c.l.key)
+	require.NoError(t, err)
+	assert.False(t, syncOver(110+idle, 0).Parked)
+	assert.True(t, c.canDispatch(), "the call goes out after the one sync it asked for")
+	assert.Equal(t, 16, c.info().Limit)
+
+	// Another Governor, busy on the lane, that synced before this one's
+	// report may still use the slots this one gave up: the share waits
+	// for its next sync, as any share that grows does.
+	at := 200 + 2*idle
+	require.True(t, syncOver(at, at-10).Parked)
+	_, err = c.r.Get(c.l.key)
+	require.NoError(t, err)
+	assert.False(t, syncOver(at+10, at-5).Parked)
+	assert.False(t, c.canDispatch(), "not before the other Governor has synced since")
+	syncOver(at+60, at+55)
+	assert.True(t, c.canDispatch(), "then it goes")
+	assert.Equal(t, 8, c.info().Limit)
+}
