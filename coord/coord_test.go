@@ -398,6 +398,31 @@ func TestFallbackAndRejoin(t *testing.T) {
 	assert.Equal(t, "1", a.metric("governor_redis_fallbacks_total"), "one fallback, counted once")
 }
 
+// While Redis is down, every ping that finds it still down is a failed
+// command: governor_redis_errors_total goes on counting through the
+// outage, so a graph of its rate shows the outage for as long as it lasts.
+func TestErrorsCountedWhileRedisIsDown(t *testing.T) {
+	leakcheck.Check(t)
+	srv := redistest.Start(t)
+	a := newCoord(t, srv, "a", nil)
+	sync1(t, a, Report{Initial: 8})
+	assert.Equal(t, "0", a.metric("governor_redis_errors_total"))
+
+	srv.Kill()
+	_, err := a.Sync(context.Background(), []Report{{Lane: "l", Max: 8}})
+	require.ErrorIs(t, err, ErrLocal)
+	assert.Equal(t, "1", a.metric("governor_redis_errors_total"), "the sync that found Redis gone")
+	require.Eventually(t, func() bool {
+		n, err := strconv.Atoi(a.metric("governor_redis_errors_total"))
+		return err == nil && n >= 3
+	}, 5*time.Second, 10*time.Millisecond, "the pings that find Redis still down are counted")
+	assert.False(t, a.Up())
+	assert.Equal(t, "1", a.metric("governor_redis_fallbacks_total"), "one fallback for the whole outage")
+
+	srv.Restart()
+	require.Eventually(t, a.Up, 5*time.Second, 10*time.Millisecond, "rejoins when Redis answers")
+}
+
 // A Redis that answers nothing (stopped, or a broken network) costs one
 // timeout, then nothing.
 func TestSlowRedisFallsBackWithinTheTimeout(t *testing.T) {

@@ -309,6 +309,7 @@ func (co *Coordinator) loop() {
 		}
 		err := co.join()
 		if err != nil {
+			co.errors.Inc()
 			co.setCause(Classify(err))
 			co.states.still(err)
 			continue

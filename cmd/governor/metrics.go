@@ -63,7 +63,7 @@ var metricFamilies = []metricFamily{
 	{"governor_batch_results_memory_bytes", "gauge", "Answer bytes batches hold in memory (async jobs without GOVERNOR_BATCH_DIR, sync batches until their answer is written), at most GOVERNOR_BATCH_MAX_RESULT_BYTES."},
 	{"governor_redis_up", "gauge", "1 while coordinated through Redis, 0 while governing locally."},
 	{"governor_redis_fallbacks_total", "counter", "Switches from Redis coordination to local governing."},
-	{"governor_redis_errors_total", "counter", "Redis commands that failed or timed out."},
+	{"governor_redis_errors_total", "counter", "Redis commands that failed or timed out, the pings that find Redis still down included."},
 	{"governor_redis_sync_seconds", "histogram", "One sync of every lane with Redis (one pipelined round trip)."},
 }
 
