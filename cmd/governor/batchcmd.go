@@ -27,8 +27,9 @@ on stderr, and writes the results in input order, one OpenAI Batch output
 line per input line. The job runs in Governor: if the connection drops or
 Governor restarts (with GOVERNOR_BATCH_DIR), the command reattaches by
 itself, and says so when a full batch directory stalls the job; Ctrl-C
-asks whether to cancel the job or leave it running, and -job ID
-reattaches later.
+asks whether to cancel the job or leave it running (with stdin not a
+terminal, as in a script, it leaves the job running and exits 1), and
+-job ID reattaches later.
 
 Credentials are sent as the official SDKs send them: OPENAI_API_KEY as
 "Authorization: Bearer …" for OpenAI-style urls, ANTHROPIC_API_KEY as
