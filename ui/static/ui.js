@@ -539,8 +539,11 @@
       c.eta.textContent = r > 0 && !stalled ? duration(((total - done) / r) * 1000) : '–';
       c.eta.title = stalled ? 'None while the job is stalled' : 'Time left at the current rate';
     } else {
+      // Items that ran per second: those that did not run (a cancelled or
+      // stopped job's) took no time of the provider's.
       const took = b.started_at && b.finished_at ? Date.parse(b.finished_at) - Date.parse(b.started_at) : NaN;
-      c.rate.textContent = took > 0 ? `${nf1.format((done * 1000) / took)}/s` : '–';
+      const ran = done - n('DID_NOT_RUN');
+      c.rate.textContent = took > 0 ? `${nf1.format((ran * 1000) / took)}/s` : '–';
       c.eta.textContent = isFinite(took) ? `took ${duration(took)}` : '–';
       c.eta.title = 'Time the batch took';
     }
