@@ -43,6 +43,11 @@ type Config struct {
 	// program configured otherwise (an environment variable) gives the
 	// name its users set.
 	InstanceName string
+	// LocalWhenRefused starts the Coordinator in local mode, as for a
+	// Redis that is down, when Redis refuses the credentials or the
+	// database number of Options; New then fails with no *StartError,
+	// and the Coordinator joins once Redis accepts them.
+	LocalWhenRefused bool
 }
 
 // Defaults of the Config fields.

@@ -150,7 +150,8 @@ type Coordinator struct {
 // the commands, a replica, a full Redis), the Coordinator starts in local
 // mode and joins when it can. If Redis answers and refuses what the
 // options say, the credentials (WRONGPASS, NOAUTH) or the database
-// number, which no wait can change, New fails with a *StartError.
+// number, which no wait can change, New fails with a *StartError, unless
+// Config.LocalWhenRefused says to start in local mode all the same.
 func New(cfg Config) (*Coordinator, error) {
 	c := cfg.withDefaults()
 	if err := c.Validate(); err != nil {
@@ -185,7 +186,7 @@ func New(cfg Config) (*Coordinator, error) {
 	co.clockCheck.Store(int64(clockCheck))
 	joinErr := co.join()
 	cause := Classify(joinErr)
-	if refusedForGood(cause) {
+	if refusedForGood(cause) && !c.LocalWhenRefused {
 		_ = co.rdb.Close()
 		return nil, &StartError{Addr: opts.Addr, Cause: cause, Err: joinErr}
 	}

@@ -68,6 +68,7 @@ type config struct {
 	AIMDAdmissionWindow     time.Duration `env:"GOVERNOR_AIMD_ADMISSION_WINDOW" envDefault:"0" help:"default preset: a new lane starts with one call and adds one toward GOVERNOR_AIMD_INITIAL each time its calls go unrefused this long, half as long after the first step (or twice the upstream's quickest 429 so far, if longer, at most 1s; plus the time for the upstream's connections to open and a round trip over them); 0 = 4ms, negative = start at GOVERNOR_AIMD_INITIAL at once"`
 	AIMDLatencyTolerance    float64       `env:"GOVERNOR_AIMD_LATENCY_TOLERANCE" envDefault:"0" help:"default preset: calls sent at a higher concurrency taking over this many times as long as at the lowest (more if latency varies more) mean the provider is queueing them; 0 = 1.25, negative = ignore latency"`
 	RedisURL                string        `env:"GOVERNOR_REDIS_URL" secret:"true" help:"redis:// or rediss:// URL: share every lane with the other Governors using the same Redis (see README, Running many replicas); empty = govern alone; a Redis down is waited for, one that refuses the URL's credentials or database stops the start-up"`
+	RedisAuthFailure        string        `env:"GOVERNOR_REDIS_AUTH_FAILURE" envDefault:"stop" help:"when Redis refuses GOVERNOR_REDIS_URL's credentials or database at start: stop (exit 1, the URL is wrong), or local (serve, governing alone, and join once Redis accepts them)"`
 	RedisTimeout            time.Duration `env:"GOVERNOR_REDIS_TIMEOUT" envDefault:"50ms" help:"longest wait for Redis; slower means governing locally until it answers again"`
 	RedisSyncInterval       time.Duration `env:"GOVERNOR_REDIS_SYNC_INTERVAL" envDefault:"50ms" help:"how often lanes are synced with the other Governors (each sync: one Redis script per lane)"`
 	RedisLeaseTTL           time.Duration `env:"GOVERNOR_REDIS_LEASE_TTL" envDefault:"3s" help:"a Governor that stops syncing gives its share back after this long"`
@@ -165,6 +166,11 @@ func loadConfig(environ []string) (*parsed, error) {
 	}
 	if err := p.logLevel.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return nil, read.bad("GOVERNOR_LOG_LEVEL", "want debug, info, warn or error")
+	}
+	switch c.RedisAuthFailure {
+	case "stop", "local":
+	default:
+		return nil, read.bad("GOVERNOR_REDIS_AUTH_FAILURE", "want stop or local")
 	}
 	switch c.LogFormat {
 	case "auto", "json", "text":

@@ -43,6 +43,7 @@ func TestBadValueSaysWhatIsWanted(t *testing.T) {
 		{"GOVERNOR_ACCESS_LOG=yes", `GOVERNOR_ACCESS_LOG="yes": want true or false`},
 		// choices and names
 		{"GOVERNOR_LOG_LEVEL=loud", `GOVERNOR_LOG_LEVEL="loud": want debug, info, warn or error`},
+		{"GOVERNOR_REDIS_AUTH_FAILURE=ignore", `GOVERNOR_REDIS_AUTH_FAILURE="ignore": want stop or local`},
 		{"GOVERNOR_LOG_FORMAT=xml", `GOVERNOR_LOG_FORMAT="xml": want auto, json or text`},
 		{"GOVERNOR_AIMD_PRESET=fast", `GOVERNOR_AIMD_PRESET="fast": want default or phoenix`},
 		{"GOVERNOR_INSTANCE=two words", `GOVERNOR_INSTANCE="two words": want at most 128 letters, digits, '.', '_', ':' or '-'`},

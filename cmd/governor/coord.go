@@ -18,7 +18,8 @@ import (
 // returns the lanes' Coordinator and its Close; nil, nil without one.
 // Redis need not be up: the Coordinator starts in local mode and joins when
 // it answers. A Redis that answers and refuses the URL's credentials or
-// database is an error: the configuration is wrong, and no wait fixes it.
+// database is an error (the configuration is wrong, and no wait fixes
+// it), unless GOVERNOR_REDIS_AUTH_FAILURE=local.
 func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Coordinator, func(), error) {
 	if cfg.redis == nil {
 		return nil, nil, nil
@@ -36,6 +37,8 @@ func startCoordination(cfg *parsed, set *metrics.Set, log *slog.Logger) (lane.Co
 		LeaseTTL:     cfg.RedisLeaseTTL,
 		Metrics:      set,
 		Logger:       log,
+
+		LocalWhenRefused: cfg.RedisAuthFailure == "local",
 	})
 	var refused *coord.StartError
 	if errors.As(err, &refused) {

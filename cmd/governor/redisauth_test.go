@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/llmgovernor/governor/internal/leakcheck"
 	"github.com/llmgovernor/governor/internal/redistest"
+	"github.com/llmgovernor/governor/mockllm"
 )
 
 // A GOVERNOR_REDIS_URL whose credentials Redis refuses stops the start-up
@@ -49,4 +51,28 @@ func TestRedisRefusingTheCredentialsStopsTheStartup(t *testing.T) {
 			assert.NotContains(t, logged, "governor started")
 		})
 	}
+}
+
+// With GOVERNOR_REDIS_AUTH_FAILURE=local, a Redis that refuses the URL's
+// password is governed around as a Redis that is down: Governor serves,
+// alone, says why in GET /governor/lanes, and joins once Redis accepts
+// the password. A sidecar whose Redis password is wrong then keeps its
+// application's calls going.
+func TestRedisRefusingTheCredentialsCanStartLocal(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	require.NoError(t, admin.Do(context.Background(), "config", "set", "requirepass", "s3cret").Err())
+	_, mockURL := startMock(t, mockllm.Config{})
+	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_REDIS_URL=redis://:n3w@"+srv.Addr(),
+		"GOVERNOR_REDIS_AUTH_FAILURE=local", "GOVERNOR_LOG_LEVEL=info", "GOVERNOR_REDIS_TIMEOUT=100ms")
+	require.NoError(t, complete(call(g.base, false, 0), false), "serves, governing alone")
+	assert.Equal(t, redisView{Up: false, Cause: "auth"}, g.redis(t), "GET /governor/lanes says why")
+	assert.Contains(t, g.logs(), "redis refuses coordination at start")
+	assert.NotContains(t, g.logs(), "n3w")
+
+	require.NoError(t, admin.Do(context.Background(), "config", "set", "requirepass", "n3w").Err())
+	require.Eventually(t, func() bool { l, _ := g.lane(t); return l.Coordinated }, 5*time.Second, 20*time.Millisecond,
+		"joins once Redis accepts the password")
+	assert.Equal(t, redisView{Up: true}, g.redis(t))
 }
