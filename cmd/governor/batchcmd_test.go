@@ -113,10 +113,7 @@ func startCLI(t *testing.T, env []string, args ...string) *cliProcess {
 }
 
 func (c *cliProcess) stderrText() string {
-	w := c.cmd.Stderr.(*lockedWriter)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return c.stderr.String()
+	return c.cmd.Stderr.(*lockedWriter).String()
 }
 
 func (c *cliProcess) exitCode(t *testing.T, within time.Duration) int {
@@ -487,26 +484,19 @@ func TestBatchCommandInterruptCancelsWhenTold(t *testing.T) {
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=1")
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	interrupt := make(chan os.Signal, 1)
-	var stderr lockedWriter
-	stderr.w = &bytes.Buffer{}
+	stderr := newLockedBuffer()
 	code := make(chan int, 1)
 	go func() {
 		code <- batchcli.Run(context.Background(), batchcli.Config{
 			URL: "http://" + g.base, Input: writeInput(t, 200), Output: out, Poll: 20 * time.Millisecond,
-			Interrupt: interrupt, Stdin: strings.NewReader("y\n"), StdinTerminal: true, Stderr: &stderr,
+			Interrupt: interrupt, Stdin: strings.NewReader("y\n"), StdinTerminal: true, Stderr: stderr,
 		})
 	}()
-	require.Eventually(t, func() bool {
-		stderr.mu.Lock()
-		defer stderr.mu.Unlock()
-		return strings.Contains(stderr.w.(*bytes.Buffer).String(), "submitted")
-	}, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "submitted") }, 10*time.Second, 5*time.Millisecond)
 	interrupt <- syscall.SIGINT
 	require.Equal(t, 1, <-code)
 
-	stderr.mu.Lock()
-	text := stderr.w.(*bytes.Buffer).String()
-	stderr.mu.Unlock()
+	text := stderr.String()
 	assert.Contains(t, text, "cancel job")
 	assert.Contains(t, text, "cancelled job")
 	results := readResults(t, out)
@@ -524,31 +514,22 @@ func TestBatchCommandCancelOfAFinishedJobKeepsItsResults(t *testing.T) {
 	g := startGovernor(t, "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_MAX_CONCURRENCY=4")
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	interrupt := make(chan os.Signal, 1)
-	var stderr lockedWriter
-	stderr.w = &bytes.Buffer{}
-	said := func(s string) bool {
-		stderr.mu.Lock()
-		defer stderr.mu.Unlock()
-		return strings.Contains(stderr.w.(*bytes.Buffer).String(), s)
-	}
+	stderr := newLockedBuffer()
+	said := func(s string) bool { return strings.Contains(stderr.String(), s) }
 	answer, typed := io.Pipe()
 	code := make(chan int, 1)
 	const n = 20
 	go func() {
 		code <- batchcli.Run(context.Background(), batchcli.Config{
 			URL: "http://" + g.base, Input: writeInput(t, n), Output: out, Poll: 20 * time.Millisecond,
-			Interrupt: interrupt, Stdin: answer, StdinTerminal: true, Stderr: &stderr,
+			Interrupt: interrupt, Stdin: answer, StdinTerminal: true, Stderr: stderr,
 		})
 	}()
 	require.Eventually(t, func() bool { return said("submitted") }, 10*time.Second, 5*time.Millisecond)
 	interrupt <- syscall.SIGINT
 	require.Eventually(t, func() bool { return said("cancel job") }, 10*time.Second, 5*time.Millisecond)
 	var id string
-	for _, f := range strings.Fields(func() string {
-		stderr.mu.Lock()
-		defer stderr.mu.Unlock()
-		return stderr.w.(*bytes.Buffer).String()
-	}()) {
+	for _, f := range strings.Fields(stderr.String()) {
 		if strings.HasPrefix(f, "batch_") {
 			id = strings.TrimRight(f, "?:;,.")
 			break
@@ -559,11 +540,7 @@ func TestBatchCommandCancelOfAFinishedJobKeepsItsResults(t *testing.T) {
 		"the job finishes while the question waits")
 	_, err := typed.Write([]byte("y\n"))
 	require.NoError(t, err)
-	require.Equal(t, 0, <-code, "every item completed; stderr:\n%s", func() string {
-		stderr.mu.Lock()
-		defer stderr.mu.Unlock()
-		return stderr.w.(*bytes.Buffer).String()
-	}())
+	require.Equal(t, 0, <-code, "every item completed; stderr:\n%s", stderr.String())
 	assertInOrder(t, readResults(t, out), n)
 	assert.Equal(t, "completed", jobState(t, g.base, id), "the job is still held, its results unread by anyone else")
 	assert.Equal(t, int64(n), mock.Stats().Received)

@@ -70,10 +70,7 @@ func (g *governorProcess) metric(t *testing.T, name string) string {
 func (g *governorProcess) logs() string {
 	// g.stderr is written under lockedWriter's lock; reading it whole while
 	// the process runs needs the same lock.
-	w := g.cmd.Stderr.(*lockedWriter)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return g.stderr.String()
+	return g.cmd.Stderr.(*lockedWriter).String()
 }
 
 // coordinated starts n Governors sharing srv in front of upstream.

@@ -134,6 +134,18 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// newLockedBuffer is a lockedWriter into a buffer, for output read while a
+// process or a goroutine still writes it (String).
+func newLockedBuffer() *lockedWriter { return &lockedWriter{w: &bytes.Buffer{}} }
+
+// String is what was written so far, read under the writer's lock; the
+// writer is a *bytes.Buffer (or another fmt.Stringer).
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(fmt.Stringer).String()
+}
+
 // oneShot is the HTTP client of these tests: one connection per request.
 //
 // A keep-alive connection left idle in a shared pool would race the drain:

@@ -209,18 +209,14 @@ func TestMainListenerIsLoopbackByDefault(t *testing.T) {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), "GOVERNOR_UPSTREAM="+mockURL, "GOVERNOR_LISTEN=0.0.0.0:0",
 			"GOVERNOR_ADMIN_LISTEN=127.0.0.1:0", "GOVERNOR_API_TOKEN="+tc.token)
-		var stderr lockedWriter
-		stderr.w = &bytes.Buffer{}
-		cmd.Stderr = &stderr
+		stderr := newLockedBuffer()
+		cmd.Stderr = stderr
 		require.NoError(t, cmd.Start())
-		require.Eventually(t, func() bool {
-			stderr.mu.Lock()
-			defer stderr.mu.Unlock()
-			return strings.Contains(stderr.w.(*bytes.Buffer).String(), `"msg":"governor started"`)
-		}, 20*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return strings.Contains(stderr.String(), `"msg":"governor started"`) },
+			20*time.Second, 10*time.Millisecond)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, cmd.Wait())
-		logs := stderr.w.(*bytes.Buffer).String()
+		logs := stderr.String()
 		assert.Equal(t, tc.warns, strings.Contains(logs, "not on loopback and GOVERNOR_API_TOKEN is not set"),
 			"token %q: %s", tc.token, logs)
 		assert.NotContains(t, logs, "tok-1")
